@@ -1,0 +1,96 @@
+// Package etcdstate holds what the operator observed of an etcd cluster, as plain values.
+// The membership package fills a Snapshot from live etcd; the planner in sync reads it.
+// Neither side's I/O leaks through: this package has no dependencies.
+package etcdstate
+
+// Snapshot is one observation of an etcd cluster, taken under one deadline.
+//
+// Asked tells "etcd says X" apart from "could not ask": when Asked is false, Members is
+// empty and Err says why, and nothing may be concluded about membership.
+type Snapshot struct {
+	// Asked is true when a voter answered MemberList.
+	Asked bool `json:"asked"`
+	// Err explains why the cluster (or some member) could not be asked; empty otherwise.
+	Err string `json:"err,omitempty"`
+	// ClusterID as reported in the MemberList response header.
+	ClusterID uint64 `json:"clusterID,omitempty"`
+	// Members as the MemberList response has them, sorted by ID.
+	Members []Member `json:"members,omitempty"`
+	// Complete is true when every member in the list answered Status.
+	Complete bool `json:"complete"`
+	// Inconsistent is set when members disagree (e.g. two leaders in the same term, or a
+	// member reports a different cluster ID); the planner holds on it.
+	Inconsistent string `json:"inconsistent,omitempty"`
+}
+
+// Member is one etcd member and, when it answered, its Status.
+type Member struct {
+	ID         uint64   `json:"id"`
+	Name       string   `json:"name,omitempty"` // empty until the member has started
+	PeerURLs   []string `json:"peerURLs,omitempty"`
+	ClientURLs []string `json:"clientURLs,omitempty"`
+	IsLearner  bool     `json:"isLearner,omitempty"`
+
+	// Reachable is true when the member answered Status within the deadline.
+	Reachable bool `json:"reachable"`
+	// Healthy is etcdctl's notion: Status without errors and a serializable read served.
+	Healthy bool `json:"healthy"`
+	// IsLeader is true when the member reports itself as leader.
+	IsLeader         bool     `json:"isLeader,omitempty"`
+	RaftIndex        uint64   `json:"raftIndex,omitempty"`
+	RaftAppliedIndex uint64   `json:"raftAppliedIndex,omitempty"`
+	RaftTerm         uint64   `json:"raftTerm,omitempty"`
+	Version          string   `json:"version,omitempty"`
+	DBSize           int64    `json:"dbSize,omitempty"`
+	Alarms           []string `json:"alarms,omitempty"` // e.g. NOSPACE, CORRUPT
+	Errors           []string `json:"errors,omitempty"` // Status errors and why it was unreachable
+}
+
+// Started reports whether the member has ever started (etcd learns its name on start).
+func (m Member) Started() bool { return m.Name != "" }
+
+// Voters returns the members that are not learners.
+func (s Snapshot) Voters() []Member {
+	var out []Member
+	for _, m := range s.Members {
+		if !m.IsLearner {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Learners returns the learner members.
+func (s Snapshot) Learners() []Member {
+	var out []Member
+	for _, m := range s.Members {
+		if m.IsLearner {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Leader returns the member that reports itself leader, if any.
+func (s Snapshot) Leader() (Member, bool) {
+	for _, m := range s.Members {
+		if m.IsLeader {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// Quorum is the number of voters that must agree for a change to commit.
+func Quorum(voters int) int { return voters/2 + 1 }
+
+// Endpoint is where to reach one member's client port.
+type Endpoint struct {
+	// Member is the pod name.
+	Member string `json:"member"`
+	// Address is host:port to dial: the pod IP and the client port when the pod has an IP.
+	Address string `json:"address"`
+	// ServerName is the member's stable DNS name: the TLS server name, and the address to
+	// fall back to when the pod has no IP yet.
+	ServerName string `json:"serverName"`
+}

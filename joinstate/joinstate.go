@@ -1,0 +1,74 @@
+// Package joinstate is the cluster's join state: what a starting etcd pod needs to know to
+// start safely. The planner (sync) renders it into a ConfigMap; the launcher in each etcd pod
+// reads it from the mounted file. Changing it never restarts a running pod.
+package joinstate
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// ConfigMapKey is the key of the join state in the ConfigMap and the file name in the pod.
+const ConfigMapKey = "join-state.json"
+
+// Cluster states, as etcd's --initial-cluster-state takes them.
+const (
+	StateNew      = "new"
+	StateExisting = "existing"
+)
+
+// State is the join state of one cluster.
+type State struct {
+	// Token is --initial-cluster-token: unique per cluster incarnation (namespace, name, uid).
+	Token string `json:"token"`
+	// ClusterState is "new" only until the cluster ID is first recorded; "existing" after.
+	ClusterState string `json:"clusterState"`
+	// Members are all current members, each as etcd's membership has it (the name is the
+	// pod's name, also for a member added but not yet started). Sorted by name.
+	Members []Member `json:"members"`
+}
+
+// Member is one member's join record.
+type Member struct {
+	// Name is the pod name, which is also etcd's --name.
+	Name string `json:"name"`
+	// PeerURL is the member's advertised peer URL.
+	PeerURL string `json:"peerURL"`
+	// Incarnation increases each time the member is replaced. A data dir written by an
+	// older incarnation is stale and must be wiped before the member starts.
+	Incarnation int64 `json:"incarnation"`
+	// Established is true once the member has been seen started as a voter. An established
+	// member must never start on an empty data dir: that could fork the cluster.
+	Established bool `json:"established,omitempty"`
+}
+
+// Find returns the member named name.
+func (s State) Find(name string) (Member, bool) {
+	for _, m := range s.Members {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// Encode renders s as the ConfigMap value: stable, indented JSON.
+func Encode(s State) string {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		panic(fmt.Sprintf("joinstate: encoding plain values cannot fail: %v", err))
+	}
+	return string(b) + "\n"
+}
+
+// Decode parses a ConfigMap value.
+func Decode(data []byte) (State, error) {
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return State{}, fmt.Errorf("join state: %w", err)
+	}
+	if s.ClusterState != StateNew && s.ClusterState != StateExisting {
+		return State{}, fmt.Errorf("join state: clusterState %q is neither %q nor %q", s.ClusterState, StateNew, StateExisting)
+	}
+	return s, nil
+}

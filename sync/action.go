@@ -1,0 +1,59 @@
+package sync
+
+// ActionType names what one sync decided. Each sync takes at most one action that changes
+// the cluster; Steady, Wait and Hold change nothing.
+type ActionType int
+
+// Action types, in no particular order.
+const (
+	// Steady: nothing to do; the cluster matches its spec.
+	Steady ActionType = iota
+	// Wait: something in progress (a Job, a pod starting) must finish first.
+	Wait
+	// Hold: state is unknown, unsafe or the spec is invalid; nothing destructive is done.
+	Hold
+	// Bootstrap: first children and the one seed member.
+	Bootstrap
+	// AddLearner: a Job adds the next member as a learner.
+	AddLearner
+	// PromoteLearner: a Job promotes a caught-up learner.
+	PromoteLearner
+	// RemoveMember: a Job removes a member.
+	RemoveMember
+	// MoveLeader: a Job moves leadership before a leader's pod is disrupted.
+	MoveLeader
+	// ReplacePod: the StatefulSet partition is lowered so one pod is recreated.
+	ReplacePod
+	// ScaleStatefulSet: the StatefulSet's replicas change to follow membership.
+	ScaleStatefulSet
+	// Teardown: a finalize step.
+	Teardown
+)
+
+var actionNames = [...]string{
+	Steady:           "Steady",
+	Wait:             "Wait",
+	Hold:             "Hold",
+	Bootstrap:        "Bootstrap",
+	AddLearner:       "AddLearner",
+	PromoteLearner:   "PromoteLearner",
+	RemoveMember:     "RemoveMember",
+	MoveLeader:       "MoveLeader",
+	ReplacePod:       "ReplacePod",
+	ScaleStatefulSet: "ScaleStatefulSet",
+	Teardown:         "Teardown",
+}
+
+func (t ActionType) String() string {
+	if int(t) < len(actionNames) {
+		return actionNames[t]
+	}
+	return "ActionType(?)"
+}
+
+// Action is the one thing a sync decided, with the member it concerns and why.
+type Action struct {
+	Type   ActionType
+	Member string
+	Reason string
+}

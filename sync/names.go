@@ -1,0 +1,74 @@
+package sync
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+)
+
+// Ports every etcd pod serves.
+const (
+	ClientPort  = 2379
+	PeerPort    = 2380
+	MetricsPort = 2381
+)
+
+// Labels the operator puts on what it renders.
+const (
+	LabelCluster   = "etcdops.dev/cluster"
+	LabelAction    = "etcdops.dev/action"
+	LabelMember    = "etcdops.dev/member"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	ManagedBy      = "etcdops"
+)
+
+// Names of a cluster's children. The StatefulSet and the headless Service share the cluster's
+// name, so member DNS names are <cluster>-<ordinal>.<cluster>.<namespace>.svc.<domain>.
+func StatefulSetName(cluster string) string     { return cluster }
+func HeadlessServiceName(cluster string) string { return cluster }
+func ClientServiceName(cluster string) string   { return cluster + "-client" }
+func JoinConfigMapName(cluster string) string   { return cluster + "-join" }
+func PDBName(cluster string) string             { return cluster }
+
+// PodName is the name of the pod (and etcd member) at ordinal.
+func PodName(cluster string, ordinal int) string { return fmt.Sprintf("%s-%d", cluster, ordinal) }
+
+// Ordinal parses the ordinal from a pod or member name of cluster; false if it is not one.
+func Ordinal(cluster, name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, cluster+"-")
+	if !ok || rest == "" || (len(rest) > 1 && rest[0] == '0') {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// MemberHost is the stable DNS name of the member at pod name.
+func MemberHost(c *v1alpha1.EtcdCluster, pod, clusterDomain string) string {
+	return fmt.Sprintf("%s.%s.%s.svc.%s", pod, HeadlessServiceName(c.Name), c.Namespace, clusterDomain)
+}
+
+// Scheme is https when the cluster has TLS for that port, http otherwise.
+func scheme(secure bool) string {
+	if secure {
+		return "https"
+	}
+	return "http"
+}
+
+// PeerURL is the advertised peer URL of the member at pod name.
+func PeerURL(c *v1alpha1.EtcdCluster, pod, clusterDomain string) string {
+	return fmt.Sprintf("%s://%s:%d", scheme(c.Spec.TLS != nil && c.Spec.TLS.PeerSecret != ""), MemberHost(c, pod, clusterDomain), PeerPort)
+}
+
+// ClientURL is the advertised client URL of the member at pod name.
+func ClientURL(c *v1alpha1.EtcdCluster, pod, clusterDomain string) string {
+	return fmt.Sprintf("%s://%s:%d", scheme(c.Spec.TLS != nil && c.Spec.TLS.ServerSecret != ""), MemberHost(c, pod, clusterDomain), ClientPort)
+}

@@ -1,0 +1,67 @@
+package sync
+
+import (
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
+)
+
+// Config is the hook's own settings that shape what the planner renders.
+type Config struct {
+	// ClusterDomain is the cluster's DNS domain, e.g. "cluster.local".
+	ClusterDomain string
+	// ToolImage is the image holding etcdops-member: member Jobs run it and etcd pods copy
+	// its launcher in through an init container.
+	ToolImage string
+}
+
+// Observed is everything one sync knows: the parent, its children, the related pods, one
+// etcd snapshot, and the time. The planner reads nothing else.
+type Observed struct {
+	Cluster    v1alpha1.EtcdCluster
+	Children   Children
+	Pods       []corev1.Pod
+	Etcd       etcdstate.Snapshot
+	Finalizing bool
+	Now        time.Time
+}
+
+// Children are the observed children, by type, as Metacontroller sent them.
+type Children struct {
+	StatefulSets []appsv1.StatefulSet
+	Services     []corev1.Service
+	ConfigMaps   []corev1.ConfigMap
+	PDBs         []policyv1.PodDisruptionBudget
+	Jobs         []batchv1.Job
+}
+
+// Decision is the planner's answer: the complete desired children, the status, the one action
+// taken (or the wait), and when to look again.
+type Decision struct {
+	// Children is the complete desired set, sorted by kind and name. An observed child left
+	// out is deleted by Metacontroller.
+	Children []Child
+	Status   v1alpha1.EtcdClusterStatus
+	// Action is what this sync decided; Type Wait or Hold when it decided to do nothing new.
+	Action Action
+	// ResyncAfterSeconds asks Metacontroller to sync again after this long (0: its default).
+	ResyncAfterSeconds float64
+	// Finalized, on a finalize sync, says teardown is complete.
+	Finalized bool
+}
+
+// Child is one desired child object. Object marshals to JSON with only the fields the
+// operator owns (no creationTimestamp: null, no status: {}), so that the same decision
+// always encodes to the same bytes.
+type Child struct {
+	APIVersion string
+	Kind       string
+	Name       string
+	Object     any
+}
