@@ -1,0 +1,361 @@
+package v1alpha1
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Size bounds. Nine voters is etcd's practical limit: every write waits for a majority,
+// and more members only add latency.
+const (
+	MinSize int32 = 1
+	MaxSize int32 = 9
+)
+
+// MaxNameLength bounds metadata.name: the StatefulSet adds a controller-revision-hash label
+// "<name>-<10 chars>" to each pod, and label values stop at 63 characters.
+const MaxNameLength = 52
+
+// InvalidSpecError lists every problem Validate found, each saying what is wrong and what is
+// allowed.
+type InvalidSpecError struct {
+	Problems []string
+}
+
+func (e *InvalidSpecError) Error() string {
+	return "invalid EtcdCluster: " + strings.Join(e.Problems, "; ")
+}
+
+// Validate checks a defaulted cluster (see Defaulted) and returns nil or an *InvalidSpecError
+// listing every problem. The version is checked against c.Status.CurrentVersion with
+// CheckUpgrade, so a cluster's own history bounds what its spec may ask for.
+//
+// TLS combinations: serving TLS on one port and not the other is allowed (a common setup,
+// no worse than plain HTTP on that port). A clientSecret without a serverSecret is rejected:
+// the certificate would never be presented, and a user who set it believes the client port
+// authenticates clients when it serves plain HTTP to anyone.
+func Validate(c EtcdCluster) error {
+	var p []string
+	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	s := c.Spec
+
+	if c.Name != "" {
+		if errs := validation.IsDNS1035Label(c.Name); len(errs) > 0 {
+			add("metadata.name %q is not a DNS-1035 label (%s); it names Services and pods", c.Name, strings.Join(errs, ", "))
+		} else if len(c.Name) > MaxNameLength {
+			add("metadata.name %q is %d characters; at most %d are allowed so pod labels fit", c.Name, len(c.Name), MaxNameLength)
+		}
+	}
+
+	switch {
+	case s.Size == nil:
+		add("spec.size is unset; validate a defaulted cluster")
+	case *s.Size < MinSize || *s.Size > MaxSize:
+		add("spec.size %d is out of range; allowed: %d to %d", *s.Size, MinSize, MaxSize)
+	}
+
+	if err := CheckUpgrade(c.Status.CurrentVersion, s.Version); err != nil {
+		add("spec.%s", err)
+	}
+
+	if s.ImageRegistry == "" {
+		add("spec.imageRegistry is empty; validate a defaulted cluster")
+	} else if !isRepository(s.ImageRegistry) {
+		add("spec.imageRegistry %q is not an image repository; allowed: a repository without tag or digest, e.g. %s", s.ImageRegistry, DefaultImageRegistry)
+	}
+
+	for _, msg := range checkEtcdOptions(s.EtcdOptions) {
+		add("%s", msg)
+	}
+	if s.StorageSpec != nil {
+		for _, msg := range checkStorage(*s.StorageSpec) {
+			add("%s", msg)
+		}
+	}
+	if s.TLS != nil {
+		for _, msg := range checkTLS(*s.TLS) {
+			add("%s", msg)
+		}
+	}
+	if s.PodTemplate != nil {
+		for _, msg := range checkPodTemplate(*s.PodTemplate) {
+			add("%s", msg)
+		}
+	}
+
+	if len(p) == 0 {
+		return nil
+	}
+	return &InvalidSpecError{Problems: p}
+}
+
+// isRepository rejects a tag or digest: the image is ImageRegistry:Version, so a tag here
+// would make an invalid reference. A colon is fine before the last "/" (a registry port).
+func isRepository(r string) bool {
+	last := r[strings.LastIndex(r, "/")+1:]
+	return !strings.ContainsAny(r, " \t\n@") && !strings.Contains(last, ":")
+}
+
+// ownedFlags are etcd flags the operator sets itself; a user value would break membership,
+// addressing, TLS or data safety. Exact names.
+var ownedFlags = []string{
+	"name", "data-dir", "wal-dir",
+	"initial-cluster", "initial-cluster-state", "initial-cluster-token", "initial-advertise-peer-urls",
+	"cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "auto-tls",
+	"force-new-cluster", "config-file", "listen-metrics-urls",
+}
+
+// ownedFlagPrefixes cover flag families the operator owns: all listen and advertise URLs,
+// all peer TLS settings, and discovery (which would replace the join state).
+var ownedFlagPrefixes = []string{"listen-", "advertise-", "peer-", "discovery"}
+
+// isOwnedFlag reports whether the operator sets flag itself.
+func isOwnedFlag(flag string) bool {
+	if slices.Contains(ownedFlags, flag) {
+		return true
+	}
+	for _, prefix := range ownedFlagPrefixes {
+		if strings.HasPrefix(flag, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkEtcdOptions requires each option to be one "--flag" or "--flag=value", names a flag the
+// operator owns, and rejects a flag given twice (etcd would take the last silently).
+func checkEtcdOptions(opts []string) []string {
+	var p []string
+	seen := map[string]bool{}
+	for i, opt := range opts {
+		name, _, _ := strings.Cut(strings.TrimPrefix(opt, "--"), "=")
+		switch {
+		case !strings.HasPrefix(opt, "--") || !isFlagName(name):
+			p = append(p, fmt.Sprintf("spec.etcdOptions[%d] %q is not a flag; allowed: \"--flag\" or \"--flag=value\", one per entry", i, opt))
+		case isOwnedFlag(name):
+			p = append(p, fmt.Sprintf("spec.etcdOptions[%d] sets --%s, which the operator owns; remove it (the operator sets names, URLs, data dir, initial cluster and TLS files)", i, name))
+		case seen[name]:
+			p = append(p, fmt.Sprintf("spec.etcdOptions[%d] sets --%s a second time; allowed: each flag once", i, name))
+		}
+		seen[name] = true
+	}
+	return p
+}
+
+// isFlagName accepts etcd's flag names: lower-case words joined by dashes or dots.
+func isFlagName(s string) bool {
+	if s == "" || s[0] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+var allowedAccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadWriteOncePod, corev1.ReadWriteMany}
+
+func checkStorage(st StorageSpec) []string {
+	var p []string
+	if !slices.Contains(allowedAccessModes, st.AccessModes) {
+		p = append(p, fmt.Sprintf("spec.storageSpec.accessModes %q is not allowed; allowed: ReadWriteOnce, ReadWriteOncePod, ReadWriteMany (etcd writes to its volume)", st.AccessModes))
+	}
+	if st.VolumeSizeRequest.Sign() <= 0 {
+		p = append(p, fmt.Sprintf("spec.storageSpec.volumeSizeRequest %q must be greater than zero, e.g. 8Gi", st.VolumeSizeRequest.String()))
+	}
+	if st.VolumeSizeLimit != nil && st.VolumeSizeLimit.Cmp(st.VolumeSizeRequest) < 0 {
+		p = append(p, fmt.Sprintf("spec.storageSpec.volumeSizeLimit %s is below volumeSizeRequest %s; allowed: a limit at least the request", st.VolumeSizeLimit.String(), st.VolumeSizeRequest.String()))
+	}
+	if st.StorageClassName != "" {
+		if errs := validation.IsDNS1123Subdomain(st.StorageClassName); len(errs) > 0 {
+			p = append(p, fmt.Sprintf("spec.storageSpec.storageClassName %q is not a valid name (%s)", st.StorageClassName, strings.Join(errs, ", ")))
+		}
+	}
+	if st.WhenDeleted != PVCRetain && st.WhenDeleted != PVCDelete {
+		p = append(p, fmt.Sprintf("spec.storageSpec.whenDeleted %q is not allowed; allowed: Retain, Delete", st.WhenDeleted))
+	}
+	return p
+}
+
+func checkTLS(t TLSSpec) []string {
+	var p []string
+	for _, f := range []struct{ field, name string }{
+		{"serverSecret", t.ServerSecret}, {"peerSecret", t.PeerSecret}, {"clientSecret", t.ClientSecret},
+	} {
+		if f.name == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Subdomain(f.name); len(errs) > 0 {
+			p = append(p, fmt.Sprintf("spec.tls.%s %q is not a valid Secret name (%s)", f.field, f.name, strings.Join(errs, ", ")))
+		}
+	}
+	if t.ClientSecret != "" && t.ServerSecret == "" {
+		p = append(p, "spec.tls.clientSecret is set without spec.tls.serverSecret: etcd would serve clients plain HTTP without authenticating them; set serverSecret too, or remove clientSecret")
+	}
+	return p
+}
+
+func checkPodTemplate(t PodTemplate) []string {
+	var p []string
+	if t.Metadata != nil {
+		for _, k := range sortedKeys(t.Metadata.Labels) {
+			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+				p = append(p, fmt.Sprintf("spec.podTemplate.metadata.labels key %q is not a valid label key (%s)", k, strings.Join(errs, ", ")))
+			}
+			if errs := validation.IsValidLabelValue(t.Metadata.Labels[k]); len(errs) > 0 {
+				p = append(p, fmt.Sprintf("spec.podTemplate.metadata.labels[%q] value %q is not a valid label value (%s)", k, t.Metadata.Labels[k], strings.Join(errs, ", ")))
+			}
+		}
+		for _, k := range sortedKeys(t.Metadata.Annotations) {
+			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+				p = append(p, fmt.Sprintf("spec.podTemplate.metadata.annotations key %q is not a valid annotation key (%s)", k, strings.Join(errs, ", ")))
+			}
+		}
+	}
+	if t.Spec != nil && t.Spec.PriorityClassName != "" {
+		if errs := validation.IsDNS1123Subdomain(t.Spec.PriorityClassName); len(errs) > 0 {
+			p = append(p, fmt.Sprintf("spec.podTemplate.spec.priorityClassName %q is not a valid name (%s)", t.Spec.PriorityClassName, strings.Join(errs, ", ")))
+		}
+	}
+	return p
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// CheckUpgrade says whether a cluster running from may be moved to to. Allowed: the same
+// version, a patch release forward, or one minor release forward (any patch). Rejected:
+// a downgrade of any size, skipping a minor release, a major change, and anything that is not
+// a semantic version. An empty from (nothing running yet) accepts any valid to.
+//
+// etcd supports only these moves: its storage and raft formats are checked one minor release
+// apart, and a downgrade needs etcd's own downgrade procedure, which the operator does not run.
+func CheckUpgrade(from, to string) error {
+	t, ok := parseVersion(to)
+	if !ok {
+		return fmt.Errorf("version %q is not a semantic version; allowed: an etcd release such as %s", to, DefaultVersion)
+	}
+	if from == "" {
+		return nil
+	}
+	f, ok := parseVersion(from)
+	if !ok {
+		return fmt.Errorf("version: the running version %q is not a semantic version, so no upgrade path from it can be checked", from)
+	}
+	fs, ts := f.String(), t.String()
+	switch c := t.compare(f); {
+	case c == 0:
+		return nil
+	case c < 0:
+		return fmt.Errorf("version %s is a downgrade from %s; downgrades are not supported", ts, fs)
+	case t.major != f.major:
+		return fmt.Errorf("version %s changes the major version from %s; allowed: %s's patch releases or v%d.%d.x", ts, fs, fs, f.major, f.minor+1)
+	case t.minor > f.minor+1:
+		return fmt.Errorf("version %s skips minor releases from %s; allowed: one minor release at a time, next v%d.%d.x", ts, fs, f.major, f.minor+1)
+	}
+	return nil
+}
+
+// version is a parsed semantic version; pre-release identifiers order as semver says.
+type version struct {
+	major, minor, patch int
+	pre                 []string
+}
+
+// parseVersion accepts "[v]MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]".
+func parseVersion(s string) (version, bool) {
+	s = strings.TrimPrefix(s, "v")
+	s, _, _ = strings.Cut(s, "+")
+	core, pre, hasPre := strings.Cut(s, "-")
+	parts := strings.Split(core, ".")
+	if len(parts) != 3 {
+		return version{}, false
+	}
+	var nums [3]int
+	for i, part := range parts {
+		n, ok := numericIdentifier(part)
+		if !ok {
+			return version{}, false
+		}
+		nums[i] = n
+	}
+	v := version{major: nums[0], minor: nums[1], patch: nums[2]}
+	if hasPre {
+		v.pre = strings.Split(pre, ".")
+		for _, id := range v.pre {
+			if id == "" || strings.Trim(id, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-") != "" {
+				return version{}, false
+			}
+		}
+	}
+	return v, true
+}
+
+// numericIdentifier parses a semver number: digits only, no leading zero.
+func numericIdentifier(s string) (int, bool) {
+	if s == "" || len(s) > 1 && s[0] == '0' || strings.Trim(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil
+}
+
+func (v version) String() string {
+	s := fmt.Sprintf("v%d.%d.%d", v.major, v.minor, v.patch)
+	if len(v.pre) > 0 {
+		s += "-" + strings.Join(v.pre, ".")
+	}
+	return s
+}
+
+// compare orders by semver precedence: -1, 0 or 1.
+func (v version) compare(o version) int {
+	for _, d := range [][2]int{{v.major, o.major}, {v.minor, o.minor}, {v.patch, o.patch}} {
+		if c := cmp.Compare(d[0], d[1]); c != 0 {
+			return c
+		}
+	}
+	switch {
+	case len(v.pre) == 0 && len(o.pre) == 0:
+		return 0
+	case len(v.pre) == 0:
+		return 1
+	case len(o.pre) == 0:
+		return -1
+	}
+	for i := 0; i < len(v.pre) && i < len(o.pre); i++ {
+		if c := comparePre(v.pre[i], o.pre[i]); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(len(v.pre), len(o.pre))
+}
+
+// comparePre orders one pre-release identifier: numbers below words, numbers numerically.
+func comparePre(a, b string) int {
+	an, aNum := numericIdentifier(a)
+	bn, bNum := numericIdentifier(b)
+	switch {
+	case aNum && bNum:
+		return cmp.Compare(an, bn)
+	case aNum:
+		return -1
+	case bNum:
+		return 1
+	}
+	return strings.Compare(a, b)
+}

@@ -1,0 +1,157 @@
+package v1alpha1
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestCheckUpgrade(t *testing.T) {
+	tests := []struct {
+		story    string
+		from, to string
+		want     string // "" means allowed
+	}{
+		{"a new cluster may start on any release", "", "v3.4.0", ""},
+		{"a new cluster still needs a real version", "", "latest", `version "latest" is not a semantic version; allowed: an etcd release such as v3.6.16`},
+		{"nothing changes", "v3.6.5", "v3.6.5", ""},
+		{"etcd reports versions without the v; that is the same release", "3.6.5", "v3.6.5", ""},
+		{"a patch forward is routine", "v3.6.5", "v3.6.16", ""},
+		{"one minor forward is etcd's supported upgrade", "v3.5.21", "v3.6.0", ""},
+		{"one minor forward to any patch of it", "v3.5.0", "v3.6.16", ""},
+		{"a release candidate to its release is forward", "v3.6.0-rc.1", "v3.6.0", ""},
+		{"a patch backward is still a downgrade", "v3.6.5", "v3.6.4", "version v3.6.4 is a downgrade from v3.6.5; downgrades are not supported"},
+		{"a minor backward is a downgrade", "v3.6.5", "v3.4.0", "version v3.4.0 is a downgrade from v3.6.5; downgrades are not supported"},
+		{"a release back to its candidate is a downgrade", "v3.6.0", "v3.6.0-rc.2", "version v3.6.0-rc.2 is a downgrade from v3.6.0; downgrades are not supported"},
+		{"skipping a minor release is not supported by etcd", "v3.4.30", "v3.6.0", "version v3.6.0 skips minor releases from v3.4.30; allowed: one minor release at a time, next v3.5.x"},
+		{"a major change is refused", "v3.6.5", "v4.0.0", "version v4.0.0 changes the major version from v3.6.5; allowed: v3.6.5's patch releases or v3.7.x"},
+		{"a version with two parts is not semver", "v3.6.5", "v3.7", `version "v3.7" is not a semantic version; allowed: an etcd release such as v3.6.16`},
+		{"leading zeros are not semver", "v3.6.5", "v3.06.5", `version "v3.06.5" is not a semantic version; allowed: an etcd release such as v3.6.16`},
+		{"a garbled running version blocks every change", "banana", "v3.6.5", `version: the running version "banana" is not a semantic version, so no upgrade path from it can be checked`},
+	}
+	for _, tt := range tests {
+		err := CheckUpgrade(tt.from, tt.to)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("%s: CheckUpgrade(%q, %q)\n got %q\nwant %q", tt.story, tt.from, tt.to, got, tt.want)
+		}
+	}
+}
+
+// valid is a defaulted cluster that passes validation; each case breaks one thing.
+func valid() EtcdCluster {
+	return Defaulted(EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "default"}})
+}
+
+func TestValidate(t *testing.T) {
+	gi := resource.MustParse("8Gi")
+	tests := []struct {
+		story  string
+		change func(c *EtcdCluster)
+		want   []string // nil means valid
+	}{
+		{"the defaults are valid", func(*EtcdCluster) {}, nil},
+		{"a full, sensible spec is valid", func(c *EtcdCluster) {
+			c.Spec.Size = ptr(int32(5))
+			c.Spec.EtcdOptions = []string{"--quota-backend-bytes=8589934592", "--auto-compaction-retention=1h", "--enable-pprof"}
+			c.Spec.StorageSpec = &StorageSpec{VolumeSizeRequest: gi, StorageClassName: "fast-ssd", AccessModes: corev1.ReadWriteOnce, WhenDeleted: PVCDelete}
+			c.Spec.TLS = &TLSSpec{ServerSecret: "demo-server", PeerSecret: "demo-peer", ClientSecret: "demo-client"}
+			c.Spec.PodTemplate = &PodTemplate{Metadata: &PodMetadata{Labels: map[string]string{"team": "storage"}}, Spec: &PodSpec{PriorityClassName: "system-cluster-critical"}}
+			c.Status.CurrentVersion = "3.5.21"
+		}, nil},
+		{"an even size is allowed; status flags it instead", func(c *EtcdCluster) { c.Spec.Size = ptr(int32(4)) }, nil},
+		{"peer TLS without server TLS is allowed: it is no worse than plain HTTP", func(c *EtcdCluster) { c.Spec.TLS = &TLSSpec{PeerSecret: "p"} }, nil},
+		{"server TLS without peer TLS is allowed", func(c *EtcdCluster) { c.Spec.TLS = &TLSSpec{ServerSecret: "s", ClientSecret: "c"} }, nil},
+		{"a registry with a port is a repository", func(c *EtcdCluster) { c.Spec.ImageRegistry = "registry.local:5000/etcd" }, nil},
+		{"zero members is no cluster", func(c *EtcdCluster) { c.Spec.Size = ptr(int32(0)) },
+			[]string{"spec.size 0 is out of range; allowed: 1 to 9"}},
+		{"ten members is past etcd's practical limit", func(c *EtcdCluster) { c.Spec.Size = ptr(int32(10)) },
+			[]string{"spec.size 10 is out of range; allowed: 1 to 9"}},
+		{"an undefaulted spec is a caller bug, said plainly", func(c *EtcdCluster) { c.Spec.Size = nil },
+			[]string{"spec.size is unset; validate a defaulted cluster"}},
+		{"a downgrade against the running version is refused", func(c *EtcdCluster) {
+			c.Spec.Version = "v3.4.0"
+			c.Status.CurrentVersion = "3.6.5"
+		}, []string{"spec.version v3.4.0 is a downgrade from v3.6.5; downgrades are not supported"}},
+		{"a tag in the registry would make a broken image reference", func(c *EtcdCluster) { c.Spec.ImageRegistry = "quay.io/coreos/etcd:v3.5.0" },
+			[]string{`spec.imageRegistry "quay.io/coreos/etcd:v3.5.0" is not an image repository; allowed: a repository without tag or digest, e.g. gcr.io/etcd-development/etcd`}},
+		{"each operator-owned flag is named, and malformed entries are explained", func(c *EtcdCluster) {
+			c.Spec.EtcdOptions = []string{"--data-dir=/tmp", "--listen-client-urls=http://0.0.0.0:2379", "--peer-cert-file=/x", "--initial-cluster-state=new", "--snapshot-count 10000", "-name=x", "--discovery-srv=example.com"}
+		}, []string{
+			`spec.etcdOptions[0] sets --data-dir, which the operator owns; remove it (the operator sets names, URLs, data dir, initial cluster and TLS files)`,
+			`spec.etcdOptions[1] sets --listen-client-urls, which the operator owns; remove it (the operator sets names, URLs, data dir, initial cluster and TLS files)`,
+			`spec.etcdOptions[2] sets --peer-cert-file, which the operator owns; remove it (the operator sets names, URLs, data dir, initial cluster and TLS files)`,
+			`spec.etcdOptions[3] sets --initial-cluster-state, which the operator owns; remove it (the operator sets names, URLs, data dir, initial cluster and TLS files)`,
+			`spec.etcdOptions[4] "--snapshot-count 10000" is not a flag; allowed: "--flag" or "--flag=value", one per entry`,
+			`spec.etcdOptions[5] "-name=x" is not a flag; allowed: "--flag" or "--flag=value", one per entry`,
+			`spec.etcdOptions[6] sets --discovery-srv, which the operator owns; remove it (the operator sets names, URLs, data dir, initial cluster and TLS files)`,
+		}},
+		{"force-new-cluster would fork the cluster and is never the user's to set", func(c *EtcdCluster) { c.Spec.EtcdOptions = []string{"--force-new-cluster"} },
+			[]string{`spec.etcdOptions[0] sets --force-new-cluster, which the operator owns; remove it (the operator sets names, URLs, data dir, initial cluster and TLS files)`}},
+		{"a flag given twice is ambiguous", func(c *EtcdCluster) {
+			c.Spec.EtcdOptions = []string{"--quota-backend-bytes=1", "--quota-backend-bytes=2"}
+		},
+			[]string{`spec.etcdOptions[1] sets --quota-backend-bytes a second time; allowed: each flag once`}},
+		{"storage must be writable, sized, and deleted only on request", func(c *EtcdCluster) {
+			lim := resource.MustParse("1Gi")
+			c.Spec.StorageSpec = &StorageSpec{AccessModes: corev1.ReadOnlyMany, VolumeSizeRequest: gi, VolumeSizeLimit: &lim, WhenDeleted: "Recycle", StorageClassName: "Fast_SSD"}
+		}, []string{
+			`spec.storageSpec.accessModes "ReadOnlyMany" is not allowed; allowed: ReadWriteOnce, ReadWriteOncePod, ReadWriteMany (etcd writes to its volume)`,
+			`spec.storageSpec.volumeSizeLimit 1Gi is below volumeSizeRequest 8Gi; allowed: a limit at least the request`,
+			`spec.storageSpec.storageClassName "Fast_SSD" is not a valid name (a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'))`,
+			`spec.storageSpec.whenDeleted "Recycle" is not allowed; allowed: Retain, Delete`,
+		}},
+		{"a zero-sized volume cannot hold etcd", func(c *EtcdCluster) {
+			c.Spec.StorageSpec = &StorageSpec{AccessModes: corev1.ReadWriteOnce, WhenDeleted: PVCRetain}
+		},
+			[]string{`spec.storageSpec.volumeSizeRequest "0" must be greater than zero, e.g. 8Gi`}},
+		{"a client certificate for a plain-HTTP port gives a false sense of security", func(c *EtcdCluster) { c.Spec.TLS = &TLSSpec{ClientSecret: "c"} },
+			[]string{"spec.tls.clientSecret is set without spec.tls.serverSecret: etcd would serve clients plain HTTP without authenticating them; set serverSecret too, or remove clientSecret"}},
+		{"a name that cannot be a Service name is refused up front", func(c *EtcdCluster) { c.Name = "1etcd" },
+			[]string{`metadata.name "1etcd" is not a DNS-1035 label (a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')); it names Services and pods`}},
+		{"a long name would overflow the pods' revision label", func(c *EtcdCluster) { c.Name = "a23456789012345678901234567890123456789012345678901234" },
+			[]string{`metadata.name "a23456789012345678901234567890123456789012345678901234" is 54 characters; at most 52 are allowed so pod labels fit`}},
+		{"every problem is listed, not just the first", func(c *EtcdCluster) {
+			c.Spec.Size = ptr(int32(11))
+			c.Spec.Version = "v3.x"
+			c.Spec.EtcdOptions = []string{"--name=foo"}
+		}, []string{
+			"spec.size 11 is out of range; allowed: 1 to 9",
+			`spec.version "v3.x" is not a semantic version; allowed: an etcd release such as v3.6.16`,
+			"spec.etcdOptions[0] sets --name, which the operator owns; remove it (the operator sets names, URLs, data dir, initial cluster and TLS files)",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.story, func(t *testing.T) {
+			c := valid()
+			tt.change(&c)
+			err := Validate(c)
+			var got []string
+			if err != nil {
+				var ise *InvalidSpecError
+				if !errors.As(err, &ise) {
+					t.Fatalf("Validate returned %T, want *InvalidSpecError", err)
+				}
+				got = ise.Problems
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Validate problems:\n got %q\nwant %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestInvalidSpecErrorMessage(t *testing.T) {
+	// The status message carries every problem on one line.
+	err := &InvalidSpecError{Problems: []string{"a is wrong", "b is wrong"}}
+	if got, want := err.Error(), "invalid EtcdCluster: a is wrong; b is wrong"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}
