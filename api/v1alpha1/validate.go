@@ -36,10 +36,12 @@ func (e *InvalidSpecError) Error() string {
 // listing every problem. The version is checked against c.Status.CurrentVersion with
 // CheckUpgrade, so a cluster's own history bounds what its spec may ask for.
 //
-// TLS combinations: serving TLS on one port and not the other is allowed (a common setup,
-// no worse than plain HTTP on that port). A clientSecret without a serverSecret is rejected:
-// the certificate would never be presented, and a user who set it believes the client port
-// authenticates clients when it serves plain HTTP to anyone.
+// TLS combinations: peer TLS and client-port TLS are independent (TLS on one port and not the
+// other is a common setup, no worse than plain HTTP on that port). serverSecret and
+// clientSecret go together: with a serverSecret the operator turns on client certificate
+// authentication, so without a clientSecret it could never observe the cluster and every
+// sync would hold; a clientSecret alone would never be presented, while its author believes
+// the client port authenticates clients when it serves plain HTTP to anyone.
 func Validate(c EtcdCluster) error {
 	var p []string
 	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
@@ -199,6 +201,9 @@ func checkTLS(t TLSSpec) []string {
 	}
 	if t.ClientSecret != "" && t.ServerSecret == "" {
 		p = append(p, "spec.tls.clientSecret is set without spec.tls.serverSecret: etcd would serve clients plain HTTP without authenticating them; set serverSecret too, or remove clientSecret")
+	}
+	if t.ServerSecret != "" && t.ClientSecret == "" {
+		p = append(p, "spec.tls.serverSecret is set without spec.tls.clientSecret: etcd requires client certificates on its client port, and the operator needs one to observe the cluster; set clientSecret too, or remove serverSecret")
 	}
 	return p
 }
