@@ -1,0 +1,207 @@
+package membership
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
+	"etcdops.dev/etcdops/etcdstate"
+)
+
+// memberClient is one client per member endpoint: each member needs its own TLS server name,
+// and Status must reach exactly that member over a connection that outlives the call.
+type memberClient struct {
+	endpoint etcdstate.Endpoint
+	cli      *clientv3.Client
+	maint    clientv3.Maintenance
+}
+
+// newMemberClient builds a client for one endpoint. Creation does not dial; retries are few
+// because every call runs under the observer's single deadline, and the reconnect backoff is
+// short so a member that comes back is seen on the next observation.
+func newMemberClient(ep etcdstate.Endpoint, t *TLS, connectTimeout time.Duration) (*memberClient, error) {
+	addr, serverName := dialTarget(ep)
+	cfg := clientv3.Config{
+		Endpoints:            []string{"http://" + addr},
+		Logger:               zap.NewNop(),
+		MaxUnaryRetries:      1,
+		BackoffWaitBetween:   10 * time.Millisecond,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: connectTimeout,
+		})},
+	}
+	if t != nil {
+		tc, err := t.config(serverName)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Endpoints = []string{"https://" + addr}
+		cfg.TLS = tc
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", addr, err)
+	}
+	maint := clientv3.NewMaintenanceFromMaintenanceClient(clientv3.RetryMaintenanceClient(cli, cli.ActiveConnection()), cli)
+	return &memberClient{endpoint: ep, cli: cli, maint: maint}, nil
+}
+
+// clusterClients are the clients of one Request, shared by concurrent observations.
+type clusterClients struct {
+	key      string
+	members  []*memberClient
+	lastUsed time.Time
+	users    int
+	evicted  bool
+}
+
+func (c *clusterClients) close() {
+	for _, m := range c.members {
+		m.cli.Close()
+	}
+}
+
+// clientCache holds clients per cluster, least recently used first out, closing idle ones.
+// An evicted entry still in use is closed by its last user.
+type clientCache struct {
+	mu             sync.Mutex
+	max            int
+	idle           time.Duration
+	connectTimeout time.Duration
+	entries        map[string]*clusterClients
+	closed         bool
+}
+
+var errClosed = errors.New("observer closed")
+
+// cacheKey covers everything a client is built from, so any change yields new clients.
+func cacheKey(req Request) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q\n", req.Key)
+	for _, ep := range req.Endpoints {
+		fmt.Fprintf(h, "%q %q %q\n", ep.Member, ep.Address, ep.ServerName)
+	}
+	if req.TLS != nil {
+		fmt.Fprintf(h, "tls %x %x %x\n", sha256.Sum256(req.TLS.CA), sha256.Sum256(req.TLS.Cert), sha256.Sum256(req.TLS.Key))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// acquire returns the clients for req, creating them when needed; pair with release.
+func (c *clientCache) acquire(req Request, now time.Time) (*clusterClients, error) {
+	key := cacheKey(req)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, errClosed
+	}
+	if e, ok := c.entries[key]; ok {
+		e.users++
+		e.lastUsed = now
+		c.mu.Unlock()
+		return e, nil
+	}
+	c.mu.Unlock()
+
+	fresh := &clusterClients{key: key, lastUsed: now, users: 1}
+	for _, ep := range req.Endpoints {
+		m, err := newMemberClient(ep, req.TLS, c.connectTimeout)
+		if err != nil {
+			fresh.close()
+			return nil, err
+		}
+		fresh.members = append(fresh.members, m)
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		fresh.close()
+		return nil, errClosed
+	}
+	if e, ok := c.entries[key]; ok {
+		// Another observation built the same clients meanwhile; keep one set.
+		fresh.close()
+		e.users++
+		e.lastUsed = now
+		return e, nil
+	}
+	c.entries[key] = fresh
+	c.evictOverflow()
+	return fresh, nil
+}
+
+// release marks one use of e done at now.
+func (c *clientCache) release(e *clusterClients, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e.users--
+	e.lastUsed = now
+	if e.evicted && e.users == 0 {
+		e.close()
+	}
+}
+
+// evictOverflow drops least recently used entries beyond max. Caller holds mu.
+func (c *clientCache) evictOverflow() {
+	if len(c.entries) <= c.max {
+		return
+	}
+	byAge := make([]*clusterClients, 0, len(c.entries))
+	for _, e := range c.entries {
+		byAge = append(byAge, e)
+	}
+	sort.Slice(byAge, func(i, j int) bool { return byAge[i].lastUsed.Before(byAge[j].lastUsed) })
+	for _, e := range byAge[:len(byAge)-c.max] {
+		c.evict(e)
+	}
+}
+
+// evict removes e from the cache and closes it unless someone still uses it. Caller holds mu.
+func (c *clientCache) evict(e *clusterClients) {
+	delete(c.entries, e.key)
+	e.evicted = true
+	if e.users == 0 {
+		e.close()
+	}
+}
+
+// sweep evicts entries unused for longer than the idle timeout.
+func (c *clientCache) sweep(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		if e.users == 0 && now.Sub(e.lastUsed) > c.idle {
+			c.evict(e)
+		}
+	}
+}
+
+// closeAll evicts every entry and refuses new ones.
+func (c *clientCache) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, e := range c.entries {
+		c.evict(e)
+	}
+}
+
+// size is the number of cached clusters.
+func (c *clientCache) size() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}

@@ -1,0 +1,94 @@
+// Package membership is the only place that talks to etcd. It observes a cluster under one
+// deadline (Observer) and performs the idempotent membership changes the member tool runs
+// (AddLearner, Promote, Remove, MoveLeader). Each change checks live state first, so running
+// it again after success, or after a crash half-way, does no harm.
+package membership
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"etcdops.dev/etcdops/etcdstate"
+)
+
+// DefaultClientPort is dialled when an endpoint falls back to a DNS name without a port.
+const DefaultClientPort = "2379"
+
+// TLS is PEM material for talking to a cluster that serves client TLS. Cert and Key are the
+// client certificate; both may be empty when the cluster does not ask for one.
+type TLS struct {
+	CA, Cert, Key []byte
+}
+
+// Request names the cluster to observe: Key identifies it in the client cache (for example
+// namespace/name/uid), Endpoints are its pods, TLS is nil for plain HTTP.
+type Request struct {
+	Key       string
+	Endpoints []etcdstate.Endpoint
+	TLS       *TLS
+}
+
+// Errors of membership operations. Callers tell them apart with errors.Is: a retryable error
+// means "try again later, nothing is wrong"; a refusal means the change is unsafe or does not
+// fit the live state, and repeating it will not help until the state changes.
+var (
+	ErrRetryable = errors.New("retryable")
+	ErrRefused   = errors.New("refused")
+)
+
+// retryable wraps err so that errors.Is(err, ErrRetryable) holds.
+func retryable(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrRetryable}, args...)...)
+}
+
+// refused wraps err so that errors.Is(err, ErrRefused) holds.
+func refused(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrRefused}, args...)...)
+}
+
+// isEtcdError compares by description: the client hands back either gRPC statuses or
+// rpctypes values for the same server error.
+func isEtcdError(err, target error) bool {
+	return err != nil && rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(target)
+}
+
+// tlsConfig builds a client TLS configuration verifying the server as serverName.
+func (t *TLS) config(serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if len(t.CA) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(t.CA) {
+			return nil, errors.New("tls: no CA certificate in PEM")
+		}
+		cfg.RootCAs = pool
+	}
+	if len(t.Cert) > 0 || len(t.Key) > 0 {
+		cert, err := tls.X509KeyPair(t.Cert, t.Key)
+		if err != nil {
+			return nil, fmt.Errorf("tls: client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// dialTarget is the host:port to dial for ep and the name its certificate must carry.
+func dialTarget(ep etcdstate.Endpoint) (addr, serverName string) {
+	serverName = ep.ServerName
+	if host, _, err := net.SplitHostPort(serverName); err == nil {
+		serverName = host
+	}
+	switch {
+	case ep.Address != "":
+		return ep.Address, serverName
+	case serverName != ep.ServerName:
+		return ep.ServerName, serverName
+	default:
+		return net.JoinHostPort(serverName, DefaultClientPort), serverName
+	}
+}

@@ -1,0 +1,114 @@
+package membership
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+)
+
+// testPKI is a CA made for one test, its client certificate, and server certificates on
+// demand. Server certificates carry only the member's DNS name, so a client that dials the
+// IP address passes verification only by using the endpoint's server name.
+type testPKI struct {
+	dir       string
+	ca        *x509.Certificate
+	caKey     *ecdsa.PrivateKey
+	caPEM     []byte
+	clientTLS *TLS
+}
+
+func newTestPKI(t testing.TB) *testPKI {
+	t.Helper()
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "etcdops test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &testPKI{dir: t.TempDir(), ca: ca, caKey: key, caPEM: pemBlock("CERTIFICATE", der)}
+	cert, keyPEM := p.issue(t, "etcdops-client", nil, x509.ExtKeyUsageClientAuth)
+	p.clientTLS = &TLS{CA: p.caPEM, Cert: cert, Key: keyPEM}
+	return p
+}
+
+func newKey(t testing.TB) *ecdsa.PrivateKey {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+func pemBlock(kind string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der})
+}
+
+// issue signs a certificate for cn with the given DNS names; PEM certificate and key.
+func (p *testPKI) issue(t testing.TB, cn string, dnsNames []string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key := newKey(t)
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: cn},
+		DNSNames:     dnsNames,
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pemBlock("CERTIFICATE", der), pemBlock("PRIVATE KEY", keyDER)
+}
+
+// serverInfo writes member's server certificate and returns etcd's client TLS settings,
+// which require a client certificate signed by the CA.
+func (p *testPKI) serverInfo(t testing.TB, member string) transport.TLSInfo {
+	t.Helper()
+	cert, key := p.issue(t, member, []string{member + ".etcd.test"}, x509.ExtKeyUsageServerAuth)
+	info := transport.TLSInfo{
+		CertFile:       filepath.Join(p.dir, member+".crt"),
+		KeyFile:        filepath.Join(p.dir, member+".key"),
+		TrustedCAFile:  filepath.Join(p.dir, "ca.crt"),
+		ClientCertAuth: true,
+	}
+	for path, data := range map[string][]byte{info.CertFile: cert, info.KeyFile: key, info.TrustedCAFile: p.caPEM} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return info
+}
