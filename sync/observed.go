@@ -1,0 +1,113 @@
+package sync
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AnnotationLastApplied is where Metacontroller keeps what the hook last returned for a child.
+const AnnotationLastApplied = "metacontroller.k8s.io/last-applied-configuration"
+
+// Server-set metadata that must not be returned as desired state.
+var serverSetMetadata = []string{
+	"uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+	"deletionGracePeriodSeconds", "managedFields", "selfLink", "ownerReferences",
+}
+
+// unchanged returns an observed child as the hook last asked for it: Metacontroller's
+// last-applied annotation when present (so a hold re-applies exactly what was applied
+// before), else the object without server-set fields and status.
+func unchanged(apiVersion, kind string, meta metav1.ObjectMeta, obj any) Child {
+	child := Child{APIVersion: apiVersion, Kind: kind, Name: meta.Name}
+	if last := meta.Annotations[AnnotationLastApplied]; last != "" && json.Valid([]byte(last)) {
+		var m map[string]any
+		if json.Unmarshal([]byte(last), &m) == nil {
+			child.Object = m
+			return child
+		}
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		panic(fmt.Sprintf("sync: encoding an observed %s: %v", kind, err))
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		panic(fmt.Sprintf("sync: decoding an observed %s: %v", kind, err))
+	}
+	delete(m, "status")
+	m["apiVersion"], m["kind"] = apiVersion, kind
+	if md, ok := m["metadata"].(map[string]any); ok {
+		for _, k := range serverSetMetadata {
+			delete(md, k)
+		}
+		if ann, ok := md["annotations"].(map[string]any); ok {
+			delete(ann, AnnotationLastApplied)
+			if len(ann) == 0 {
+				delete(md, "annotations")
+			}
+		}
+	}
+	child.Object = prune(m)
+	return child
+}
+
+// prune drops nulls and empty status objects that typed API structs emit for fields the
+// server, not the hook, owns.
+func prune(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if st, ok := x.(map[string]any); x == nil || (k == "status" && ok && len(st) == 0) {
+				delete(t, k)
+				continue
+			}
+			t[k] = prune(x)
+		}
+	case []any:
+		for i, x := range t {
+			t[i] = prune(x)
+		}
+	}
+	return v
+}
+
+// observedChildren returns every observed child unchanged, sorted: the answer of a sync that
+// holds.
+func observedChildren(ch Children) []Child {
+	var out []Child
+	for i := range ch.StatefulSets {
+		o := &ch.StatefulSets[i]
+		out = append(out, unchanged("apps/v1", "StatefulSet", o.ObjectMeta, o))
+	}
+	for i := range ch.Services {
+		o := &ch.Services[i]
+		out = append(out, unchanged("v1", "Service", o.ObjectMeta, o))
+	}
+	for i := range ch.ConfigMaps {
+		o := &ch.ConfigMaps[i]
+		out = append(out, unchanged("v1", "ConfigMap", o.ObjectMeta, o))
+	}
+	for i := range ch.PDBs {
+		o := &ch.PDBs[i]
+		out = append(out, unchanged("policy/v1", "PodDisruptionBudget", o.ObjectMeta, o))
+	}
+	for i := range ch.Jobs {
+		o := &ch.Jobs[i]
+		out = append(out, unchanged("batch/v1", "Job", o.ObjectMeta, o))
+	}
+	sortChildren(out)
+	return out
+}
+
+// sortChildren orders children by kind, then name, as Decision promises.
+func sortChildren(cs []Child) {
+	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].Kind != cs[j].Kind {
+			return cs[i].Kind < cs[j].Kind
+		}
+		return cs[i].Name < cs[j].Name
+	})
+}
