@@ -4,6 +4,11 @@
 // Field names follow etcd-io/etcd-operator's v1alpha1 where the meaning is the same (size,
 // version, imageRegistry, storageSpec, tls, etcdOptions, podTemplate), so a manifest moves
 // between the two by changing apiVersion.
+//
+// The kubebuilder markers below generate the CustomResourceDefinition in
+// manifests/metacontroller/crd (go generate ./manifests).
+//
+// +groupName=etcdops.dev
 package v1alpha1
 
 import (
@@ -25,51 +30,132 @@ const (
 var APIVersion = schema.GroupVersion{Group: Group, Version: Version}.String()
 
 // EtcdCluster is one etcd cluster managed by the operator.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=etcdclusters,singular=etcdcluster,scope=Namespaced,shortName=etcd;ec,categories=etcdops
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.spec.size`,description="Desired number of voting members"
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyMembers`,description="Healthy voting members"
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.currentVersion`,description="Lowest etcd version the members run"
+// +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader`,description="Member that leads the cluster"
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`,description="One-word summary of the cluster's state"
+// +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.status.action.type`,description="What the operator is doing or waiting for"
+// +kubebuilder:printcolumn:name="Member",type=string,JSONPath=`.status.action.member`,priority=1,description="Member the current action is about"
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.action.reason`,priority=1,description="Why the operator took the current action"
+// +kubebuilder:printcolumn:name="Wanted",type=string,JSONPath=`.spec.version`,priority=1,description="etcd version the spec asks for"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 52",message="metadata.name must be at most 52 characters so that pod labels fit"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label: it names Services and pods"
 type EtcdCluster struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   EtcdClusterSpec   `json:"spec,omitempty"`
+	// Spec is the desired state of the cluster.
+	//
+	// +kubebuilder:default={}
+	Spec EtcdClusterSpec `json:"spec,omitempty"`
+	// Status is what the operator last observed and decided; written by Metacontroller
+	// from the sync hook's answer.
+	//
+	// +optional
 	Status EtcdClusterStatus `json:"status,omitempty"`
 }
 
 // EtcdClusterSpec is the desired state of an etcd cluster.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.storageSpec) == has(oldSelf.storageSpec)",message="storageSpec cannot be added or removed after creation: the StatefulSet's volume claim templates are immutable"
 type EtcdClusterSpec struct {
 	// Size is the number of voting members, 1 to 9. Even sizes are allowed but flagged in
 	// status: they tolerate no more failures than the odd size below them.
+	//
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	// +optional
 	Size *int32 `json:"size,omitempty"`
 	// Version is the etcd release to run, e.g. "v3.6.16" (a leading "v" is optional).
 	// Changes may only move one patch or one minor release forward.
+	//
+	// +kubebuilder:default="v3.6.16"
+	// +kubebuilder:validation:Pattern=`^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
 	Version string `json:"version,omitempty"`
-	// ImageRegistry is the image repository for etcd; the image is ImageRegistry:Version.
+	// ImageRegistry is the image repository for etcd, without tag or digest; the image is
+	// ImageRegistry:Version.
+	//
+	// +kubebuilder:default="gcr.io/etcd-development/etcd"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[^\s@]+$`
+	// +optional
 	ImageRegistry string `json:"imageRegistry,omitempty"`
 	// StorageSpec gives each member a PersistentVolumeClaim. Absent, data lives in an
-	// emptyDir and does not survive the loss of a pod.
+	// emptyDir and does not survive the loss of a pod. It cannot be added or removed after
+	// creation.
+	//
+	// +optional
 	StorageSpec *StorageSpec `json:"storageSpec,omitempty"`
 	// TLS names the Secrets holding certificates. Absent, etcd serves plain HTTP.
+	//
+	// +optional
 	TLS *TLSSpec `json:"tls,omitempty"`
 	// EtcdOptions are extra etcd flags, each "--flag=value". Flags the operator owns
 	// (names, URLs, data dir, initial cluster, TLS files) are rejected.
+	//
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:items:Pattern=`^--[a-z0-9._][a-z0-9._-]*(=.*)?$`
+	// +listType=atomic
+	// +optional
 	EtcdOptions []string `json:"etcdOptions,omitempty"`
 	// PodTemplate adds metadata and scheduling settings to every etcd pod.
+	//
+	// +optional
 	PodTemplate *PodTemplate `json:"podTemplate,omitempty"`
 	// Paused stops every change: the hook only reports status.
+	//
+	// +optional
 	Paused bool `json:"paused,omitempty"`
 }
 
-// StorageSpec describes each member's PersistentVolumeClaim.
+// StorageSpec describes each member's PersistentVolumeClaim. Everything but whenDeleted is
+// fixed at creation: a StatefulSet's volume claim templates cannot change.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName cannot change after creation"
+// +kubebuilder:validation:XValidation:rule="has(self.volumeSizeLimit) == has(oldSelf.volumeSizeLimit) && (!has(self.volumeSizeLimit) || self.volumeSizeLimit == oldSelf.volumeSizeLimit)",message="volumeSizeLimit cannot change after creation"
+// +kubebuilder:validation:XValidation:rule="!has(self.volumeSizeLimit) || quantity(string(self.volumeSizeLimit)).compareTo(quantity(string(self.volumeSizeRequest))) >= 0",message="volumeSizeLimit must be at least volumeSizeRequest"
 type StorageSpec struct {
 	// AccessModes of the claim; ReadWriteOnce when empty. ReadOnlyMany is not allowed.
+	//
+	// +kubebuilder:default=ReadWriteOnce
+	// +kubebuilder:validation:Enum=ReadWriteOnce;ReadWriteOncePod;ReadWriteMany
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="accessModes cannot change after creation"
+	// +optional
 	AccessModes corev1.PersistentVolumeAccessMode `json:"accessModes,omitempty"`
 	// StorageClassName of the claim; the cluster's default class when empty.
+	//
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
 	StorageClassName string `json:"storageClassName,omitempty"`
-	// VolumeSizeRequest is the requested size of each member's volume.
+	// VolumeSizeRequest is the requested size of each member's volume, e.g. 8Gi.
+	//
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).sign() > 0",message="volumeSizeRequest must be greater than zero"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="volumeSizeRequest cannot change after creation"
+	// +required
 	VolumeSizeRequest resource.Quantity `json:"volumeSizeRequest"`
-	// VolumeSizeLimit, when set, caps the volume's size.
+	// VolumeSizeLimit, when set, caps the volume's size; at least volumeSizeRequest.
+	//
+	// +optional
 	VolumeSizeLimit *resource.Quantity `json:"volumeSizeLimit,omitempty"`
 	// WhenDeleted says what happens to the claims when the EtcdCluster is deleted:
 	// Retain (default) keeps them, Delete removes them. A scaled-away member's claim is
 	// always deleted so that its ordinal can never come back with stale data.
+	//
+	// +kubebuilder:default=Retain
+	// +kubebuilder:validation:Enum=Retain;Delete
+	// +optional
 	WhenDeleted PVCRetention `json:"whenDeleted,omitempty"`
 }
 
@@ -83,62 +169,134 @@ const (
 )
 
 // TLSSpec names Secrets of type kubernetes.io/tls, each with tls.crt, tls.key and ca.crt.
+//
+// serverSecret and clientSecret go together: with a server certificate etcd requires client
+// certificates, and the operator presents clientSecret to observe the cluster. peerSecret is
+// independent of both.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.serverSecret) && self.serverSecret.size() > 0) == (has(self.clientSecret) && self.clientSecret.size() > 0)",message="serverSecret and clientSecret go together: with serverSecret etcd requires client certificates and the operator needs clientSecret to observe the cluster"
 type TLSSpec struct {
 	// ServerSecret is served on the client port (2379). Its SANs must cover
 	// *.<name>.<namespace>.svc.<cluster-domain> and <name>-client.<namespace>.svc.
+	//
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
 	ServerSecret string `json:"serverSecret,omitempty"`
 	// PeerSecret is used between members on the peer port (2380); its SANs must cover
 	// *.<name>.<namespace>.svc.<cluster-domain>.
+	//
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
 	PeerSecret string `json:"peerSecret,omitempty"`
 	// ClientSecret is the client certificate the operator and its Jobs present to etcd.
+	//
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
 	ClientSecret string `json:"clientSecret,omitempty"`
 }
 
 // PodTemplate holds what a user may add to every etcd pod.
 type PodTemplate struct {
+	// Metadata adds labels and annotations to every etcd pod.
+	//
+	// +optional
 	Metadata *PodMetadata `json:"metadata,omitempty"`
-	Spec     *PodSpec     `json:"spec,omitempty"`
+	// Spec adds resources and scheduling settings to every etcd pod.
+	//
+	// +optional
+	Spec *PodSpec `json:"spec,omitempty"`
 }
 
 // PodMetadata is merged into the pods' metadata; operator-owned labels win.
 type PodMetadata struct {
-	Labels      map[string]string `json:"labels,omitempty"`
+	// Labels added to every etcd pod. Labels the operator sets (etcdops.dev/*,
+	// app.kubernetes.io/*) keep the operator's value.
+	//
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// Annotations added to every etcd pod.
+	//
+	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // PodSpec is the subset of a pod spec a user may set.
 type PodSpec struct {
-	Resources         *corev1.ResourceRequirements `json:"resources,omitempty"`
-	Affinity          *corev1.Affinity             `json:"affinity,omitempty"`
-	NodeSelector      map[string]string            `json:"nodeSelector,omitempty"`
-	Tolerations       []corev1.Toleration          `json:"tolerations,omitempty"`
-	PriorityClassName string                       `json:"priorityClassName,omitempty"`
+	// Resources of the etcd container.
+	//
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Affinity of the etcd pods, e.g. a pod anti-affinity that spreads members over nodes.
+	//
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// NodeSelector of the etcd pods.
+	//
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations of the etcd pods.
+	//
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// PriorityClassName of the etcd pods.
+	//
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
 }
 
 // EtcdClusterStatus is what the hook observed and decided. Metacontroller replaces the whole
 // status with the hook's answer on every sync and adds observedGeneration.
 type EtcdClusterStatus struct {
 	// ObservedGeneration is written by Metacontroller.
+	//
+	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Phase is a one-word summary: Creating, Running, Degraded, Unavailable, Paused, Invalid,
 	// Deleting.
+	//
+	// +optional
 	Phase Phase `json:"phase,omitempty"`
 	// ReadyMembers counts healthy voting members.
+	//
+	// +optional
 	ReadyMembers int32 `json:"readyMembers"`
 	// Members lists every member etcd reports, by name.
+	//
+	// +listType=atomic
+	// +optional
 	Members []MemberStatus `json:"members,omitempty"`
 	// Leader is the name of the leader member.
+	//
+	// +optional
 	Leader string `json:"leader,omitempty"`
 	// ClusterID is the etcd cluster ID in hex, recorded once the cluster first answers.
+	//
+	// +optional
 	ClusterID string `json:"clusterID,omitempty"`
 	// CurrentVersion is the lowest etcd version the members run.
+	//
+	// +optional
 	CurrentVersion string `json:"currentVersion,omitempty"`
 	// Conditions: Available, Progressing, Degraded.
+	//
+	// +listType=map
+	// +listMapKey=type
+	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// Action is what the operator is doing or waiting for.
+	//
+	// +optional
 	Action *Action `json:"action,omitempty"`
 	// JobFailures counts consecutive failed member Jobs for the current action; retries stop
 	// at a bound and the cluster is reported Degraded.
+	//
+	// +optional
 	JobFailures int32 `json:"jobFailures,omitempty"`
 }
 
@@ -158,25 +316,54 @@ const (
 
 // MemberStatus is one etcd member as last observed.
 type MemberStatus struct {
-	Name      string `json:"name"`
-	ID        string `json:"id"`
-	Ordinal   int32  `json:"ordinal"`
-	IsLearner bool   `json:"isLearner,omitempty"`
-	IsLeader  bool   `json:"isLeader,omitempty"`
-	Healthy   bool   `json:"healthy"`
-	Version   string `json:"version,omitempty"`
+	// Name is the member's name, which is its pod's name.
+	//
+	// +optional
+	Name string `json:"name"`
+	// ID is the etcd member ID in hex.
+	//
+	// +optional
+	ID string `json:"id"`
+	// Ordinal is the StatefulSet ordinal of the member's pod.
+	//
+	// +optional
+	Ordinal int32 `json:"ordinal"`
+	// IsLearner is true for a learner: it replicates but does not vote.
+	//
+	// +optional
+	IsLearner bool `json:"isLearner,omitempty"`
+	// IsLeader is true for the leader.
+	//
+	// +optional
+	IsLeader bool `json:"isLeader,omitempty"`
+	// Healthy is true when the member answered a read and reported no alarm.
+	//
+	// +optional
+	Healthy bool `json:"healthy"`
+	// Version is the etcd version the member runs.
+	//
+	// +optional
+	Version string `json:"version,omitempty"`
 }
 
 // Action is the operator's current step: a membership change, a pod replacement, or a wait.
 type Action struct {
-	// Type: Bootstrap, AddLearner, PromoteLearner, RemoveMember, MoveLeader, ReplacePod,
-	// ScaleStatefulSet, Wait, Hold.
+	// Type: Steady, Wait, Hold, Bootstrap, AddLearner, PromoteLearner, RemoveMember,
+	// MoveLeader, ReplacePod, ScaleStatefulSet, Teardown.
+	//
+	// +optional
 	Type string `json:"type"`
 	// Member is the pod name the action is about, if any.
+	//
+	// +optional
 	Member string `json:"member,omitempty"`
 	// Reason says why, in words.
+	//
+	// +optional
 	Reason string `json:"reason"`
 	// Since is when this action (same type and member) was first reported.
+	//
+	// +optional
 	Since metav1.Time `json:"since"`
 }
 
