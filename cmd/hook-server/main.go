@@ -1,0 +1,217 @@
+// Command hook-server serves Metacontroller's sync, finalize and customize hooks for
+// EtcdClusters, with health, readiness and Prometheus metrics on the same port.
+//
+// Every flag can also be set from the environment: --sync-timeout is ETCDOPS_SYNC_TIMEOUT.
+// A flag on the command line wins over the environment.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/hooks"
+	"etcdops.dev/etcdops/membership"
+	"etcdops.dev/etcdops/sync"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "hook-server:", err)
+		os.Exit(1)
+	}
+}
+
+// config is the parsed command line.
+type config struct {
+	addr            string
+	clusterDomain   string
+	toolImage       string
+	syncTimeout     time.Duration
+	observeTimeout  time.Duration
+	shutdownTimeout time.Duration
+	maxBodyBytes    int64
+	logLevel        string
+	logFormat       string
+	tlsCertFile     string
+	tlsKeyFile      string
+	authTokenFile   string
+}
+
+// envPrefix turns a flag name into its environment variable: sync-timeout → ETCDOPS_SYNC_TIMEOUT.
+const envPrefix = "ETCDOPS_"
+
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseFlags reads the environment first and the command line over it.
+func parseFlags(args []string, getenv func(string) string, out io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("hook-server", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.addr, "addr", ":8080", "address to listen on")
+	fs.StringVar(&c.clusterDomain, "cluster-domain", "cluster.local", "the Kubernetes cluster's DNS domain, used in member URLs")
+	fs.StringVar(&c.toolImage, "tool-image", "etcdops/etcdops:v0.1.0", "image holding etcdops-member, run by member Jobs and etcd pods' init container")
+	// Metacontroller gives up after 10s by default; leave room for the network and a retry.
+	fs.DurationVar(&c.syncTimeout, "sync-timeout", hooks.DefaultSyncTimeout, "upper bound of one hook call, etcd observation included")
+	fs.DurationVar(&c.observeTimeout, "observe-timeout", hooks.DefaultObserveTimeout, "upper bound of one etcd observation; past it the sync holds")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight calls may finish after SIGTERM")
+	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", hooks.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "json", "json or text")
+	fs.StringVar(&c.tlsCertFile, "tls-cert-file", "", "serve HTTPS with this certificate (with --tls-key-file)")
+	fs.StringVar(&c.tlsKeyFile, "tls-key-file", "", "private key of --tls-cert-file")
+	fs.StringVar(&c.authTokenFile, "auth-token-file", "", "file holding the bearer token every hook call must present")
+
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(envName(f.Name)); v != "" && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %v", envName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return c, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	switch {
+	case (c.tlsCertFile == "") != (c.tlsKeyFile == ""):
+		return c, errors.New("--tls-cert-file and --tls-key-file go together")
+	case c.syncTimeout <= 0 || c.observeTimeout <= 0:
+		return c, errors.New("--sync-timeout and --observe-timeout must be positive")
+	case c.observeTimeout >= c.syncTimeout:
+		return c, fmt.Errorf("--observe-timeout %s must be below --sync-timeout %s, so a slow etcd still gets an answer", c.observeTimeout, c.syncTimeout)
+	case c.maxBodyBytes <= 0:
+		return c, errors.New("--max-body-bytes must be positive")
+	}
+	return c, nil
+}
+
+func newLogger(c config, out io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %v", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.logFormat {
+	case "json":
+		return slog.New(slog.NewJSONHandler(out, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(out, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: allowed json or text", c.logFormat)
+}
+
+// run serves until ctx is done, then stops taking new calls, reports not ready and lets
+// in-flight calls finish within --shutdown-timeout.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	c, err := parseFlags(args, getenv, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(c, stdout)
+	if err != nil {
+		return err
+	}
+	var token string
+	if c.authTokenFile != "" {
+		b, err := os.ReadFile(c.authTokenFile)
+		if err != nil {
+			return fmt.Errorf("--auth-token-file: %w", err)
+		}
+		if token = strings.TrimSpace(string(b)); token == "" {
+			return fmt.Errorf("--auth-token-file %s is empty", c.authTokenFile)
+		}
+	}
+
+	observer := membership.NewObserver(membership.ObserverOptions{Deadline: c.observeTimeout})
+	defer observer.Close()
+	var ready atomic.Bool
+	handler := hooks.NewHandler(hooks.Deps{
+		Config:         sync.Config{ClusterDomain: c.clusterDomain, ToolImage: c.toolImage},
+		Etcd:           membershipObserver{observer},
+		Log:            log,
+		MaxBodyBytes:   c.maxBodyBytes,
+		SyncTimeout:    c.syncTimeout,
+		ObserveTimeout: c.observeTimeout,
+		AuthToken:      token,
+		Ready:          ready.Load,
+	})
+
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       c.syncTimeout + 10*time.Second,
+		WriteTimeout:      c.syncTimeout + 10*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() {
+		if c.tlsCertFile != "" {
+			served <- srv.ServeTLS(ln, c.tlsCertFile, c.tlsKeyFile)
+			return
+		}
+		served <- srv.Serve(ln)
+	}()
+	log.Info("listening", "addr", ln.Addr().String(), "tls", c.tlsCertFile != "", "auth", token != "",
+		"clusterDomain", c.clusterDomain, "toolImage", c.toolImage, "syncTimeout", c.syncTimeout.String(), "observeTimeout", c.observeTimeout.String())
+	ready.Store(true)
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	ready.Store(false)
+	log.Info("shutting down", "timeout", c.shutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// membershipObserver adapts the membership package's Observer to the hook's.
+type membershipObserver struct{ o *membership.Observer }
+
+func (m membershipObserver) Observe(ctx context.Context, req hooks.ObserveRequest) etcdstate.Snapshot {
+	mreq := membership.Request{Key: req.Key, Endpoints: req.Endpoints}
+	if req.TLS != nil {
+		mreq.TLS = &membership.TLS{CA: req.TLS.CA, Cert: req.TLS.Cert, Key: req.TLS.Key}
+	}
+	return m.o.Observe(ctx, mreq)
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startServer runs run on 127.0.0.1:0, waits for its "listening" log line and returns the base
+// URL, a stop function and the channel run's result arrives on.
+func startServer(t *testing.T, args []string, env map[string]string) (string, context.CancelFunc, <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"--addr=127.0.0.1:0"}, args...), func(k string) string { return env[k] }, pw)
+		pw.Close()
+	}()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
+				addr <- line.Addr
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return "http://" + a, cancel, done
+	case err := <-done:
+		cancel()
+		t.Fatalf("run returned before listening: %v", err)
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatal("no listening line within 10s")
+	}
+	return "", nil, nil
+}
+
+func TestRunServesHealthAndStopsGracefully(t *testing.T) {
+	base, stop, done := startServer(t, nil, map[string]string{"ETCDOPS_LOG_FORMAT": "json"})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz not OK within 5s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Get(base + "/readyz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz = %v, %v; want 200", resp, err)
+	}
+	resp.Body.Close()
+
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after cancel: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return within 10s of cancel")
+	}
+}
+
+func TestRunRequiresTheAuthTokenFromTheFile(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base, stop, done := startServer(t, []string{"--auth-token-file=" + tokenFile}, nil)
+	defer func() { stop(); <-done }()
+
+	post := func(auth string) int {
+		req, _ := http.NewRequest(http.MethodPost, base+"/customize", strings.NewReader(`{"parent":{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"a","namespace":"b"}}}`))
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post(""); got != http.StatusUnauthorized {
+		t.Errorf("without token: %d, want 401", got)
+	}
+	if got := post("Bearer s3cret"); got != http.StatusOK {
+		t.Errorf("with token: %d, want 200", got)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		story   string
+		args    []string
+		env     map[string]string
+		check   func(config) bool
+		wantErr string
+	}{
+		{"defaults suit an in-cluster Deployment", nil, nil, func(c config) bool {
+			return c.addr == ":8080" && c.clusterDomain == "cluster.local" && c.syncTimeout == 5*time.Second &&
+				c.observeTimeout == 3*time.Second && c.maxBodyBytes == 8<<20 && c.logFormat == "json"
+		}, ""},
+		{"the environment sets a flag", nil, map[string]string{"ETCDOPS_CLUSTER_DOMAIN": "corp.local", "ETCDOPS_MAX_BODY_BYTES": "1024"},
+			func(c config) bool { return c.clusterDomain == "corp.local" && c.maxBodyBytes == 1024 }, ""},
+		{"the command line wins over the environment", []string{"--tool-image=x:1"}, map[string]string{"ETCDOPS_TOOL_IMAGE": "y:2"},
+			func(c config) bool { return c.toolImage == "x:1" }, ""},
+		{"a bad environment value names the variable", nil, map[string]string{"ETCDOPS_SYNC_TIMEOUT": "soon"}, nil,
+			`ETCDOPS_SYNC_TIMEOUT="soon"`},
+		{"observation must leave time to answer", []string{"--observe-timeout=5s", "--sync-timeout=5s"}, nil, nil,
+			"--observe-timeout 5s must be below --sync-timeout 5s"},
+		{"a certificate needs its key", []string{"--tls-cert-file=a.pem"}, nil, nil, "--tls-cert-file and --tls-key-file go together"},
+		{"stray arguments are refused", []string{"serve"}, nil, nil, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		c, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+		switch {
+		case tt.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: err = %v, want one containing %q", tt.story, err, tt.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tt.story, err)
+		case !tt.check(c):
+			t.Errorf("%s: got %+v", tt.story, c)
+		}
+	}
+}
+
+func TestRunHelpIsNotAnError(t *testing.T) {
+	var out strings.Builder
+	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &out); err != nil {
+		t.Fatalf("run -h: %v", err)
+	}
+	if !strings.Contains(out.String(), "-observe-timeout") {
+		t.Errorf("usage does not list flags:\n%s", out.String())
+	}
+}
+
+func TestRunFailsOnBusyAddress(t *testing.T) {
+	base, stop, done := startServer(t, nil, nil)
+	defer func() { stop(); <-done }()
+	err := run(context.Background(), []string{"--addr=" + strings.TrimPrefix(base, "http://")}, func(string) string { return "" }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("run on a busy address: %v, want a listen error", err)
+	}
+}

@@ -1,0 +1,72 @@
+package hooks
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5/middleware"
+)
+
+// Classes of bad requests. Handlers wrap one of these with the detail; statusOf maps them.
+// Any other error is the hook's own fault.
+var (
+	errMalformed        = errors.New("malformed request")
+	errUnprocessable    = errors.New("unprocessable request")
+	errUnauthorized     = errors.New("unauthorized")
+	errNotFound         = errors.New("not found")
+	errMethodNotAllowed = errors.New("method not allowed")
+	errNotReady         = errors.New("not ready: shutting down")
+)
+
+// statusOf is the one place that maps an error to an HTTP status and the short error word of
+// the JSON body. Metacontroller treats every non-200 as "apply nothing" and retries with
+// backoff, so a refused request never deletes or changes a child.
+func statusOf(err error) (int, string) {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge, "request body too large"
+	case errors.Is(err, errMalformed):
+		return http.StatusBadRequest, errMalformed.Error()
+	case errors.Is(err, errUnprocessable):
+		return http.StatusUnprocessableEntity, errUnprocessable.Error()
+	case errors.Is(err, errUnauthorized):
+		return http.StatusUnauthorized, errUnauthorized.Error()
+	case errors.Is(err, errNotFound):
+		return http.StatusNotFound, errNotFound.Error()
+	case errors.Is(err, errMethodNotAllowed):
+		return http.StatusMethodNotAllowed, errMethodNotAllowed.Error()
+	case errors.Is(err, errNotReady):
+		return http.StatusServiceUnavailable, "not ready"
+	}
+	return http.StatusInternalServerError, "internal error"
+}
+
+// writeError answers err as {"error", "detail"} with the status statusOf gives and logs it.
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	status, word := statusOf(err)
+	level := slog.LevelWarn
+	if status == http.StatusInternalServerError {
+		level = slog.LevelError
+	}
+	log.LogAttrs(r.Context(), level, "request refused",
+		slog.String("requestID", middleware.GetReqID(r.Context())),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", status),
+		slog.String("error", err.Error()))
+	writeJSON(w, status, errorBody{Error: word, Detail: err.Error()})
+}
+
+// writeJSON encodes v with a trailing newline, for curl users.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body, _ = json.Marshal(errorBody{Error: "internal error", Detail: "encoding the response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,200 @@
+// Package hooks is the HTTP face of the operator: Metacontroller's sync, finalize and
+// customize hooks, health and metrics. Each hook decodes the request, observes etcd when
+// there are member pods, asks the planner in sync for a decision and encodes it. The
+// decision itself is made in sync; nothing here changes etcd or Kubernetes.
+package hooks
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
+	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/sync"
+)
+
+// Defaults for zero Deps fields.
+const (
+	DefaultMaxBodyBytes   = 8 << 20
+	DefaultSyncTimeout    = 5 * time.Second
+	DefaultObserveTimeout = 3 * time.Second
+)
+
+// Observer reads one snapshot of an etcd cluster under the context's deadline. It never
+// fails: what it could not learn is in the snapshot (Asked false, Err). The membership
+// package provides the real one; tests pass an ObserverFunc.
+type Observer interface {
+	Observe(ctx context.Context, req ObserveRequest) etcdstate.Snapshot
+}
+
+// ObserveRequest says which cluster to observe and how to reach it.
+type ObserveRequest struct {
+	// Key identifies the cluster ("namespace/name/uid"), so clients are cached per cluster and
+	// a cluster recreated under the same name does not reuse the old one's.
+	Key       string
+	Endpoints []etcdstate.Endpoint
+	// TLS is the client certificate from spec.tls.clientSecret; nil for plain HTTP.
+	TLS *TLS
+}
+
+// TLS is PEM material of a client certificate and the CA that signed the servers'.
+type TLS struct {
+	CA, Cert, Key []byte
+}
+
+// ObserverFunc is an Observer made of a function.
+type ObserverFunc func(ctx context.Context, req ObserveRequest) etcdstate.Snapshot
+
+// Observe calls f.
+func (f ObserverFunc) Observe(ctx context.Context, req ObserveRequest) etcdstate.Snapshot {
+	return f(ctx, req)
+}
+
+// Deps is what the handler needs from its host. Zero durations and sizes take the defaults.
+type Deps struct {
+	// Config shapes what the planner renders.
+	Config sync.Config
+	// Etcd observes etcd; it must not be nil. It is called only when there are member pods.
+	Etcd Observer
+	// Log receives one line per hook call and every refused request.
+	Log *slog.Logger
+	// Now is the planner's clock; time.Now when nil.
+	Now func() time.Time
+	// MaxBodyBytes bounds a request body; larger bodies get 413.
+	MaxBodyBytes int64
+	// SyncTimeout bounds one hook call, etcd observation included.
+	SyncTimeout time.Duration
+	// ObserveTimeout bounds the etcd observation; past it the sync holds.
+	ObserveTimeout time.Duration
+	// AuthToken, when set, is the bearer token every hook call must present.
+	AuthToken string
+	// Ready reports readiness for /readyz; always ready when nil.
+	Ready func() bool
+}
+
+// handler holds the dependencies the hook endpoints share.
+type handler struct {
+	Deps
+	metrics *metrics
+}
+
+// NewHandler builds the router: request IDs, then for the hooks timing, panic recovery,
+// authentication, a body limit and a deadline; then the routes.
+func NewHandler(d Deps) http.Handler {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.MaxBodyBytes <= 0 {
+		d.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if d.SyncTimeout <= 0 {
+		d.SyncTimeout = DefaultSyncTimeout
+	}
+	if d.ObserveTimeout <= 0 {
+		d.ObserveTimeout = DefaultObserveTimeout
+	}
+	h := &handler{Deps: d, metrics: newMetrics()}
+
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, h.Log, fmt.Errorf("%w: %s", errNotFound, r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, h.Log, fmt.Errorf("%w: %s %s", errMethodNotAllowed, r.Method, r.URL.Path))
+	})
+	r.Group(func(r chi.Router) {
+		r.Use(h.metrics.instrument, h.recoverer, h.authenticate, h.limit)
+		r.Post("/sync", h.sync)
+		r.Post("/finalize", h.finalize)
+		r.Post("/customize", h.customize)
+	})
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", h.readyz)
+	r.Method(http.MethodGet, "/metrics", h.metrics.handler())
+	return r
+}
+
+func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if h.Ready != nil && !h.Ready() {
+		writeError(w, r, h.Log, errNotReady)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// recoverer turns a panic into a 500 so the server keeps serving; the stack goes to the log
+// with the request ID. http.ErrAbortHandler is net/http's own signal and passes through.
+func (h *handler) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			h.Log.Error("panic in hook", "requestID", middleware.GetReqID(r.Context()), "path", r.URL.Path,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			writeError(w, r, h.Log, fmt.Errorf("the hook failed on this request (request ID %s): %v", middleware.GetReqID(r.Context()), v))
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authenticate requires "Authorization: Bearer <token>" when a token is configured.
+func (h *handler) authenticate(next http.Handler) http.Handler {
+	if h.AuthToken == "" {
+		return next
+	}
+	want := []byte("Bearer " + h.AuthToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			writeError(w, r, h.Log, fmt.Errorf("%w: missing or wrong bearer token", errUnauthorized))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limit caps the body and the time of one hook call.
+func (h *handler) limit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), h.SyncTimeout)
+		defer cancel()
+		r.Body = http.MaxBytesReader(w, r.Body, h.MaxBodyBytes)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// readJSON reads the whole body and decodes it into v.
+func readJSON(r *http.Request, v any) error {
+	body, err := io.ReadAll(r.Body)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return fmt.Errorf("the body exceeds %d bytes: %w", tooLarge.Limit, err)
+	case err != nil:
+		return fmt.Errorf("%w: reading the body: %v", errMalformed, err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	return nil
+}

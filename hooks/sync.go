@@ -1,0 +1,178 @@
+package hooks
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/go-chi/chi/v5/middleware"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/sync"
+)
+
+func (h *handler) sync(w http.ResponseWriter, r *http.Request) { h.plan(w, r, false) }
+
+// finalize is sync for a parent being deleted: Metacontroller calls it until it answers
+// finalized.
+func (h *handler) finalize(w http.ResponseWriter, r *http.Request) { h.plan(w, r, true) }
+
+// plan answers a sync or finalize call: decode, observe, plan, encode.
+func (h *handler) plan(w http.ResponseWriter, r *http.Request, finalize bool) {
+	start := time.Now()
+	var req syncRequest
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, r, h.Log, err)
+		return
+	}
+	obs, err := h.observe(r.Context(), req, finalize)
+	if err != nil {
+		writeError(w, r, h.Log, err)
+		return
+	}
+	d := sync.Plan(h.Config, obs)
+	h.metrics.decisions.WithLabelValues(d.Action.Type.String()).Inc()
+	h.Log.LogAttrs(r.Context(), slog.LevelInfo, "decided",
+		slog.String("requestID", middleware.GetReqID(r.Context())),
+		slog.String("cluster", obs.Cluster.Namespace+"/"+obs.Cluster.Name),
+		slog.Bool("finalizing", obs.Finalizing),
+		slog.String("action", d.Action.Type.String()),
+		slog.String("member", d.Action.Member),
+		slog.String("reason", d.Action.Reason),
+		slog.Int("children", len(d.Children)),
+		slog.Duration("took", time.Since(start)))
+	writeJSON(w, http.StatusOK, encodeDecision(d))
+}
+
+// encodeDecision renders a decision as Metacontroller's response, children in the planner's
+// order and never null (a null list would delete every child).
+func encodeDecision(d sync.Decision) syncResponse {
+	children := make([]any, 0, len(d.Children))
+	for _, c := range d.Children {
+		children = append(children, c.Object)
+	}
+	return syncResponse{Status: d.Status, Children: children, ResyncAfterSeconds: d.ResyncAfterSeconds, Finalized: d.Finalized}
+}
+
+// observe turns a request into the planner's input, asking etcd only when pods give it
+// somewhere to ask.
+func (h *handler) observe(ctx context.Context, req syncRequest, finalize bool) (sync.Observed, error) {
+	c, err := decodeParent(req.Parent)
+	if err != nil {
+		return sync.Observed{}, err
+	}
+	children, err := decodeChildren(req.Children)
+	if err != nil {
+		return sync.Observed{}, err
+	}
+	pods, err := decodeObjects[corev1.Pod](req.Related, keyPod)
+	if err != nil {
+		return sync.Observed{}, err
+	}
+	secrets, err := decodeObjects[corev1.Secret](req.Related, keySecret)
+	if err != nil {
+		return sync.Observed{}, err
+	}
+	return sync.Observed{
+		Cluster:    c,
+		Children:   children,
+		Pods:       pods,
+		Etcd:       h.snapshot(ctx, &c, pods, secrets),
+		Finalizing: req.Finalizing || finalize,
+		Now:        h.Now(),
+	}, nil
+}
+
+// snapshot observes etcd through the member pods' endpoints under ObserveTimeout. With no
+// endpoints there is nothing to dial, so no etcd call is made at all.
+func (h *handler) snapshot(ctx context.Context, c *v1alpha1.EtcdCluster, pods []corev1.Pod, secrets []corev1.Secret) etcdstate.Snapshot {
+	endpoints := sync.Endpoints(h.Config, c, pods)
+	if len(endpoints) == 0 {
+		return etcdstate.Snapshot{Err: "no member pod to ask"}
+	}
+	key := c.Namespace + "/" + c.Name + "/" + string(c.UID)
+	tls, err := clientTLS(c, secrets)
+	if err != nil {
+		h.metrics.observeFailures.Inc()
+		h.Log.Warn("etcd not observed", "cluster", key, "error", err.Error())
+		return etcdstate.Snapshot{Err: err.Error()}
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.ObserveTimeout)
+	defer cancel()
+	start := time.Now()
+	snap := h.Etcd.Observe(ctx, ObserveRequest{Key: key, Endpoints: endpoints, TLS: tls})
+	h.metrics.observeDuration.Observe(time.Since(start).Seconds())
+	if !snap.Asked {
+		h.metrics.observeFailures.Inc()
+		h.Log.Warn("etcd not observed", "cluster", key, "error", snap.Err)
+	}
+	return snap
+}
+
+// secretCAKey is where a kubernetes.io/tls Secret made by cert-manager keeps the CA.
+const secretCAKey = "ca.crt"
+
+// clientTLS returns the client certificate from the related Secret named in
+// spec.tls.clientSecret, or nil when the cluster's client port has no TLS.
+func clientTLS(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) (*TLS, error) {
+	if c.Spec.TLS == nil || c.Spec.TLS.ClientSecret == "" {
+		return nil, nil
+	}
+	name := c.Spec.TLS.ClientSecret
+	i := slices.IndexFunc(secrets, func(s corev1.Secret) bool { return s.Name == name && s.Namespace == c.Namespace })
+	if i < 0 {
+		return nil, fmt.Errorf("client certificate Secret %s/%s not found", c.Namespace, name)
+	}
+	data := secrets[i].Data
+	for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, secretCAKey} {
+		if len(data[k]) == 0 {
+			return nil, fmt.Errorf("client certificate Secret %s/%s has no %s", c.Namespace, name, k)
+		}
+	}
+	return &TLS{CA: data[secretCAKey], Cert: data[corev1.TLSCertKey], Key: data[corev1.TLSPrivateKeyKey]}, nil
+}
+
+// customize asks Metacontroller for the cluster's pods and the Secrets named in spec.tls.
+func (h *handler) customize(w http.ResponseWriter, r *http.Request) {
+	var req customizeRequest
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, r, h.Log, err)
+		return
+	}
+	c, err := decodeParent(req.Parent)
+	if err != nil {
+		writeError(w, r, h.Log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, relatedResources(&c))
+}
+
+// relatedResources selects pods by the cluster label (in the parent's namespace, which
+// Metacontroller implies) and the TLS Secrets by name.
+func relatedResources(c *v1alpha1.EtcdCluster) customizeResponse {
+	rules := []relatedRule{{
+		APIVersion:    "v1",
+		Resource:      "pods",
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{sync.LabelCluster: c.Name}},
+	}}
+	var names []string
+	if t := c.Spec.TLS; t != nil {
+		for _, n := range []string{t.ServerSecret, t.PeerSecret, t.ClientSecret} {
+			if n != "" && !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	if len(names) > 0 {
+		slices.Sort(names)
+		rules = append(rules, relatedRule{APIVersion: "v1", Resource: "secrets", Namespace: c.Namespace, Names: names})
+	}
+	return customizeResponse{RelatedResources: rules}
+}
