@@ -48,7 +48,9 @@ type doc struct {
 	obj  *unstructured.Unstructured
 }
 
-func (d doc) String() string { return fmt.Sprintf("%s: %s %s", d.file, d.obj.GetKind(), d.obj.GetName()) }
+func (d doc) String() string {
+	return fmt.Sprintf("%s: %s %s", d.file, d.obj.GetKind(), d.obj.GetName())
+}
 
 // readDocs returns every document of every YAML file under dir, kustomization.yaml aside.
 func readDocs(t *testing.T, dir string) []doc {
@@ -330,11 +332,11 @@ func checkCompositeController(t *testing.T, cc *unstructured.Unstructured) {
 	}
 
 	want := map[string]string{
-		"apps/v1 statefulsets":          "InPlace",
-		"v1 services":                   "InPlace",
-		"v1 configmaps":                 "InPlace",
+		"apps/v1 statefulsets":           "InPlace",
+		"v1 services":                    "InPlace",
+		"v1 configmaps":                  "InPlace",
 		"policy/v1 poddisruptionbudgets": "InPlace",
-		"batch/v1 jobs":                 "OnDelete",
+		"batch/v1 jobs":                  "OnDelete",
 	}
 	got := map[string]string{}
 	for _, c := range spec["childResources"].([]any) {
