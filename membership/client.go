@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -37,10 +38,13 @@ func newMemberClient(ep etcdstate.Endpoint, t *TLS, connectTimeout time.Duration
 		BackoffWaitBetween:   10 * time.Millisecond,
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			MinConnectTimeout: connectTimeout,
-		})},
+		DialOptions: []grpc.DialOption{
+			grpc.WithChainUnaryInterceptor(failFast),
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+				MinConnectTimeout: connectTimeout,
+			}),
+		},
 	}
 	if t != nil {
 		tc, err := t.config(serverName)
@@ -56,6 +60,12 @@ func newMemberClient(ep etcdstate.Endpoint, t *TLS, connectTimeout time.Duration
 	}
 	maint := clientv3.NewMaintenanceFromMaintenanceClient(clientv3.RetryMaintenanceClient(cli, cli.ActiveConnection()), cli)
 	return &memberClient{endpoint: ep, cli: cli, maint: maint}, nil
+}
+
+// failFast overrides the client's wait-for-ready default, under which a call to a member that
+// is down blocks until the deadline: a down member should be reported at once.
+func failFast(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(ctx, method, req, reply, cc, append(opts, grpc.WaitForReady(false))...)
 }
 
 // clusterClients are the clients of one Request, shared by concurrent observations.

@@ -36,8 +36,18 @@ type testCluster struct {
 	t       testing.TB
 	token   string
 	pki     *testPKI
+	strict  bool
 	mu      sync.Mutex
 	members []*testMember
+}
+
+// clusterOptions shape a test cluster. Strict turns on etcd's own reconfiguration checks
+// (its default), which refuse changes until members have been connected for five seconds;
+// most tests leave it off to stay fast and test the operator's own checks.
+type clusterOptions struct {
+	members int
+	pki     *testPKI
+	strict  bool
 }
 
 // freePort asks the kernel for an unused loopback port.
@@ -54,9 +64,14 @@ func freePort(t testing.TB) int {
 // newTestCluster starts n voters as a brand-new cluster, with client TLS when pki is set.
 func newTestCluster(t testing.TB, n int, pki *testPKI) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, token: fmt.Sprintf("test-%d", time.Now().UnixNano()), pki: pki}
+	return startTestCluster(t, clusterOptions{members: n, pki: pki})
+}
+
+func startTestCluster(t testing.TB, opts clusterOptions) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, token: fmt.Sprintf("test-%d", time.Now().UnixNano()), pki: opts.pki, strict: opts.strict}
 	t.Cleanup(c.stopAll)
-	for i := range n {
+	for i := range opts.members {
 		c.newMember(fmt.Sprintf("m-%d", i))
 	}
 	initial := c.initialCluster()
@@ -106,11 +121,12 @@ func (c *testCluster) start(m *testMember, state, initial string) {
 	cfg.ListenPeerUrls = []url.URL{m.peerURL}
 	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
 	cfg.ListenClientUrls = []url.URL{m.clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{m.clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{m.advertisedClientURL()}
 	cfg.ListenMetricsUrls = nil
 	cfg.InitialCluster = initial
 	cfg.ClusterState = state
 	cfg.InitialClusterToken = c.token
+	cfg.StrictReconfigCheck = c.strict
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	if c.pki != nil {
 		cfg.ClientTLSInfo = c.pki.serverInfo(c.t, m.name)
@@ -187,6 +203,26 @@ func (c *testCluster) leader() *testMember {
 	}
 	c.t.Fatal("no leader after 4s")
 	return nil
+}
+
+// advertisedClientURL is what the member list shows. With TLS it names localhost, which the
+// server certificate carries, because operations dial the URLs of the member list.
+func (m *testMember) advertisedClientURL() url.URL {
+	u := m.clientURL
+	if u.Scheme == "https" {
+		u.Host = "localhost:" + u.Port()
+	}
+	return u
+}
+
+// clientURLs are the advertised client URLs of ms, as the member tool gets them.
+func clientURLs(ms ...*testMember) []string {
+	var out []string
+	for _, m := range ms {
+		u := m.advertisedClientURL()
+		out = append(out, u.String())
+	}
+	return out
 }
 
 // id is m's member ID; m must be running.

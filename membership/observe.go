@@ -2,7 +2,6 @@ package membership
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -347,6 +346,3 @@ func joinNonEmpty(sep string, parts ...string) string {
 	}
 	return strings.Join(out, sep)
 }
-
-// errNoEndpoints is returned by operations given nothing to dial.
-var errNoEndpoints = errors.New("no endpoints")

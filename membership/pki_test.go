@@ -18,7 +18,8 @@ import (
 
 // testPKI is a CA made for one test, its client certificate, and server certificates on
 // demand. Server certificates carry only the member's DNS name, so a client that dials the
-// IP address passes verification only by using the endpoint's server name.
+// IP address passes verification only by using the endpoint's server name. They also name
+// localhost, the host the members advertise, for the member tool's operations.
 type testPKI struct {
 	dir       string
 	ca        *x509.Certificate
@@ -98,7 +99,7 @@ func (p *testPKI) issue(t testing.TB, cn string, dnsNames []string, usage x509.E
 // which require a client certificate signed by the CA.
 func (p *testPKI) serverInfo(t testing.TB, member string) transport.TLSInfo {
 	t.Helper()
-	cert, key := p.issue(t, member, []string{member + ".etcd.test"}, x509.ExtKeyUsageServerAuth)
+	cert, key := p.issue(t, member, []string{member + ".etcd.test", "localhost"}, x509.ExtKeyUsageServerAuth)
 	info := transport.TLSInfo{
 		CertFile:       filepath.Join(p.dir, member+".crt"),
 		KeyFile:        filepath.Join(p.dir, member+".key"),

@@ -1,0 +1,323 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"etcdops.dev/etcdops/etcdstate"
+)
+
+// errNoEndpoints is returned by operations given nothing to dial.
+var errNoEndpoints = errors.New("no endpoints")
+
+// Outcome says whether an operation changed the membership or found it already changed.
+type Outcome int
+
+const (
+	// Done means the operation changed the membership.
+	Done Outcome = iota
+	// AlreadyDone means the live state already was what the operation asks for.
+	AlreadyDone
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Done:
+		return "done"
+	case AlreadyDone:
+		return "already done"
+	default:
+		return fmt.Sprintf("Outcome(%d)", int(o))
+	}
+}
+
+// Operator performs idempotent membership changes. Each one reads the live membership
+// first, so running it again, or after a crash half-way, does no harm.
+type Operator struct {
+	cli *clientv3.Client
+}
+
+// Dial prepares an Operator for the cluster at endpoints (client URLs of voters). It does not
+// wait for a connection: the first operation does, under its caller's context.
+func Dial(endpoints []string, t *TLS) (*Operator, error) {
+	if len(endpoints) == 0 {
+		return nil, errNoEndpoints
+	}
+	cfg := clientv3.Config{
+		Endpoints:          endpoints,
+		Logger:             zap.NewNop(),
+		MaxUnaryRetries:    3,
+		BackoffWaitBetween: 50 * time.Millisecond,
+		DialOptions:        []grpc.DialOption{grpc.WithChainUnaryInterceptor(failFast)},
+	}
+	if t != nil {
+		// The server name comes from each endpoint's URL, so it is left empty here.
+		tc, err := t.config("")
+		if err != nil {
+			return nil, err
+		}
+		cfg.TLS = tc
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Operator{cli: cli}, nil
+}
+
+// Close releases the Operator's connections.
+func (o *Operator) Close() error { return o.cli.Close() }
+
+// members reads the membership linearizably, so no decision rests on a stale list.
+func (o *Operator) members(ctx context.Context) ([]*memberInfo, error) {
+	resp, err := o.cli.MemberList(ctx)
+	if err != nil {
+		return nil, transient("member list", err)
+	}
+	out := make([]*memberInfo, 0, len(resp.Members))
+	for _, m := range resp.Members {
+		out = append(out, &memberInfo{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
+	}
+	return out, nil
+}
+
+// memberInfo is one entry of the member list.
+type memberInfo struct {
+	ID         uint64
+	Name       string
+	PeerURLs   []string
+	ClientURLs []string
+	IsLearner  bool
+}
+
+func (m *memberInfo) started() bool { return m.Name != "" }
+
+func (m *memberInfo) value() etcdstate.Member {
+	return etcdstate.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}
+}
+
+func findByID(ms []*memberInfo, id uint64) *memberInfo {
+	for _, m := range ms {
+		if m.ID == id {
+			return m
+		}
+	}
+	return nil
+}
+
+// transient marks network failures and timeouts retryable; etcd's answers pass unchanged.
+func transient(what string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return retryable("%s: %v", what, err)
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return retryable("%s: %v", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// checkIdentity refuses to act on member id when it has started under another name: the
+// caller's view of the cluster is wrong, and acting on it could hit the wrong member.
+func checkIdentity(m *memberInfo, name string) error {
+	if m.started() && m.Name != name {
+		return refused("member %x is %s, not %s", m.ID, m.Name, name)
+	}
+	return nil
+}
+
+// AddLearner adds name as a learner at peerURL and returns it. A member with that peer URL
+// already there is the result of an earlier run; another learner present is refused, since
+// etcd allows one and a second would mean two changes in flight.
+func (o *Operator) AddLearner(ctx context.Context, name, peerURL string) (etcdstate.Member, Outcome, error) {
+	ms, err := o.members(ctx)
+	if err != nil {
+		return etcdstate.Member{}, 0, err
+	}
+	for _, m := range ms {
+		if slices.Contains(m.PeerURLs, peerURL) {
+			if err := checkIdentity(m, name); err != nil {
+				return etcdstate.Member{}, 0, err
+			}
+			return m.value(), AlreadyDone, nil
+		}
+	}
+	for _, m := range ms {
+		if m.IsLearner {
+			return etcdstate.Member{}, 0, refused("learner %x (%s) is already in the cluster", m.ID, m.Name)
+		}
+	}
+	resp, err := o.cli.MemberAddAsLearner(ctx, []string{peerURL})
+	switch {
+	case err == nil:
+		return etcdstate.Member{ID: resp.Member.ID, PeerURLs: resp.Member.PeerURLs, IsLearner: true}, Done, nil
+	case isEtcdError(err, rpctypes.ErrPeerURLExist):
+		// A concurrent or lost earlier request added it after our read: look again.
+		return o.AddLearner(ctx, name, peerURL)
+	case isEtcdError(err, rpctypes.ErrTooManyLearners):
+		return etcdstate.Member{}, 0, refused("add learner %s: %v", name, err)
+	case isEtcdError(err, rpctypes.ErrUnhealthy):
+		// etcd wants its members connected for a while before a change; that passes.
+		return etcdstate.Member{}, 0, retryable("add learner %s: %v", name, err)
+	}
+	return etcdstate.Member{}, 0, transient("add learner "+name, err)
+}
+
+// Promote makes learner id (pod name) a voter. A voter is already done; a learner that has
+// not caught up with the leader is a retryable error.
+func (o *Operator) Promote(ctx context.Context, name string, id uint64) (Outcome, error) {
+	ms, err := o.members(ctx)
+	if err != nil {
+		return 0, err
+	}
+	m := findByID(ms, id)
+	if m == nil {
+		return 0, refused("member %x (%s) is not in the cluster", id, name)
+	}
+	if err := checkIdentity(m, name); err != nil {
+		return 0, err
+	}
+	if !m.IsLearner {
+		return AlreadyDone, nil
+	}
+	_, err = o.cli.MemberPromote(ctx, id)
+	switch {
+	case err == nil:
+		return Done, nil
+	case isEtcdError(err, rpctypes.ErrMemberNotLearner):
+		return AlreadyDone, nil
+	case isEtcdError(err, rpctypes.ErrMemberLearnerNotReady):
+		return 0, retryable("learner %s has not caught up with the leader", name)
+	case isEtcdError(err, rpctypes.ErrMemberNotEnoughStarted):
+		return 0, retryable("promote %s: %v", name, err)
+	}
+	return 0, transient("promote "+name, err)
+}
+
+// Remove removes member id (pod name). A member already gone is done. Removing a voter is
+// refused unless the voters left, counting only those that answer, keep quorum.
+func (o *Operator) Remove(ctx context.Context, name string, id uint64) (Outcome, error) {
+	ms, err := o.members(ctx)
+	if err != nil {
+		return 0, err
+	}
+	m := findByID(ms, id)
+	if m == nil {
+		return AlreadyDone, nil
+	}
+	if err := checkIdentity(m, name); err != nil {
+		return 0, err
+	}
+	if !m.IsLearner {
+		var rest []*memberInfo
+		for _, v := range ms {
+			if !v.IsLearner && v.ID != id {
+				rest = append(rest, v)
+			}
+		}
+		up := o.countUp(ctx, rest)
+		if !canRemoveVoter(len(rest), up) {
+			return 0, refused("removing voter %s leaves %d voters of which %d answer, below quorum %d", name, len(rest), up, etcdstate.Quorum(len(rest)))
+		}
+	}
+	_, err = o.cli.MemberRemove(ctx, id)
+	switch {
+	case err == nil:
+		return Done, nil
+	case isEtcdError(err, rpctypes.ErrMemberNotFound):
+		return AlreadyDone, nil
+	case isEtcdError(err, rpctypes.ErrUnhealthy), isEtcdError(err, rpctypes.ErrMemberNotEnoughStarted):
+		// Our own count saw quorum kept; etcd also wants the survivors connected for a
+		// while, which passes.
+		return 0, retryable("remove %s: %v", name, err)
+	}
+	return 0, transient("remove "+name, err)
+}
+
+// canRemoveVoter reports whether the voters that remain after a removal keep quorum: at
+// least one must remain, and a majority of the remaining voters must be up.
+func canRemoveVoter(votersAfter, upAfter int) bool {
+	return votersAfter > 0 && upAfter >= etcdstate.Quorum(votersAfter)
+}
+
+// countUp counts the started members that answer Status without errors, asking in parallel.
+func (o *Operator) countUp(ctx context.Context, ms []*memberInfo) int {
+	var mu sync.Mutex
+	up := 0
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		if !m.started() || len(m.ClientURLs) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			st, err := o.cli.Status(ctx, m.ClientURLs[0])
+			if err == nil && len(st.Errors) == 0 {
+				mu.Lock()
+				up++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return up
+}
+
+// MoveLeader hands leadership to voter id (pod name). The request goes to the current
+// leader's own endpoint, as etcd requires. The transferee must be a started voter that
+// answers; it already leading is done.
+func (o *Operator) MoveLeader(ctx context.Context, name string, id uint64) (Outcome, error) {
+	ms, err := o.members(ctx)
+	if err != nil {
+		return 0, err
+	}
+	m := findByID(ms, id)
+	switch {
+	case m == nil:
+		return 0, refused("member %x (%s) is not in the cluster", id, name)
+	case m.IsLearner:
+		return 0, refused("member %s is a learner and cannot lead", name)
+	case !m.started() || len(m.ClientURLs) == 0:
+		return 0, refused("member %s has not started", name)
+	}
+	if err := checkIdentity(m, name); err != nil {
+		return 0, err
+	}
+	st, err := o.cli.Status(ctx, m.ClientURLs[0])
+	if err != nil {
+		return 0, transient("status of "+name, err)
+	}
+	if st.Leader == id {
+		return AlreadyDone, nil
+	}
+	leader := findByID(ms, st.Leader)
+	if leader == nil || len(leader.ClientURLs) == 0 {
+		return 0, retryable("%s knows no leader to hand over from", name)
+	}
+	conn, err := o.cli.Dial(leader.ClientURLs[0])
+	if err != nil {
+		return 0, transient("dial leader "+leader.Name, err)
+	}
+	defer conn.Close()
+	maint := clientv3.NewMaintenanceFromMaintenanceClient(clientv3.RetryMaintenanceClient(o.cli, conn), o.cli)
+	_, err = maint.MoveLeader(ctx, id)
+	switch {
+	case err == nil:
+		return Done, nil
+	case isEtcdError(err, rpctypes.ErrNotLeader):
+		return 0, retryable("leadership moved while handing it to %s", name)
+	case isEtcdError(err, rpctypes.ErrBadLeaderTransferee):
+		return 0, refused("move leader to %s: %v", name, err)
+	}
+	return 0, transient("move leader to "+name, err)
+}
