@@ -1,0 +1,385 @@
+package hooks_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/hooks"
+	"etcdops.dev/etcdops/sync"
+)
+
+var testNow = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// offline is an Observer that fails the test if the hook asks etcd at all.
+func offline(t *testing.T) hooks.Observer {
+	return hooks.ObserverFunc(func(context.Context, hooks.ObserveRequest) etcdstate.Snapshot {
+		t.Error("the hook asked etcd although there was nothing to ask")
+		return etcdstate.Snapshot{}
+	})
+}
+
+// newServer starts the handler on 127.0.0.1:0.
+func newServer(t *testing.T, d hooks.Deps) *httptest.Server {
+	t.Helper()
+	if d.Config == (sync.Config{}) {
+		d.Config = sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops/etcdops:v0.1.0"}
+	}
+	if d.Now == nil {
+		d.Now = func() time.Time { return testNow }
+	}
+	srv := httptest.NewServer(hooks.NewHandler(d))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func post(t *testing.T, srv *httptest.Server, path, body string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+const parent = `{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","uid":"u-1"},"spec":{"size":3}}`
+
+const emptyChildren = `{"StatefulSet.apps/v1":{},"Service.v1":{},"ConfigMap.v1":{},"PodDisruptionBudget.policy/v1":{},"Job.batch/v1":{}}`
+
+func syncBody(parent, children, related string) string {
+	return `{"controller":{},"parent":` + parent + `,"children":` + children + `,"related":` + related + `,"finalizing":false}`
+}
+
+func TestBadInputIsRefusedWithAReason(t *testing.T) {
+	srv := newServer(t, hooks.Deps{Etcd: offline(t), MaxBodyBytes: 4096})
+	tests := []struct {
+		story      string
+		method     string
+		path, body string
+		wantStatus int
+		wantError  string
+		wantDetail string
+	}{
+		{"a truncated body is malformed", "POST", "/sync", `{"parent":`, 400, "malformed request", "unexpected end of JSON input"},
+		{"a JSON array is not a hook request", "POST", "/sync", `[1,2]`, 400, "malformed request", "cannot unmarshal array"},
+		{"a child that is not an object is malformed", "POST", "/sync",
+			syncBody(parent, `{"StatefulSet.apps/v1":{"etcd":"oops"}}`, `{}`), 400, "malformed request", `StatefulSet.apps/v1 "etcd"`},
+		{"a body over the limit is refused whole", "POST", "/sync", `{"pad":"` + strings.Repeat("x", 5000) + `"}`, 413, "request body too large", "exceeds 4096 bytes"},
+		{"a request without a parent cannot be answered", "POST", "/sync", `{"children":{}}`, 422, "unprocessable request", "no parent"},
+		{"a parent of another kind is not ours", "POST", "/sync",
+			syncBody(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"x","namespace":"y"}}`, emptyChildren, `{}`),
+			422, "unprocessable request", `the parent is "apps/v1" "Deployment"`},
+		{"a parent of another version is not ours either", "POST", "/customize",
+			`{"parent":{"apiVersion":"etcdops.dev/v1beta1","kind":"EtcdCluster","metadata":{"name":"x","namespace":"y"}}}`,
+			422, "unprocessable request", "this hook serves apiVersion \"etcdops.dev/v1alpha1\""},
+		{"a parent that breaks the schema is refused, not guessed at", "POST", "/sync",
+			syncBody(`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"x","namespace":"y"},"spec":{"size":"three"}}`, emptyChildren, `{}`),
+			422, "unprocessable request", "does not match the EtcdCluster schema"},
+		{"children of an undeclared type would be deleted, so nothing is answered", "POST", "/sync",
+			syncBody(parent, `{"Deployment.apps/v1":{"x":{"metadata":{"name":"x"}}}}`, `{}`), 422, "unprocessable request", `"Deployment.apps/v1" are not managed`},
+		{"an unknown path", "POST", "/reconcile", `{}`, 404, "not found", "/reconcile"},
+		{"hooks are POST only", "GET", "/sync", ``, 405, "method not allowed", "GET /sync"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.story, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var body struct{ Error, Detail string }
+			if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+				t.Fatalf("body is not JSON: %v", err)
+			}
+			if resp.StatusCode != tt.wantStatus || body.Error != tt.wantError || !strings.Contains(body.Detail, tt.wantDetail) {
+				t.Errorf("got %d %+v\nwant %d error %q, detail containing %q", resp.StatusCode, body, tt.wantStatus, tt.wantError, tt.wantDetail)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+		})
+	}
+}
+
+// pod is a member pod with an IP, so the hook has an endpoint to observe.
+const pod = `{"metadata":{"name":"etcd-0","namespace":"default","labels":{"etcdops.dev/cluster":"etcd"}},"status":{"podIP":"10.0.0.10"}}`
+
+func TestPanicIsA500AndTheServerKeepsServing(t *testing.T) {
+	var logs lockedBuffer
+	srv := newServer(t, hooks.Deps{
+		Log: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Etcd: hooks.ObserverFunc(func(context.Context, hooks.ObserveRequest) etcdstate.Snapshot {
+			panic("observer exploded")
+		}),
+	})
+	status, body := post(t, srv, "/sync", syncBody(parent, emptyChildren, `{"Pod.v1":{"etcd-0":`+pod+`}}`))
+	if status != 500 || !strings.Contains(string(body), `"error":"internal error"`) || !strings.Contains(string(body), "observer exploded") {
+		t.Errorf("panic answered %d %s", status, body)
+	}
+	if !strings.Contains(logs.String(), `"msg":"panic in hook"`) || !strings.Contains(logs.String(), `"requestID":`) {
+		t.Errorf("panic not logged with a request ID:\n%s", logs.String())
+	}
+	if status, body := post(t, srv, "/sync", syncBody(parent, emptyChildren, `{"Pod.v1":{}}`)); status != 200 {
+		t.Errorf("after a panic the next sync answered %d %s", status, body)
+	}
+}
+
+func TestCreateIsAnsweredOfflineAndIdempotently(t *testing.T) {
+	srv := newServer(t, hooks.Deps{Etcd: offline(t)})
+	body := syncBody(parent, emptyChildren, `{"Pod.v1":{}}`)
+	s1, b1 := post(t, srv, "/sync", body)
+	s2, b2 := post(t, srv, "/sync", body)
+	if s1 != 200 || s2 != 200 {
+		t.Fatalf("statuses %d %d: %s", s1, s2, b1)
+	}
+	if !bytes.Equal(b1, b2) {
+		t.Errorf("the same request answered differently:\n%s\n%s", b1, b2)
+	}
+	var resp struct {
+		Children []struct{ Kind string } `json:"children"`
+	}
+	if err := json.Unmarshal(b1, &resp); err != nil || len(resp.Children) == 0 {
+		t.Errorf("no children in the create answer (%v): %s", err, b1)
+	}
+	for _, bad := range []string{`"creationTimestamp":null`, `"status":{}`} {
+		if strings.Contains(string(b1), bad) {
+			t.Errorf("the answer carries %s", bad)
+		}
+	}
+}
+
+func TestChildMapsKeyedByNameOrNamespaceNameAnswerAlike(t *testing.T) {
+	// Hook v1 keys children by name, v2 by namespace/name; the answer must not depend on it.
+	srv := newServer(t, hooks.Deps{Etcd: offline(t)})
+	cm := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"etcd-join","namespace":"default"},"data":{"k":"v"}}`
+	svc := `{"apiVersion":"v1","kind":"Service","metadata":{"name":"etcd","namespace":"default"},"spec":{"clusterIP":"None"}}`
+	v1 := syncBody(parent, `{"ConfigMap.v1":{"etcd-join":`+cm+`},"Service.v1":{"etcd":`+svc+`}}`, `{}`)
+	v2 := syncBody(parent, `{"ConfigMap.v1":{"default/etcd-join":`+cm+`},"Service.v1":{"default/etcd":`+svc+`}}`, `{}`)
+	s1, b1 := post(t, srv, "/sync", v1)
+	s2, b2 := post(t, srv, "/sync", v2)
+	if s1 != 200 || s2 != 200 || !bytes.Equal(b1, b2) {
+		t.Errorf("v1 keys: %d %s\nv2 keys: %d %s", s1, b1, s2, b2)
+	}
+}
+
+func TestObserverGetsEndpointsAndTheClientCertificate(t *testing.T) {
+	var got hooks.ObserveRequest
+	var deadline time.Duration
+	srv := newServer(t, hooks.Deps{
+		ObserveTimeout: 2 * time.Second,
+		Etcd: hooks.ObserverFunc(func(ctx context.Context, req hooks.ObserveRequest) etcdstate.Snapshot {
+			got = req
+			d, _ := ctx.Deadline()
+			deadline = time.Until(d)
+			return etcdstate.Snapshot{Err: "test: not asked"}
+		}),
+	})
+	tlsParent := `{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","uid":"u-1"},"spec":{"tls":{"serverSecret":"srv","clientSecret":"cli"}}}`
+	secret := `{"metadata":{"name":"cli","namespace":"default"},"data":{"ca.crt":"Q0E=","tls.crt":"Q0VSVA==","tls.key":"S0VZ"}}`
+	status, body := post(t, srv, "/sync", syncBody(tlsParent, emptyChildren, `{"Pod.v1":{"etcd-0":`+pod+`},"Secret.v1":{"cli":`+secret+`}}`))
+	if status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	want := hooks.ObserveRequest{
+		Key:       "default/etcd/u-1",
+		Endpoints: []etcdstate.Endpoint{{Member: "etcd-0", Address: "10.0.0.10:2379", ServerName: "etcd-0.etcd.default.svc.cluster.local"}},
+		TLS:       &hooks.TLS{CA: []byte("CA"), Cert: []byte("CERT"), Key: []byte("KEY")},
+	}
+	if gj, wj := mustJSON(t, got), mustJSON(t, want); gj != wj {
+		t.Errorf("observer got %s\nwant %s", gj, wj)
+	}
+	if deadline <= 0 || deadline > 2*time.Second {
+		t.Errorf("observation deadline %s, want within the 2s observe timeout", deadline)
+	}
+}
+
+func TestMissingClientSecretHoldsWithoutDialling(t *testing.T) {
+	srv := newServer(t, hooks.Deps{Etcd: offline(t)})
+	tlsParent := `{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","uid":"u-1"},"spec":{"tls":{"serverSecret":"srv","clientSecret":"cli"}}}`
+	if status, body := post(t, srv, "/sync", syncBody(tlsParent, emptyChildren, `{"Pod.v1":{"etcd-0":`+pod+`},"Secret.v1":{}}`)); status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	if m := metricsText(t, srv); !strings.Contains(m, "etcdops_hook_etcd_observation_failures_total 1") {
+		t.Errorf("the missing Secret was not counted as an observation failure:\n%s", grep(m, "etcdops_"))
+	}
+}
+
+func TestCustomizeRelatesPodsAndTLSSecrets(t *testing.T) {
+	srv := newServer(t, hooks.Deps{Etcd: offline(t)})
+	tests := []struct {
+		story, parent, want string
+	}{
+		{"without TLS only the cluster's pods are related", parent,
+			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}}}]}`},
+		{"with TLS every named Secret is related once, by name, in the parent's namespace",
+			`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"db"},"spec":{"tls":{"serverSecret":"etcd-tls","peerSecret":"etcd-peer","clientSecret":"etcd-tls"}}}`,
+			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}}},{"apiVersion":"v1","resource":"secrets","namespace":"db","names":["etcd-peer","etcd-tls"]}]}`},
+	}
+	for _, tt := range tests {
+		status, body := post(t, srv, "/customize", `{"controller":{},"parent":`+tt.parent+`}`)
+		if status != 200 || strings.TrimSpace(string(body)) != tt.want {
+			t.Errorf("%s:\n got %d %s\nwant %s", tt.story, status, body, tt.want)
+		}
+	}
+}
+
+func TestBearerToken(t *testing.T) {
+	srv := newServer(t, hooks.Deps{Etcd: offline(t), AuthToken: "t0ken"})
+	for _, tt := range []struct {
+		story, header string
+		want          int
+	}{
+		{"no header", "", 401},
+		{"a wrong token", "Bearer nope", 401},
+		{"the token", "Bearer t0ken", 200},
+	} {
+		req, _ := http.NewRequest("POST", srv.URL+"/customize", strings.NewReader(`{"parent":`+parent+`}`))
+		if tt.header != "" {
+			req.Header.Set("Authorization", tt.header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("%s: %d, want %d", tt.story, resp.StatusCode, tt.want)
+		}
+	}
+	resp, err := http.Get(srv.URL + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("probes must not need the token: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+func TestReadiness(t *testing.T) {
+	var mu stdsync.Mutex
+	ready := false
+	srv := newServer(t, hooks.Deps{Etcd: offline(t), Ready: func() bool { mu.Lock(); defer mu.Unlock(); return ready }})
+	get := func() int {
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get(); got != 503 {
+		t.Errorf("not ready: %d, want 503", got)
+	}
+	mu.Lock()
+	ready = true
+	mu.Unlock()
+	if got := get(); got != 200 {
+		t.Errorf("ready: %d, want 200", got)
+	}
+}
+
+func TestMetricsCountCallsAndDecisions(t *testing.T) {
+	srv := newServer(t, hooks.Deps{Etcd: offline(t)})
+	post(t, srv, "/sync", syncBody(parent, emptyChildren, `{}`))
+	post(t, srv, "/sync", `{`)
+	post(t, srv, "/customize", `{"parent":`+parent+`}`)
+	m := metricsText(t, srv)
+	for _, want := range []string{
+		`etcdops_hook_request_duration_seconds_count{hook="sync",outcome="200"} 1`,
+		`etcdops_hook_request_duration_seconds_count{hook="sync",outcome="400"} 1`,
+		`etcdops_hook_request_duration_seconds_count{hook="customize",outcome="200"} 1`,
+		`etcdops_hook_decisions_total{action="Bootstrap"} 1`,
+		`etcdops_hook_etcd_observation_failures_total 0`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// lockedBuffer collects log lines written by the server's goroutines.
+type lockedBuffer struct {
+	mu  stdsync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func metricsText(t *testing.T, srv *httptest.Server) string {
+	t.Helper()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func grep(s, substr string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// BenchmarkSyncCreate measures one /sync of the create fixture through the router, without
+// the network: decode, plan, encode.
+func BenchmarkSyncCreate(b *testing.B) {
+	body, err := os.ReadFile("../test/fixtures/create.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := hooks.NewHandler(hooks.Deps{
+		Config: sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops/etcdops:v0.1.0"},
+		Etcd: hooks.ObserverFunc(func(context.Context, hooks.ObserveRequest) etcdstate.Snapshot {
+			b.Fatal("create must not ask etcd")
+			return etcdstate.Snapshot{}
+		}),
+	})
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/sync", bytes.NewReader(body)))
+		if rec.Code != 200 {
+			b.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	}
+}
