@@ -57,9 +57,12 @@ func isEtcdError(err, target error) bool {
 	return err != nil && rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(target)
 }
 
-// tlsConfig builds a client TLS configuration verifying the server as serverName.
+// config builds a client TLS configuration. With a serverName the certificate must name it
+// whatever address is dialled: gRPC replaces tls.Config.ServerName with the dialled host (a pod
+// IP), so the usual verification is switched off in favour of one that checks serverName.
+// Without a serverName the host of each endpoint URL is verified as usual.
 func (t *TLS) config(serverName string) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if len(t.CA) > 0 {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(t.CA) {
@@ -74,7 +77,35 @@ func (t *TLS) config(serverName string) (*tls.Config, error) {
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
+	if serverName != "" {
+		roots := cfg.RootCAs
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			return verifyServer(cs, roots, serverName)
+		}
+	}
 	return cfg, nil
+}
+
+// verifyServer does what crypto/tls does by default, for serverName instead of the dialled host.
+func verifyServer(cs tls.ConnectionState, roots *x509.CertPool, serverName string) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("tls: server sent no certificate")
+	}
+	intermediates := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		intermediates.AddCert(c)
+	}
+	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+		Roots:         roots,
+		Intermediates: intermediates,
+		DNSName:       serverName,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	if err != nil {
+		return fmt.Errorf("tls: server certificate for %s: %w", serverName, err)
+	}
+	return nil
 }
 
 // dialTarget is the host:port to dial for ep and the name its certificate must carry.

@@ -46,3 +46,157 @@ func TestObserveHealthyCluster(t *testing.T) {
 		}
 	}
 }
+
+func TestObserveOneMemberDown(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.leader()
+	var down *testMember
+	for _, m := range c.members {
+		if m != leader {
+			down = m
+		}
+	}
+	downID := down.id()
+	c.stop(down)
+
+	snap := observeTimed(t, newTestObserver(t), c.request())
+	if !snap.Asked || snap.Complete || snap.Inconsistent != "" {
+		t.Fatalf("want an asked, partial, consistent snapshot; got %+v", snap)
+	}
+	if l, ok := snap.Leader(); !ok || l.ID != leader.id() {
+		t.Errorf("leader %+v, want %s", l, leader.name)
+	}
+	for _, m := range snap.Members {
+		if wantUp := m.ID != downID; m.Reachable != wantUp || m.Healthy != wantUp {
+			t.Errorf("member %s: reachable %v healthy %v, want %v", m.Name, m.Reachable, m.Healthy, wantUp)
+		}
+		if m.ID == downID && len(m.Errors) == 0 {
+			t.Errorf("down member %s: no error says why", m.Name)
+		}
+	}
+}
+
+func TestObserveQuorumLost(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	survivor := c.members[0]
+	c.stop(c.members[1])
+	c.stop(c.members[2])
+	// Let the survivor notice it lost its peers, as it would have long before a resync.
+	time.Sleep(3 * testElectionMs * time.Millisecond)
+
+	snap := observeTimed(t, newTestObserver(t), c.request())
+	if _, ok := snap.Leader(); ok || snap.Complete || snap.Err == "" {
+		t.Fatalf("want no leader, incomplete, and a reason; got %+v", snap)
+	}
+	if snap.Asked {
+		// The member list came from the survivor's own view, and says whom it could not reach.
+		if len(snap.Members) != 3 || len(snap.Voters()) != 3 {
+			t.Fatalf("want the three voters of the survivor's list, got %+v", snap.Members)
+		}
+		for _, m := range snap.Members {
+			if m.Reachable != (m.Name == survivor.name) || m.Healthy {
+				t.Errorf("member %+v: only %s should answer, and none is healthy without a leader", m, survivor.name)
+			}
+		}
+	}
+}
+
+func TestObserveEveryMemberDown(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	o := newTestObserver(t)
+	if snap := observeTimed(t, o, c.request()); !snap.Complete {
+		t.Fatalf("before the outage: %+v", snap)
+	}
+	c.stopAll()
+	// Twice: once with the cached clients of the healthy cluster, once on their retries.
+	for range 2 {
+		snap := observeTimed(t, o, c.request())
+		if snap.Asked || snap.Err == "" || len(snap.Members) != 0 {
+			t.Fatalf("want not asked with a reason; got %+v", snap)
+		}
+	}
+}
+
+func TestObserveLearnerEndpointFirst(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	op := dialTest(t, c, c.members[0])
+	learner := c.newMember("m-1")
+	id := joinLearner(t, c, op, learner)
+
+	// The learner answers Status but rejects the member list; the voter must be asked.
+	snap := observeTimed(t, newTestObserver(t), c.request(learner, c.members[0]))
+	if !snap.Asked || !snap.Complete || snap.Inconsistent != "" {
+		t.Fatalf("want a complete snapshot; got %+v", snap)
+	}
+	if ls := snap.Learners(); len(ls) != 1 || ls[0].ID != id || !ls[0].Reachable || ls[0].Name != learner.name {
+		t.Fatalf("learners %+v, want reachable %s", ls, learner.name)
+	}
+}
+
+func TestObserveUnstartedMember(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	op := dialTest(t, c, c.members[0])
+	pending := c.newMember("m-1")
+	if _, _, err := op.AddLearner(opContext(t), pending.name, pending.peerURL.String()); err != nil {
+		t.Fatal(err)
+	}
+	snap := observeTimed(t, newTestObserver(t), c.request(c.members...))
+	if !snap.Asked || snap.Complete {
+		t.Fatalf("want asked and incomplete; got %+v", snap)
+	}
+	ls := snap.Learners()
+	if len(ls) != 1 || ls[0].Started() || ls[0].Reachable || ls[0].PeerURLs[0] != pending.peerURL.String() {
+		t.Fatalf("want the unstarted learner by its peer URL; got %+v", ls)
+	}
+}
+
+func TestObserveMixedClustersIsInconsistent(t *testing.T) {
+	a := newTestCluster(t, 1, nil)
+	b := newTestCluster(t, 1, nil)
+	req := a.request()
+	stray := b.endpoint(b.members[0])
+	stray.Member = "m-1"
+	req.Endpoints = append(req.Endpoints, stray)
+
+	snap := observeTimed(t, newTestObserver(t), req)
+	if snap.Inconsistent == "" {
+		t.Fatalf("an endpoint of another cluster must make the snapshot inconsistent; got %+v", snap)
+	}
+}
+
+func TestObserveTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	c := newTestCluster(t, 3, pki)
+	o := newTestObserver(t)
+
+	snap := observeTimed(t, o, c.request())
+	if !snap.Asked || !snap.Complete || snap.Inconsistent != "" {
+		t.Fatalf("want a complete snapshot over TLS; got %+v", snap)
+	}
+
+	noClientCert := c.request()
+	noClientCert.TLS = &TLS{CA: pki.caPEM}
+	if snap := observeTimed(t, o, noClientCert); snap.Asked {
+		t.Fatalf("the cluster demands a client certificate; got %+v", snap)
+	}
+
+	wrongName := c.request()
+	for i := range wrongName.Endpoints {
+		wrongName.Endpoints[i].ServerName = "elsewhere.etcd.test"
+	}
+	if snap := observeTimed(t, o, wrongName); snap.Asked {
+		t.Fatalf("server certificates do not name elsewhere.etcd.test; got %+v", snap)
+	}
+
+	// The member tool dials the advertised URLs with the same client certificate.
+	op := dialTest(t, c, c.members[0])
+	leader := c.leader()
+	var target *testMember
+	for _, m := range c.members {
+		if m != leader {
+			target = m
+		}
+	}
+	out, err := op.MoveLeader(opContext(t), target.name, target.id())
+	wantOutcome(t, "move leader over TLS", out, err, Done)
+}
