@@ -1,0 +1,381 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	gosync "sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"go.etcd.io/etcd/client/pkg/v3/types"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+)
+
+// HookStarter starts the hook server and returns its base URL and how to stop it.
+type HookStarter func(ctx context.Context) (baseURL string, stop func(), err error)
+
+// Options configure one Env.
+type Options struct {
+	Namespace string
+	Cluster   string
+	Domain    string
+	// TimeScale shrinks Kubernetes-side durations (resync periods, probe periods, crash-loop
+	// and Job back-off, Job TTLs) so that scenarios finish in seconds; 1 is real time.
+	TimeScale  float64
+	Tools      Tools
+	Hook       HookStarter
+	Controller Controller
+	// Root is a scratch directory for volumes and pod directories.
+	Root string
+	// Logf receives one line per event worth telling (syncs, faults, violations).
+	Logf func(format string, args ...any)
+	// OnSync sees every sync, after the monitor checked it.
+	OnSync func(SyncRecord)
+	// NoOperator leaves Metacontroller out: the baseline drives the StatefulSet directly.
+	NoOperator bool
+}
+
+// Env is one closed loop: store, Metacontroller, hook, StatefulSet and Job controllers,
+// kubelet and monitor, for one EtcdCluster.
+type Env struct {
+	Cluster   string
+	Namespace string
+	Domain    string
+	Store     *Store
+	STS       *StatefulSets
+	Jobs      *Jobs
+	Kubelet   *Kubelet
+	MC        *Metacontroller
+	Monitor   *Monitor
+
+	opts   Options
+	cancel context.CancelFunc
+	ctx    context.Context
+	wg     gosync.WaitGroup
+
+	hookMu   gosync.Mutex
+	hookURL  string
+	hookStop func()
+}
+
+var (
+	dnsOnce   gosync.Once
+	sharedDNS *DNS
+	errDNS    error
+)
+
+// clusterDNS starts the process-wide DNS responder once: net.DefaultResolver is global.
+func clusterDNS() (*DNS, error) {
+	dnsOnce.Do(func() {
+		sharedDNS, errDNS = StartDNS(context.Background())
+		if errDNS == nil {
+			sharedDNS.Install()
+		}
+	})
+	return sharedDNS, errDNS
+}
+
+// Start builds and starts an Env; nothing exists in it yet but the hook.
+func Start(opts Options) (*Env, error) {
+	dns, err := clusterDNS()
+	if err != nil {
+		return nil, err
+	}
+	if opts.TimeScale <= 0 {
+		opts.TimeScale = 1
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	for _, d := range []string{"volumes", "pods"} {
+		if err := os.MkdirAll(filepath.Join(opts.Root, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Env{Cluster: opts.Cluster, Namespace: opts.Namespace, Domain: opts.Domain, opts: opts, ctx: ctx, cancel: cancel}
+	e.Store = NewStore(opts.Namespace)
+	e.STS = NewStatefulSets(e.Store, filepath.Join(opts.Root, "volumes"))
+	e.Kubelet = NewKubelet(e.Store, e.STS, dns, opts.Tools, opts.Domain, opts.Root, opts.TimeScale)
+	e.Jobs = NewJobs(e.Store, opts.Tools, opts.TimeScale)
+	e.Monitor = newMonitor(e)
+	e.Jobs.OnRun = func(job string, args []string, started bool, err error) {
+		if started {
+			e.Monitor.beforeJob(job, args)
+			e.logf("job %s runs %s", job, strings.Join(args[1:], " "))
+			return
+		}
+		if err != nil {
+			e.logf("job %s failed: %v", job, err)
+		} else {
+			e.logf("job %s done", job)
+		}
+	}
+	if !opts.NoOperator {
+		if err := e.StartHook(); err != nil {
+			cancel()
+			return nil, err
+		}
+		e.MC = NewMetacontroller(e.Store, opts.Controller, e.currentHookURL, opts.TimeScale)
+		e.MC.OnSync = func(rec SyncRecord) {
+			e.Monitor.afterSync(rec)
+			if opts.OnSync != nil {
+				opts.OnSync(rec)
+			}
+		}
+	}
+	e.spawn(e.STS.Run)
+	e.spawn(e.Jobs.Run)
+	e.spawn(e.Monitor.Run)
+	kubeletCtx, stopKubelet := context.WithCancel(context.Background())
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.Kubelet.Run(kubeletCtx)
+	}()
+	go func() {
+		<-ctx.Done()
+		stopKubelet()
+	}()
+	return e, nil
+}
+
+func (e *Env) spawn(f func(context.Context)) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		f(e.ctx)
+	}()
+}
+
+func (e *Env) logf(format string, args ...any) { e.opts.Logf(format, args...) }
+
+func (e *Env) currentHookURL() string {
+	e.hookMu.Lock()
+	defer e.hookMu.Unlock()
+	return e.hookURL
+}
+
+// StartHook starts the hook server (again).
+func (e *Env) StartHook() error {
+	url, stop, err := e.opts.Hook(e.ctx)
+	if err != nil {
+		return fmt.Errorf("starting the hook: %w", err)
+	}
+	e.hookMu.Lock()
+	e.hookURL, e.hookStop = url, stop
+	e.hookMu.Unlock()
+	return nil
+}
+
+// RestartHook stops the hook server and starts a new one: all its in-memory state is lost.
+func (e *Env) RestartHook() error {
+	e.hookMu.Lock()
+	stop := e.hookStop
+	e.hookMu.Unlock()
+	stop()
+	e.logf("hook restarted")
+	return e.StartHook()
+}
+
+// Create applies the EtcdCluster and starts Metacontroller's loop.
+func (e *Env) Create(spec v1alpha1.EtcdClusterSpec) {
+	e.Store.CreateParent(&v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: e.Cluster}, Spec: spec})
+	if e.MC != nil {
+		e.spawn(e.MC.Run)
+	}
+}
+
+// Close stops everything and kills every member.
+func (e *Env) Close() {
+	e.cancel()
+	e.wg.Wait()
+	e.hookMu.Lock()
+	stop := e.hookStop
+	e.hookMu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// Pod returns the member pod at ordinal's name.
+func (e *Env) Pod(ordinal int) string { return fmt.Sprintf("%s-%d", e.Cluster, ordinal) }
+
+// Kill crashes a member's etcd; the kubelet restarts it after back-off.
+func (e *Env) Kill(pod string) error {
+	e.Monitor.markFault(pod)
+	e.logf("fault: kill %s", pod)
+	return e.Kubelet.Kill(pod)
+}
+
+// Isolate cuts a member's node off until Heal.
+func (e *Env) Isolate(pod string) error {
+	e.Monitor.markFault(pod)
+	e.logf("fault: node of %s down", pod)
+	return e.Kubelet.Isolate(pod)
+}
+
+// Heal brings an isolated node back.
+func (e *Env) Heal(pod string) {
+	e.logf("fault healed: node of %s back", pod)
+	e.Kubelet.Heal(pod)
+}
+
+// Wipe crashes a member and deletes its data dir.
+func (e *Env) Wipe(pod string) error {
+	e.Monitor.markFault(pod)
+	e.logf("fault: wipe the data dir of %s", pod)
+	return e.Kubelet.Wipe(pod, "data")
+}
+
+// Partition cuts the peer traffic between one member and all others, both ways, with etcd's
+// own rafthttp pause (what etcd's functional tests use): raft messages to and from it are
+// dropped while its process, its client port and its pod stay up. It models a peer-network
+// partition of one member on loopback, where no firewall is available.
+func (e *Env) Partition(pod string) error {
+	servers := e.Kubelet.servers()
+	s, ok := servers[pod]
+	if !ok {
+		return fmt.Errorf("%s has no running etcd", pod)
+	}
+	e.Monitor.markFault(pod)
+	e.Monitor.mu.Lock()
+	e.Monitor.cut[pod] = true
+	e.Monitor.mu.Unlock()
+	e.logf("fault: partition %s", pod)
+	for name, o := range servers {
+		if name != pod {
+			s.CutPeer(o.MemberID())
+			o.CutPeer(s.MemberID())
+		}
+	}
+	return nil
+}
+
+// Mend ends Partition for the processes still running.
+func (e *Env) Mend(pod string) {
+	servers := e.Kubelet.servers()
+	e.Monitor.mu.Lock()
+	delete(e.Monitor.cut, pod)
+	e.Monitor.mu.Unlock()
+	e.logf("fault healed: partition of %s", pod)
+	s, ok := servers[pod]
+	for name, o := range servers {
+		if name == pod {
+			continue
+		}
+		if ok {
+			s.MendPeer(o.MemberID())
+			o.MendPeer(s.MemberID())
+		} else {
+			for _, id := range e.memberIDs(pod) {
+				o.MendPeer(id)
+			}
+		}
+	}
+}
+
+func (e *Env) memberIDs(pod string) []types.ID {
+	var out []types.ID
+	for _, m := range e.Monitor.View().Members {
+		if m.Name == pod {
+			out = append(out, types.ID(m.ID))
+		}
+	}
+	return out
+}
+
+// Steady reports whether the cluster matches size members: every voter up, no learner,
+// StatefulSet rolled out and ready, no Job in flight, and the hook's status says Running
+// for the current generation. It returns why not.
+func (e *Env) Steady(size int) (bool, string) {
+	p := e.Store.Parent()
+	if p == nil {
+		return false, "no parent"
+	}
+	if p.Status.ObservedGeneration != p.Generation {
+		return false, "generation not observed"
+	}
+	if p.Status.Phase != v1alpha1.PhaseRunning {
+		return false, "phase " + string(p.Status.Phase)
+	}
+	if a := p.Status.Action; a != nil && a.Type != "Steady" {
+		return false, "action " + a.Type + " " + a.Member
+	}
+	v := e.Monitor.View()
+	if v.Voters() != size || v.Learners() != 0 || v.Leader == "" {
+		return false, fmt.Sprintf("membership %+v leader %q", v.Members, v.Leader)
+	}
+	for i, m := range v.Members {
+		if !m.Running || m.Name != e.Pod(i) {
+			return false, fmt.Sprintf("member %+v", m)
+		}
+	}
+	o, ok := e.Store.Get("StatefulSet", e.Cluster)
+	if !ok {
+		return false, "no StatefulSet"
+	}
+	sts := o.(*appsv1.StatefulSet)
+	if sts.Spec.Replicas == nil || int(*sts.Spec.Replicas) != size || int(sts.Status.ReadyReplicas) != size ||
+		sts.Status.CurrentRevision != sts.Status.UpdateRevision || int(sts.Status.UpdatedReplicas) != size {
+		return false, fmt.Sprintf("StatefulSet status %+v", sts.Status)
+	}
+	for _, o := range e.Store.List("Job") {
+		if done, _ := jobDone(o.(*batchv1.Job)); !done {
+			return false, "job in flight " + o.GetName()
+		}
+	}
+	return true, ""
+}
+
+// WaitSteady waits, checking every 50ms, until Steady(size) holds twice in a row, and
+// returns how long it took.
+func (e *Env) WaitSteady(size int, timeout time.Duration) (time.Duration, error) {
+	return e.waitFor(timeout, func() (bool, string) { return e.Steady(size) })
+}
+
+// WaitFor waits, checking every 50ms, until cond holds twice in a row.
+func (e *Env) WaitFor(timeout time.Duration, cond func() (bool, string)) (time.Duration, error) {
+	return e.waitFor(timeout, cond)
+}
+
+func (e *Env) waitFor(timeout time.Duration, cond func() (bool, string)) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	hits := 0
+	why := ""
+	for time.Now().Before(deadline) {
+		var ok bool
+		ok, why = cond()
+		if ok {
+			hits++
+			if hits == 2 {
+				return time.Since(start), nil
+			}
+		} else {
+			hits = 0
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start), errors.New("timed out: " + why)
+}
+
+// Pods returns the etcd pods (not Job pods), sorted by name.
+func (e *Env) Pods() []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, o := range e.Store.List("Pod") {
+		if p := o.(*corev1.Pod); !isJobPod(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}

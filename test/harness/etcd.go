@@ -1,0 +1,131 @@
+package harness
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	gosync "sync"
+
+	"go.etcd.io/etcd/pkg/v3/flags"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Timing of every embedded member. Real clusters use 100ms/1000ms; the harness runs ten
+// times faster so that elections and learner catch-up fit in a test, while staying far
+// enough above scheduling noise on two shared cores to avoid spurious elections.
+const (
+	tickMs     = 20
+	electionMs = 200
+)
+
+// etcdProcess is the etcd container of one pod: a real etcd server embedded in this process.
+type etcdProcess struct {
+	e    *embed.Etcd
+	once gosync.Once
+	exit chan struct{} // closed when the process has ended, for whatever reason
+}
+
+// etcdConfig maps an etcd command line onto embed.Config the way etcd's own main does, and
+// fails on any flag etcd would not accept. podIP stands in for the pod's network namespace:
+// listen URLs on 0.0.0.0 or loopback bind the pod's own address instead.
+func etcdConfig(args []string, podIP string) (*embed.Config, error) {
+	cfg := embed.NewConfig()
+	fs := flag.NewFlagSet("etcd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg.AddFlags(fs)
+	state := flags.NewSelectiveStringValue(embed.ClusterStateFlagNew, embed.ClusterStateFlagExisting)
+	fs.Var(state, "initial-cluster-state", "")
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("etcd command line: %w", err)
+	}
+	if fs.NArg() != 0 {
+		return nil, fmt.Errorf("etcd command line: %q is not a valid flag", fs.Arg(0))
+	}
+	cfg.ListenPeerUrls = podURLs(flags.UniqueURLsFromFlag(fs, "listen-peer-urls"), podIP)
+	cfg.AdvertisePeerUrls = flags.UniqueURLsFromFlag(fs, "initial-advertise-peer-urls")
+	cfg.ListenClientUrls = podURLs(flags.UniqueURLsFromFlag(fs, "listen-client-urls"), podIP)
+	cfg.ListenClientHttpUrls = podURLs(flags.UniqueURLsFromFlag(fs, "listen-client-http-urls"), podIP)
+	cfg.AdvertiseClientUrls = flags.UniqueURLsFromFlag(fs, "advertise-client-urls")
+	cfg.ListenMetricsUrls = podURLs(flags.UniqueURLsFromFlag(fs, "listen-metrics-urls"), podIP)
+	cfg.ClusterState = state.String()
+	if flags.IsSet(fs, "listen-client-urls") && !flags.IsSet(fs, "advertise-client-urls") {
+		cfg.AdvertiseClientUrls = nil
+	}
+	fs.Visit(func(f *flag.Flag) { cfg.FlagsExplicitlySet[f.Name] = true })
+
+	// The harness owns timing and logging: see tickMs; member logs would drown test output.
+	cfg.TickMs, cfg.ElectionMs = tickMs, electionMs
+	cfg.Logger = "zap"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	return cfg, cfg.Validate()
+}
+
+func podURLs(us []url.URL, podIP string) []url.URL {
+	out := make([]url.URL, len(us))
+	for i, u := range us {
+		host, port, err := net.SplitHostPort(u.Host)
+		if err == nil {
+			if ip := net.ParseIP(host); host == "localhost" || (ip != nil && (ip.IsUnspecified() || ip.IsLoopback())) {
+				u.Host = net.JoinHostPort(podIP, port)
+			}
+		}
+		out[i] = u
+	}
+	return out
+}
+
+// startEtcd starts a member from its command line. It returns once the server is listening;
+// joining the cluster continues in the background, as with a real process.
+func startEtcd(args []string, podIP string) (*etcdProcess, error) {
+	cfg, err := etcdConfig(args, podIP)
+	if err != nil {
+		return nil, err
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p := &etcdProcess{e: e, exit: make(chan struct{})}
+	go func() {
+		// etcd's main exits when the server stops on its own (removed from the cluster,
+		// fatal raft error) or reports a serving error; so does this process.
+		select {
+		case <-e.Server.StopNotify():
+		case <-e.Err():
+		case <-p.exit:
+			return
+		}
+		p.end(true)
+	}()
+	return p, nil
+}
+
+func (p *etcdProcess) end(hard bool) {
+	p.once.Do(func() {
+		if hard {
+			p.e.Server.HardStop()
+		}
+		p.e.Close()
+		close(p.exit)
+	})
+}
+
+// Stop is SIGTERM: etcd's graceful shutdown, which hands leadership away if it leads.
+func (p *etcdProcess) Stop() { p.end(false) }
+
+// Kill is SIGKILL or a node crash: raft stops at once, without leadership transfer; what is
+// in the WAL survives. Closing afterwards only releases the sockets.
+func (p *etcdProcess) Kill() { p.end(true) }
+
+// Exited reports whether the process has ended.
+func (p *etcdProcess) Exited() bool {
+	select {
+	case <-p.exit:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,653 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	gosync "sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"go.etcd.io/etcd/server/v3/etcdserver"
+)
+
+// Tools are the operator's binaries, run in-process.
+type Tools struct {
+	// Launch is `etcdops-member launch` up to the point where it would exec etcd: it takes the
+	// arguments after the binary name and returns etcd's arguments.
+	Launch func(ctx context.Context, args []string) ([]string, error)
+	// Member runs one member Job subcommand (the arguments after the binary name).
+	Member func(ctx context.Context, args []string) error
+}
+
+// toolBinary is the basename of the member tool in images.
+const toolBinary = "etcdops-member"
+
+// Kubelet plays the kubelet (and the container runtime, and the endpoints controller plus
+// cluster DNS) for etcd pods: each pod gets its own loopback address, its volumes are
+// directories, its container runs the launcher in-process and then a real embedded etcd
+// member. Init containers are not run: they only copy the member tool's binary, which here is
+// linked into the test. Pods of Jobs are run by the Job controller.
+type Kubelet struct {
+	Store  *Store
+	STS    *StatefulSets
+	DNS    *DNS
+	Tools  Tools
+	Domain string
+	// TimeScale shrinks probe periods and crash-loop back-off; see Options.TimeScale.
+	TimeScale float64
+	// Root holds per-pod directories (emptyDir, projected ConfigMaps and Secrets).
+	Root string
+
+	mu      gosync.Mutex
+	nextIP  int
+	pods    map[types.UID]*podRuntime
+	dnsKeys map[string]bool
+	probe   *http.Client
+}
+
+// podRuntime is what the kubelet keeps of one pod incarnation.
+type podRuntime struct {
+	name     string
+	ip       string
+	dir      string
+	proc     *etcdProcess
+	starting bool
+	restarts int32
+	next     time.Time // earliest restart (crash-loop back-off)
+	held     bool      // restarts refused: the pod's node is cut off
+	ready    bool
+	lastErr  string
+	stopping bool
+	liveFail int
+	started  time.Time
+}
+
+// NewKubelet returns a kubelet for the store's pods.
+func NewKubelet(s *Store, sts *StatefulSets, dns *DNS, tools Tools, domain, root string, timeScale float64) *Kubelet {
+	return &Kubelet{Store: s, STS: sts, DNS: dns, Tools: tools, Domain: domain, Root: root, TimeScale: timeScale,
+		pods: map[types.UID]*podRuntime{}, dnsKeys: map[string]bool{},
+		probe: &http.Client{Timeout: 500 * time.Millisecond}}
+}
+
+// Run syncs pods on every change and probes them periodically until ctx ends; then it stops
+// every member.
+func (k *Kubelet) Run(ctx context.Context) {
+	runOnChange(ctx, k.Store, k.scaled(time.Second), func() { k.syncPods(ctx) })
+	k.mu.Lock()
+	var procs []*etcdProcess
+	for _, rt := range k.pods {
+		if rt.proc != nil {
+			procs = append(procs, rt.proc)
+		}
+	}
+	k.mu.Unlock()
+	for _, p := range procs {
+		p.Kill()
+	}
+}
+
+func (k *Kubelet) scaled(d time.Duration) time.Duration {
+	return max(time.Duration(float64(d)*k.TimeScale), 10*time.Millisecond)
+}
+
+// allocateIP hands out 127.0.x.y, a fresh address per pod incarnation, as a CNI would.
+func (k *Kubelet) allocateIPLocked() string {
+	k.nextIP++
+	n := k.nextIP
+	return fmt.Sprintf("127.0.%d.%d", 1+n/250, 1+n%250)
+}
+
+func isJobPod(p *corev1.Pod) bool { return p.Labels[batchv1.JobNameLabel] != "" }
+
+func (k *Kubelet) syncPods(ctx context.Context) {
+	seen := map[types.UID]bool{}
+	for _, o := range k.Store.List("Pod") {
+		p := o.(*corev1.Pod)
+		if isJobPod(p) {
+			continue
+		}
+		seen[p.UID] = true
+		k.syncPod(ctx, p)
+	}
+	k.mu.Lock()
+	for uid, rt := range k.pods {
+		if !seen[uid] && !rt.stopping {
+			if rt.proc != nil {
+				go rt.proc.Kill()
+			}
+			delete(k.pods, uid)
+		}
+	}
+	k.mu.Unlock()
+	k.syncDNS()
+}
+
+func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
+	k.mu.Lock()
+	rt, ok := k.pods[p.UID]
+	if !ok {
+		rt = &podRuntime{name: p.Name, ip: k.allocateIPLocked()}
+		rt.dir = filepath.Join(k.Root, "pods", p.Name+"-"+string(p.UID)[len(p.UID)-6:])
+		k.pods[p.UID] = rt
+	}
+	k.mu.Unlock()
+
+	if p.DeletionTimestamp != nil {
+		k.terminate(p, rt)
+		return
+	}
+	if err := k.projectVolumes(p, rt); err != nil {
+		k.setLastErr(rt, err)
+	}
+	k.mu.Lock()
+	startNow := !rt.starting && !rt.held && (rt.proc == nil || rt.proc.Exited()) && !time.Now().Before(rt.next)
+	if rt.proc != nil && rt.proc.Exited() {
+		// The container exited on its own: restartPolicy Always, with back-off.
+		rt.proc = nil
+		rt.ready = false
+		rt.restarts++
+		rt.next = time.Now().Add(k.backoff(rt.restarts))
+		startNow = false
+	}
+	if startNow {
+		rt.starting = true
+	}
+	k.mu.Unlock()
+	if startNow {
+		go k.start(ctx, p, rt)
+	}
+	k.probePod(p, rt)
+	k.writeStatus(p, rt)
+}
+
+// backoff is the kubelet's crash-loop back-off: 10s doubling to 5 minutes, scaled.
+func (k *Kubelet) backoff(restarts int32) time.Duration {
+	d := 10 * time.Second
+	for i := int32(1); i < restarts && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return k.scaled(min(d, 5*time.Minute))
+}
+
+func (k *Kubelet) setLastErr(rt *podRuntime, err error) {
+	k.mu.Lock()
+	rt.lastErr = err.Error()
+	k.mu.Unlock()
+}
+
+// start runs the pod's one container: the launcher's decision, then etcd.
+func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, rt *podRuntime) {
+	proc, err := k.runContainer(ctx, p, rt)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	rt.starting = false
+	if err != nil {
+		rt.lastErr = err.Error()
+		rt.restarts++
+		rt.next = time.Now().Add(k.backoff(rt.restarts))
+		return
+	}
+	if rt.held || rt.stopping {
+		// The node was cut off (or the pod deleted) while the container was starting.
+		go proc.Kill()
+		return
+	}
+	rt.proc = proc
+	rt.lastErr = ""
+	rt.liveFail = 0
+	rt.started = time.Now()
+}
+
+func (k *Kubelet) runContainer(ctx context.Context, p *corev1.Pod, rt *podRuntime) (*etcdProcess, error) {
+	if len(p.Spec.Containers) != 1 {
+		return nil, fmt.Errorf("pod %s: the harness runs pods with one container, not %d", p.Name, len(p.Spec.Containers))
+	}
+	c := p.Spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil:
+			v, err := fieldRef(p, rt, e.ValueFrom.FieldRef.FieldPath)
+			if err != nil {
+				return nil, err
+			}
+			env[e.Name] = v
+		case e.ValueFrom != nil:
+			return nil, fmt.Errorf("pod %s: env %s: only fieldRef is supported", p.Name, e.Name)
+		default:
+			env[e.Name] = expand(e.Value, env)
+		}
+	}
+	mounts, err := k.mounts(p, rt, c)
+	if err != nil {
+		return nil, err
+	}
+	argv := append(append([]string(nil), c.Command...), c.Args...)
+	for i := range argv {
+		argv[i] = rewritePath(expand(argv[i], env), mounts)
+	}
+	if len(argv) < 2 || path.Base(argv[0]) != toolBinary || argv[1] != "launch" {
+		return nil, fmt.Errorf("pod %s: the harness runs etcd pods through `%s launch`, got %q", p.Name, toolBinary, argv)
+	}
+	etcdArgs, err := k.Tools.Launch(ctx, argv[1:])
+	if err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	return startEtcd(etcdArgs, rt.ip)
+}
+
+func fieldRef(p *corev1.Pod, rt *podRuntime, field string) (string, error) {
+	switch field {
+	case "metadata.name":
+		return p.Name, nil
+	case "metadata.namespace":
+		return p.Namespace, nil
+	case "status.podIP":
+		return rt.ip, nil
+	case "metadata.uid":
+		return string(p.UID), nil
+	}
+	return "", fmt.Errorf("pod %s: fieldRef %s is not supported by the harness", p.Name, field)
+}
+
+// expand does the kubelet's $(VAR) substitution; unknown references stay as written.
+func expand(s string, env map[string]string) string {
+	for name, v := range env {
+		s = strings.ReplaceAll(s, "$("+name+")", v)
+	}
+	return s
+}
+
+// rewritePath maps container paths onto the host directories that back the mounts: in a
+// --flag=value argument the value, otherwise the whole argument.
+func rewritePath(arg string, mounts map[string]string) string {
+	prefix, val := "", arg
+	if strings.HasPrefix(arg, "-") {
+		i := strings.Index(arg, "=")
+		if i < 0 {
+			return arg
+		}
+		prefix, val = arg[:i+1], arg[i+1:]
+	}
+	paths := make([]string, 0, len(mounts))
+	for mp := range mounts {
+		paths = append(paths, mp)
+	}
+	sort.Slice(paths, func(i, j int) bool { return len(paths[i]) > len(paths[j]) })
+	for _, mp := range paths {
+		if val == mp || strings.HasPrefix(val, mp+"/") {
+			return prefix + mounts[mp] + val[len(mp):]
+		}
+	}
+	return arg
+}
+
+// volumeDir is where a pod volume lives on the "node".
+func (k *Kubelet) volumeDir(p *corev1.Pod, rt *podRuntime, v corev1.Volume) (string, error) {
+	switch {
+	case v.PersistentVolumeClaim != nil:
+		dir := k.STS.VolumeDir(v.PersistentVolumeClaim.ClaimName)
+		if dir == "" {
+			return "", fmt.Errorf("pod %s: claim %s is not bound", p.Name, v.PersistentVolumeClaim.ClaimName)
+		}
+		return dir, nil
+	case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil:
+		dir := filepath.Join(rt.dir, v.Name)
+		return dir, os.MkdirAll(dir, 0o755)
+	}
+	return "", fmt.Errorf("pod %s: volume %s: unsupported source", p.Name, v.Name)
+}
+
+func (k *Kubelet) mounts(p *corev1.Pod, rt *podRuntime, c corev1.Container) (map[string]string, error) {
+	out := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		var dir string
+		for _, v := range p.Spec.Volumes {
+			if v.Name == m.Name {
+				d, err := k.volumeDir(p, rt, v)
+				if err != nil {
+					return nil, err
+				}
+				dir = d
+			}
+		}
+		if dir == "" {
+			return nil, fmt.Errorf("pod %s: mount %s has no volume", p.Name, m.Name)
+		}
+		out[m.MountPath] = filepath.Join(dir, m.SubPath)
+	}
+	return out, nil
+}
+
+// projectVolumes writes ConfigMap and Secret volumes, refreshing them when their source
+// changes. The real kubelet takes up to about a minute; the harness refreshes on its next pass.
+func (k *Kubelet) projectVolumes(p *corev1.Pod, rt *podRuntime) error {
+	for _, v := range p.Spec.Volumes {
+		var data map[string][]byte
+		switch {
+		case v.ConfigMap != nil:
+			o, ok := k.Store.Get("ConfigMap", v.ConfigMap.Name)
+			if !ok {
+				continue
+			}
+			data = map[string][]byte{}
+			for key, val := range o.(*corev1.ConfigMap).Data {
+				data[key] = []byte(val)
+			}
+		case v.Secret != nil:
+			o, ok := k.Store.Get("Secret", v.Secret.SecretName)
+			if !ok {
+				continue
+			}
+			data = o.(*corev1.Secret).Data
+		default:
+			continue
+		}
+		dir, err := k.volumeDir(p, rt, v)
+		if err != nil {
+			return err
+		}
+		for key, val := range data {
+			file := filepath.Join(dir, key)
+			if old, err := os.ReadFile(file); err == nil && string(old) == string(val) {
+				continue
+			}
+			tmp := file + ".tmp"
+			if err := os.WriteFile(tmp, val, 0o644); err != nil {
+				return err
+			}
+			if err := os.Rename(tmp, file); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// probePod runs the container's readiness and liveness probes (HTTP GET on the pod's own
+// address), with periods scaled down.
+func (k *Kubelet) probePod(p *corev1.Pod, rt *podRuntime) {
+	k.mu.Lock()
+	proc, started := rt.proc, rt.started
+	k.mu.Unlock()
+	c := p.Spec.Containers[0]
+	if proc == nil || proc.Exited() {
+		k.mu.Lock()
+		rt.ready = false
+		k.mu.Unlock()
+		return
+	}
+	ready := k.probeOK(rt, c.ReadinessProbe, true)
+	live := true
+	if lp := c.LivenessProbe; lp != nil && time.Since(started) > k.scaled(time.Duration(lp.InitialDelaySeconds)*time.Second) {
+		live = k.probeOK(rt, lp, true)
+	}
+	k.mu.Lock()
+	rt.ready = ready
+	if live {
+		rt.liveFail = 0
+	} else {
+		rt.liveFail++
+	}
+	threshold := 3
+	if lp := c.LivenessProbe; lp != nil && lp.FailureThreshold > 0 {
+		threshold = int(lp.FailureThreshold)
+	}
+	kill := rt.liveFail >= threshold
+	if kill {
+		rt.liveFail = 0
+	}
+	k.mu.Unlock()
+	if kill {
+		proc.Kill()
+	}
+}
+
+func (k *Kubelet) probeOK(rt *podRuntime, pr *corev1.Probe, deflt bool) bool {
+	if pr == nil || pr.HTTPGet == nil {
+		return deflt
+	}
+	scheme := strings.ToLower(string(pr.HTTPGet.Scheme))
+	if scheme == "" {
+		scheme = "http"
+	}
+	url := fmt.Sprintf("%s://%s:%s%s", scheme, rt.ip, pr.HTTPGet.Port.String(), pr.HTTPGet.Path)
+	resp, err := k.probe.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode >= 200 && resp.StatusCode < 400
+}
+
+func (k *Kubelet) writeStatus(p *corev1.Pod, rt *podRuntime) {
+	k.mu.Lock()
+	running := rt.proc != nil && !rt.proc.Exited()
+	st := corev1.PodStatus{Phase: corev1.PodRunning, PodIP: rt.ip, PodIPs: []corev1.PodIP{{IP: rt.ip}}, HostIP: "127.0.0.1"}
+	cs := corev1.ContainerStatus{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image, RestartCount: rt.restarts, Ready: rt.ready && running}
+	if running {
+		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(rt.started.Truncate(time.Second))}
+		cs.Started = ptr(true)
+	} else {
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: rt.lastErr}
+		if rt.restarts == 0 {
+			cs.State.Waiting.Reason = "ContainerCreating"
+		}
+	}
+	k.mu.Unlock()
+	cond := corev1.ConditionFalse
+	if cs.Ready {
+		cond = corev1.ConditionTrue
+	}
+	st.ContainerStatuses = []corev1.ContainerStatus{cs}
+	st.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue},
+		{Type: corev1.ContainersReady, Status: cond},
+		{Type: corev1.PodReady, Status: cond},
+	}
+	// Keep transition times stable so that an unchanged status is not a new write.
+	for i := range st.Conditions {
+		for _, old := range p.Status.Conditions {
+			if old.Type == st.Conditions[i].Type && old.Status == st.Conditions[i].Status {
+				st.Conditions[i].LastTransitionTime = old.LastTransitionTime
+			}
+		}
+		if st.Conditions[i].LastTransitionTime.IsZero() {
+			st.Conditions[i].LastTransitionTime = metav1.NewTime(time.Now().Truncate(time.Second))
+		}
+	}
+	p.Status = st
+	_ = k.Store.UpdateStatus(p)
+}
+
+// terminate stops a deleted pod's container gracefully (SIGTERM) and then removes the pod.
+func (k *Kubelet) terminate(p *corev1.Pod, rt *podRuntime) {
+	k.mu.Lock()
+	if rt.stopping {
+		k.mu.Unlock()
+		return
+	}
+	rt.stopping = true
+	k.mu.Unlock()
+	go func() {
+		for {
+			k.mu.Lock()
+			starting, proc := rt.starting, rt.proc
+			k.mu.Unlock()
+			if !starting {
+				if proc != nil {
+					proc.Stop()
+				}
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		k.Store.Remove("Pod", p.Name)
+		k.mu.Lock()
+		delete(k.pods, p.UID)
+		k.mu.Unlock()
+		os.RemoveAll(rt.dir)
+	}()
+}
+
+// syncDNS keeps cluster DNS in step with Services and pods: a headless Service publishes
+// <hostname>.<service> for each selected pod (not-ready ones too with
+// publishNotReadyAddresses) and the Service name for all of them; a ClusterIP Service
+// resolves to its ready pods, standing in for the virtual IP and kube-proxy.
+func (k *Kubelet) syncDNS() {
+	want := map[string][]netip.Addr{}
+	pods := k.Store.List("Pod")
+	for _, o := range k.Store.List("Service") {
+		svc := o.(*corev1.Service)
+		if len(svc.Spec.Selector) == 0 {
+			continue
+		}
+		sel := labels.SelectorFromSet(svc.Spec.Selector)
+		svcName := fmt.Sprintf("%s.%s.svc.%s", svc.Name, svc.Namespace, k.Domain)
+		headless := svc.Spec.ClusterIP == corev1.ClusterIPNone
+		for _, po := range pods {
+			p := po.(*corev1.Pod)
+			if p.Status.PodIP == "" || !sel.Matches(labels.Set(p.Labels)) {
+				continue
+			}
+			ready := podReady(p)
+			if !ready && !(headless && svc.Spec.PublishNotReadyAddresses) {
+				continue
+			}
+			ip := netip.MustParseAddr(p.Status.PodIP)
+			want[svcName] = append(want[svcName], ip)
+			if headless && p.Spec.Subdomain == svc.Name && p.Spec.Hostname != "" {
+				want[p.Spec.Hostname+"."+svcName] = []netip.Addr{ip}
+			}
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for name := range k.dnsKeys {
+		if _, ok := want[name]; !ok {
+			k.DNS.Set(name)
+			delete(k.dnsKeys, name)
+		}
+	}
+	for name, addrs := range want {
+		k.DNS.Set(name, addrs...)
+		k.dnsKeys[name] = true
+	}
+}
+
+// runtimeLocked returns the live runtime of a pod by name.
+func (k *Kubelet) runtimeLocked(pod string) *podRuntime {
+	for _, rt := range k.pods {
+		if rt.name == pod && !rt.stopping {
+			return rt
+		}
+	}
+	return nil
+}
+
+// Kill crashes a pod's etcd (SIGKILL); the kubelet restarts it after back-off.
+func (k *Kubelet) Kill(pod string) error {
+	k.mu.Lock()
+	rt := k.runtimeLocked(pod)
+	k.mu.Unlock()
+	if rt == nil || rt.proc == nil {
+		return fmt.Errorf("pod %s has no running etcd", pod)
+	}
+	rt.proc.Kill()
+	return nil
+}
+
+// Isolate cuts a pod's node off: etcd stops at once and is not restarted until Heal. It
+// models a network partition of one node: nothing reaches the member and it reaches
+// nothing; when the partition heals the member resumes from its durable state (the WAL),
+// as the isolated process would.
+func (k *Kubelet) Isolate(pod string) error {
+	k.mu.Lock()
+	rt := k.runtimeLocked(pod)
+	if rt == nil {
+		k.mu.Unlock()
+		return fmt.Errorf("pod %s not found", pod)
+	}
+	rt.held = true
+	proc := rt.proc
+	rt.proc = nil
+	rt.ready = false
+	k.mu.Unlock()
+	if proc != nil {
+		proc.Kill()
+	}
+	return nil
+}
+
+// Heal ends Isolate: the member starts again at once.
+func (k *Kubelet) Heal(pod string) {
+	k.mu.Lock()
+	if rt := k.runtimeLocked(pod); rt != nil {
+		rt.held = false
+		rt.next = time.Time{}
+	}
+	k.mu.Unlock()
+	k.Store.touch()
+}
+
+// Isolated reports whether a pod is cut off by Isolate.
+func (k *Kubelet) Isolated(pod string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	rt := k.runtimeLocked(pod)
+	return rt != nil && rt.held
+}
+
+// Wipe crashes a pod's etcd and deletes its data dir (the volume's data subdirectory), a
+// stand-in for disk loss or corruption; the volume's other files stay.
+func (k *Kubelet) Wipe(pod, dataSubdir string) error {
+	k.mu.Lock()
+	rt := k.runtimeLocked(pod)
+	k.mu.Unlock()
+	if rt == nil || rt.proc == nil {
+		return fmt.Errorf("pod %s has no running etcd", pod)
+	}
+	dir := rt.proc.e.Config().Dir
+	rt.proc.Kill()
+	if filepath.Base(dir) != dataSubdir {
+		return fmt.Errorf("pod %s: data dir %s is not the volume's %q", pod, dir, dataSubdir)
+	}
+	return os.RemoveAll(dir)
+}
+
+// servers returns the running etcd servers by pod name.
+func (k *Kubelet) servers() map[string]*etcdserver.EtcdServer {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := map[string]*etcdserver.EtcdServer{}
+	for _, rt := range k.pods {
+		if !rt.stopping && rt.proc != nil && !rt.proc.Exited() {
+			out[rt.name] = rt.proc.e.Server
+		}
+	}
+	return out
+}
+
+// runningSince is when the pod's current etcd process started; zero when none runs.
+func (k *Kubelet) runningSince(pod string) time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	rt := k.runtimeLocked(pod)
+	if rt == nil || rt.proc == nil || rt.proc.Exited() {
+		return time.Time{}
+	}
+	return rt.started
+}

@@ -1,0 +1,541 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	gosync "sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+)
+
+// ChildResource is one childResources entry of the CompositeController.
+type ChildResource struct {
+	APIVersion     string `json:"apiVersion"`
+	Resource       string `json:"resource"`
+	UpdateStrategy struct {
+		Method string `json:"method"`
+	} `json:"updateStrategy"`
+}
+
+// Controller is what the harness reads from the CompositeController manifest.
+type Controller struct {
+	Raw      json.RawMessage // the CompositeController object, sent as "controller"
+	Children []ChildResource
+	Resync   time.Duration // resyncPeriodSeconds
+	Paths    map[string]string
+	Version  string // hook version: v1 keys inner maps by name, v2 by namespace/name
+}
+
+// compositeController is the part of the manifest the harness obeys.
+type compositeController struct {
+	Kind string `json:"kind"`
+	Spec struct {
+		ResyncPeriodSeconds float64         `json:"resyncPeriodSeconds"`
+		ChildResources      []ChildResource `json:"childResources"`
+		Hooks               map[string]struct {
+			Webhook struct {
+				URL     string `json:"url"`
+				Path    string `json:"path"`
+				Version string `json:"version"`
+			} `json:"webhook"`
+		} `json:"hooks"`
+	} `json:"spec"`
+}
+
+// LoadController finds the CompositeController among the YAML manifests under dir, so that
+// the harness drives the hook with exactly the child types, update strategies, hooks and
+// resync period that will be deployed.
+func LoadController(dir string) (Controller, error) {
+	var found []Controller
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, doc := range strings.Split(string(b), "\n---") {
+			var cc compositeController
+			if yaml.Unmarshal([]byte(doc), &cc) != nil || cc.Kind != "CompositeController" {
+				continue
+			}
+			raw, err := yaml.YAMLToJSON([]byte(doc))
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			c := Controller{Raw: raw, Children: cc.Spec.ChildResources, Paths: map[string]string{}, Version: "v1",
+				Resync: time.Duration(cc.Spec.ResyncPeriodSeconds * float64(time.Second))}
+			for name, h := range cc.Spec.Hooks {
+				p := h.Webhook.Path
+				if h.Webhook.URL != "" {
+					p = h.Webhook.URL[strings.Index(h.Webhook.URL[len("http://"):], "/")+len("http://"):]
+				}
+				c.Paths[name] = p
+				if h.Webhook.Version != "" {
+					c.Version = h.Webhook.Version
+				}
+			}
+			found = append(found, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return Controller{}, err
+	}
+	if len(found) != 1 {
+		return Controller{}, fmt.Errorf("want one CompositeController under %s, found %d", dir, len(found))
+	}
+	if found[0].Paths["sync"] == "" {
+		return Controller{}, errors.New("the CompositeController has no sync hook")
+	}
+	return found[0], nil
+}
+
+// SyncRecord is one sync as Metacontroller performed it.
+type SyncRecord struct {
+	N        int
+	At       time.Time
+	Took     time.Duration
+	Request  []byte
+	Response []byte // nil when the hook failed
+	Err      error
+	Answer   Answer
+	Applied  bool
+	Replayed bool // an old request sent again
+}
+
+// Answer is a decoded sync response.
+type Answer struct {
+	Status             v1alpha1.EtcdClusterStatus `json:"status"`
+	Children           []json.RawMessage          `json:"children"`
+	ResyncAfterSeconds float64                    `json:"resyncAfterSeconds"`
+	Finalized          bool                       `json:"finalized"`
+}
+
+// Metacontroller plays Metacontroller's part for one parent: it builds sync requests from
+// the store, posts them to the hook over HTTP, and applies the answers.
+type Metacontroller struct {
+	Store *Store
+	Ctrl  Controller
+	// HookURL returns the hook's base URL; it changes when the hook restarts.
+	HookURL func() string
+	// TimeScale shrinks resync periods; see Options.TimeScale.
+	TimeScale float64
+	// OnSync sees every sync after it was applied (or not).
+	OnSync func(SyncRecord)
+
+	client *http.Client
+
+	mu        gosync.Mutex
+	n         int
+	history   []SyncRecord
+	dropNext  int
+	twice     bool
+	nonIdem   []string
+	jobChange []string
+}
+
+// NewMetacontroller returns a Metacontroller for the store's parent.
+func NewMetacontroller(s *Store, ctrl Controller, hookURL func() string, timeScale float64) *Metacontroller {
+	return &Metacontroller{Store: s, Ctrl: ctrl, HookURL: hookURL, TimeScale: timeScale,
+		// Metacontroller's default webhook timeout.
+		client: &http.Client{Timeout: 10 * time.Second}}
+}
+
+// DropNext makes the next n answers be thrown away unapplied, as when the hook's answer is
+// lost to a timeout.
+func (m *Metacontroller) DropNext(n int) {
+	m.mu.Lock()
+	m.dropNext += n
+	m.mu.Unlock()
+}
+
+// SendTwice makes every sync post its request twice and compare the answers byte for byte.
+func (m *Metacontroller) SendTwice(on bool) {
+	m.mu.Lock()
+	m.twice = on
+	m.mu.Unlock()
+}
+
+// NonIdempotent lists the syncs whose two answers to the same request differed.
+func (m *Metacontroller) NonIdempotent() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.nonIdem...)
+}
+
+// JobChanges lists every time the hook returned a Job that differs from the one it created
+// under the same name (Jobs are immutable: OnDelete never applies the change).
+func (m *Metacontroller) JobChanges() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.jobChange...)
+}
+
+// History returns every sync so far.
+func (m *Metacontroller) History() []SyncRecord {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]SyncRecord(nil), m.history...)
+}
+
+// Syncs counts the syncs so far.
+func (m *Metacontroller) Syncs() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.n
+}
+
+// Run syncs whenever the parent, a child or a related object changes, when the answer's
+// resyncAfterSeconds or the controller's resync period elapses, and after failures with
+// Metacontroller's exponential backoff (5ms doubling, capped here at one second of scaled
+// time), until ctx ends.
+func (m *Metacontroller) Run(ctx context.Context) {
+	backoff := 5 * time.Millisecond
+	resync := m.scaled(m.Ctrl.Resync)
+	for ctx.Err() == nil {
+		changed := m.Store.Changed()
+		rec := m.Sync(ctx)
+		wait := resync
+		if rec.Err != nil {
+			wait = backoff
+			backoff = min(2*backoff, time.Second)
+		} else {
+			backoff = 5 * time.Millisecond
+			if r := rec.Answer.ResyncAfterSeconds; r > 0 {
+				wait = min(wait, m.scaled(time.Duration(r*float64(time.Second))))
+			}
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-changed:
+			if rec.Err != nil {
+				<-timer.C
+			}
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+func (m *Metacontroller) scaled(d time.Duration) time.Duration {
+	if d <= 0 {
+		d = time.Minute
+	}
+	return max(time.Duration(float64(d)*m.TimeScale), 20*time.Millisecond)
+}
+
+// Sync performs one sync: request, hook, apply.
+func (m *Metacontroller) Sync(ctx context.Context) SyncRecord {
+	req, err := m.request(ctx)
+	if err != nil {
+		return m.finish(SyncRecord{At: time.Now(), Err: err}, false)
+	}
+	return m.send(ctx, req, false)
+}
+
+// Replay sends the request of an earlier sync again, as Metacontroller does when its
+// informer caches lag, and applies the answer.
+func (m *Metacontroller) Replay(ctx context.Context, rec SyncRecord) SyncRecord {
+	return m.send(ctx, rec.Request, true)
+}
+
+// ApplyOld applies an earlier answer again, as if a stale answer arrived late.
+func (m *Metacontroller) ApplyOld(rec SyncRecord) error {
+	return m.apply(rec.Answer)
+}
+
+func (m *Metacontroller) send(ctx context.Context, req []byte, replayed bool) SyncRecord {
+	rec := SyncRecord{At: time.Now(), Request: req, Replayed: replayed}
+	rec.Response, rec.Err = m.post(ctx, m.Ctrl.Paths["sync"], req)
+	rec.Took = time.Since(rec.At)
+	m.mu.Lock()
+	twice := m.twice
+	m.mu.Unlock()
+	if rec.Err == nil && twice {
+		again, err := m.post(ctx, m.Ctrl.Paths["sync"], req)
+		if err == nil && !bytes.Equal(again, rec.Response) {
+			m.mu.Lock()
+			m.nonIdem = append(m.nonIdem, fmt.Sprintf("sync %d: same request, different answers:\n%s\n%s", m.n+1, rec.Response, again))
+			m.mu.Unlock()
+		}
+	}
+	if rec.Err == nil {
+		dec := json.NewDecoder(bytes.NewReader(rec.Response))
+		if m.Ctrl.Version == "v2" {
+			dec.DisallowUnknownFields()
+		}
+		if err := dec.Decode(&rec.Answer); err != nil {
+			rec.Err = fmt.Errorf("decoding the answer: %w", err)
+		}
+	}
+	if rec.Err != nil {
+		return m.finish(rec, false)
+	}
+	m.mu.Lock()
+	drop := m.dropNext > 0
+	if drop {
+		m.dropNext--
+	}
+	m.mu.Unlock()
+	if drop {
+		return m.finish(rec, false)
+	}
+	if err := m.apply(rec.Answer); err != nil {
+		rec.Err = err
+		return m.finish(rec, false)
+	}
+	return m.finish(rec, true)
+}
+
+func (m *Metacontroller) finish(rec SyncRecord, applied bool) SyncRecord {
+	m.mu.Lock()
+	m.n++
+	rec.N = m.n
+	rec.Applied = applied
+	m.history = append(m.history, rec)
+	m.mu.Unlock()
+	if m.OnSync != nil {
+		m.OnSync(rec)
+	}
+	return rec
+}
+
+func (m *Metacontroller) post(ctx context.Context, path string, body []byte) ([]byte, error) {
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, m.HookURL()+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set("Content-Type", "application/json")
+	resp, err := m.client.Do(r)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("hook answered %s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return b, nil
+}
+
+// mapKey is the children/related map key: Kind.version for the core group,
+// Kind.group/version otherwise.
+func mapKey(kind string) string {
+	return kind + "." + kinds[kind].APIVersion
+}
+
+func (m *Metacontroller) innerKey(o Object) string {
+	if m.Ctrl.Version == "v2" {
+		return o.GetNamespace() + "/" + o.GetName()
+	}
+	return o.GetName()
+}
+
+func (m *Metacontroller) request(ctx context.Context) ([]byte, error) {
+	parent := m.Store.Parent()
+	if parent == nil {
+		return nil, errors.New("no parent")
+	}
+	children := map[string]map[string]Object{}
+	for _, cr := range m.Ctrl.Children {
+		kind, ok := kindOfResource(cr.APIVersion, cr.Resource)
+		if !ok {
+			return nil, fmt.Errorf("child resource %s %s is not served by the harness", cr.APIVersion, cr.Resource)
+		}
+		inner := map[string]Object{}
+		for _, o := range m.Store.List(kind) {
+			inner[m.innerKey(o)] = o
+		}
+		children[mapKey(kind)] = inner
+	}
+	related, err := m.related(ctx, parent)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{
+		"controller": m.Ctrl.Raw,
+		"parent":     parent,
+		"children":   children,
+		"related":    related,
+		"finalizing": parent.DeletionTimestamp != nil,
+	})
+}
+
+// relatedRule is one entry of a customize answer.
+type relatedRule struct {
+	APIVersion    string                `json:"apiVersion"`
+	Resource      string                `json:"resource"`
+	LabelSelector *metav1.LabelSelector `json:"labelSelector"`
+	Namespace     string                `json:"namespace"`
+	Names         []string              `json:"names"`
+}
+
+// related asks the customize hook which related objects to send and selects them.
+func (m *Metacontroller) related(ctx context.Context, parent *v1alpha1.EtcdCluster) (map[string]map[string]Object, error) {
+	out := map[string]map[string]Object{}
+	path, ok := m.Ctrl.Paths["customize"]
+	if !ok {
+		return out, nil
+	}
+	body, err := json.Marshal(map[string]any{"controller": m.Ctrl.Raw, "parent": parent})
+	if err != nil {
+		return nil, err
+	}
+	b, err := m.post(ctx, path, body)
+	if err != nil {
+		return nil, fmt.Errorf("customize: %w", err)
+	}
+	var ans struct {
+		RelatedResources []relatedRule `json:"relatedResources"`
+	}
+	if err := json.Unmarshal(b, &ans); err != nil {
+		return nil, fmt.Errorf("customize: %w", err)
+	}
+	for _, rule := range ans.RelatedResources {
+		kind, ok := kindOfResource(rule.APIVersion, rule.Resource)
+		if !ok {
+			return nil, fmt.Errorf("customize: related %s %s is not served by the harness", rule.APIVersion, rule.Resource)
+		}
+		sel := labels.Everything()
+		if rule.LabelSelector != nil {
+			if sel, err = metav1.LabelSelectorAsSelector(rule.LabelSelector); err != nil {
+				return nil, fmt.Errorf("customize: %w", err)
+			}
+		}
+		inner := out[mapKey(kind)]
+		if inner == nil {
+			inner = map[string]Object{}
+			out[mapKey(kind)] = inner
+		}
+		for _, o := range m.Store.List(kind) {
+			if rule.Namespace != "" && rule.Namespace != o.GetNamespace() {
+				continue
+			}
+			if len(rule.Names) > 0 && !contains(rule.Names, o.GetName()) {
+				continue
+			}
+			if sel.Matches(labels.Set(o.GetLabels())) {
+				inner[m.innerKey(o)] = o
+			}
+		}
+	}
+	return out, nil
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// lastApplied is the annotation Metacontroller's client-side apply keeps.
+const lastApplied = "metacontroller.k8s.io/last-applied-configuration"
+
+// apply makes the store match an answer: children created, updated per strategy, or
+// deleted when left out; status replaced with observedGeneration added.
+func (m *Metacontroller) apply(a Answer) error {
+	parent := m.Store.Parent()
+	desired := map[objKey]Object{}
+	raws := map[objKey]string{}
+	for _, raw := range a.Children {
+		o, err := decodeObject(raw)
+		if err != nil {
+			return err
+		}
+		k := objKey{KindOf(o), o.GetName()}
+		if _, dup := desired[k]; dup {
+			return fmt.Errorf("the answer has %s %q twice", k.Kind, k.Name)
+		}
+		if ns := o.GetNamespace(); ns != "" && ns != m.Store.Namespace {
+			return fmt.Errorf("%s %q is in namespace %q, not the parent's", k.Kind, k.Name, ns)
+		}
+		desired[k] = o
+		raws[k] = string(raw)
+	}
+	methods := map[string]string{}
+	for _, cr := range m.Ctrl.Children {
+		kind, _ := kindOfResource(cr.APIVersion, cr.Resource)
+		methods[kind] = cr.UpdateStrategy.Method
+	}
+	for k := range desired {
+		if _, ok := methods[k.Kind]; !ok {
+			return fmt.Errorf("the answer returns %s, which is not a declared child type", k.Kind)
+		}
+	}
+	keys := make([]objKey, 0, len(desired))
+	for k := range desired {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Kind+"/"+keys[i].Name < keys[j].Kind+"/"+keys[j].Name })
+	for _, k := range keys {
+		o := desired[k]
+		ann := o.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[lastApplied] = raws[k]
+		o.SetAnnotations(ann)
+		o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.Kind,
+			Name: parent.Name, UID: parent.UID, Controller: ptr(true), BlockOwnerDeletion: ptr(true)}})
+		old, exists := m.Store.Get(k.Kind, k.Name)
+		if !exists {
+			if err := m.Store.Create(o); err != nil {
+				return err
+			}
+			continue
+		}
+		if old.GetAnnotations()[lastApplied] == raws[k] {
+			continue
+		}
+		switch methods[k.Kind] {
+		case "InPlace":
+			if err := m.Store.Update(o); err != nil {
+				return err
+			}
+		case "Recreate":
+			m.Store.Delete(k.Kind, k.Name)
+		default: // OnDelete: an existing child is never updated.
+			if k.Kind == "Job" {
+				m.mu.Lock()
+				m.jobChange = append(m.jobChange, fmt.Sprintf("Job %s changed:\nwas  %s\nnow  %s", k.Name, old.GetAnnotations()[lastApplied], raws[k]))
+				m.mu.Unlock()
+			}
+		}
+	}
+	for kind := range methods {
+		for _, o := range m.Store.List(kind) {
+			if _, keep := desired[objKey{kind, o.GetName()}]; !keep {
+				m.Store.Delete(kind, o.GetName())
+			}
+		}
+	}
+	st := a.Status
+	st.ObservedGeneration = parent.Generation
+	m.Store.SetParentStatus(st)
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }

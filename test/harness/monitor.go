@@ -1,0 +1,319 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	gosync "sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+
+	"go.etcd.io/etcd/server/v3/etcdserver"
+
+	"etcdops.dev/etcdops/etcdstate"
+)
+
+// Member is one etcd member as the harness sees it from inside the servers.
+type Member struct {
+	ID        uint64
+	Name      string // pod name; from the peer URL for a member not started yet
+	IsLearner bool
+	Running   bool // its pod's etcd process runs this member and is not cut off
+}
+
+// View is one look at the cluster from inside its servers, without going through the hook.
+type View struct {
+	Members []Member
+	Leader  string
+	Term    uint64
+}
+
+// Voters counts voting members.
+func (v View) Voters() (n int) {
+	for _, m := range v.Members {
+		if !m.IsLearner {
+			n++
+		}
+	}
+	return n
+}
+
+// Learners counts learners.
+func (v View) Learners() (n int) {
+	for _, m := range v.Members {
+		if m.IsLearner {
+			n++
+		}
+	}
+	return n
+}
+
+// Monitor watches the cluster from the harness's side: leader changes, membership changes,
+// quorum, and every invariant the operator must keep.
+type Monitor struct {
+	env *Env
+
+	mu         gosync.Mutex
+	faults     map[string]time.Time // pod → when the scenario broke it
+	cut        map[string]bool      // pods whose peer traffic is cut
+	last       View
+	leaderSeen string
+	counts     Counts
+	violations []string
+	inLoss     bool
+}
+
+// Counts are the figures the monitor accumulates.
+type Counts struct {
+	MembershipChanges  int
+	LeaderChanges      int
+	OperatorQuorumLoss int
+}
+
+func newMonitor(env *Env) *Monitor {
+	return &Monitor{env: env, faults: map[string]time.Time{}, cut: map[string]bool{}}
+}
+
+// Counts returns the figures so far.
+func (m *Monitor) Counts() Counts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.counts
+}
+
+// Violations returns every invariant broken so far.
+func (m *Monitor) Violations() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.violations...)
+}
+
+func (m *Monitor) violate(format string, args ...any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	msg := fmt.Sprintf("%s: ", time.Now().Format("15:04:05.000")) + fmt.Sprintf(format, args...)
+	m.violations = append(m.violations, msg)
+	m.env.logf("VIOLATION %s", msg)
+}
+
+// markFault records that the scenario itself took pod down; the fault lasts until a process
+// started after it runs the pod's member again and is not cut off.
+func (m *Monitor) markFault(pod string) {
+	m.mu.Lock()
+	m.faults[pod] = time.Now()
+	m.mu.Unlock()
+}
+
+// Run samples the cluster every 20ms until ctx ends.
+func (m *Monitor) Run(ctx context.Context) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.sample()
+		}
+	}
+}
+
+// podOfPeerURL is the pod name a member's peer URL points at: the first DNS label.
+func podOfPeerURL(peerURLs []string) string {
+	for _, s := range peerURLs {
+		if u, err := url.Parse(s); err == nil {
+			return strings.SplitN(u.Hostname(), ".", 2)[0]
+		}
+	}
+	return ""
+}
+
+// View looks at the cluster from inside its running servers: membership from the one that
+// has applied the most, the leader from the one with the highest term.
+func (m *Monitor) View() View {
+	servers := m.env.Kubelet.servers()
+	var best *etcdserver.EtcdServer
+	var v View
+	for _, s := range servers {
+		if best == nil || s.AppliedIndex() > best.AppliedIndex() {
+			best = s
+		}
+	}
+	if best == nil {
+		return v
+	}
+	m.mu.Lock()
+	cut := map[string]bool{}
+	for p, c := range m.cut {
+		cut[p] = c
+	}
+	m.mu.Unlock()
+	byID := map[uint64]string{}
+	for _, mem := range best.Cluster().Members() {
+		name := mem.Name
+		if name == "" {
+			name = podOfPeerURL(mem.PeerURLs)
+		}
+		s, running := servers[name]
+		running = running && uint64(s.MemberID()) == uint64(mem.ID) && !cut[name]
+		v.Members = append(v.Members, Member{ID: uint64(mem.ID), Name: name, IsLearner: mem.IsLearner, Running: running})
+		byID[uint64(mem.ID)] = name
+	}
+	sort.Slice(v.Members, func(i, j int) bool { return v.Members[i].Name < v.Members[j].Name })
+	for name, s := range servers {
+		if cut[name] {
+			continue
+		}
+		if t := s.Term(); t >= v.Term && s.Lead() != 0 {
+			v.Term, v.Leader = t, byID[s.Lead()]
+		}
+	}
+	return v
+}
+
+func (m *Monitor) sample() {
+	v := m.View()
+	if len(v.Members) == 0 {
+		return
+	}
+	m.mu.Lock()
+	for pod, at := range m.faults {
+		if m.env.Kubelet.runningSince(pod).After(at) && !m.cut[pod] {
+			delete(m.faults, pod)
+		}
+	}
+	prev := m.last
+	m.last = v
+	if v.Leader != "" && v.Leader != m.leaderSeen {
+		if m.leaderSeen != "" {
+			m.counts.LeaderChanges++
+		}
+		m.leaderSeen = v.Leader
+	}
+	m.counts.MembershipChanges += membershipDiff(prev, v)
+	voters, avail, faulted := 0, 0, 0
+	var down []string
+	for _, mem := range v.Members {
+		if mem.IsLearner {
+			continue
+		}
+		voters++
+		switch {
+		case mem.Running:
+			avail++
+		case !m.faults[mem.Name].IsZero():
+			faulted++
+			down = append(down, mem.Name+"(fault)")
+		default:
+			down = append(down, mem.Name)
+		}
+	}
+	q := etcdstate.Quorum(voters)
+	loss := avail < q && voters-faulted >= q
+	newLoss := loss && !m.inLoss
+	m.inLoss = loss
+	if newLoss {
+		m.counts.OperatorQuorumLoss++
+	}
+	m.mu.Unlock()
+	if newLoss {
+		m.env.logf("quorum lost by the operator's hand: %d of %d voters up, down: %v", avail, voters, down)
+	}
+	if v.Learners() > 1 {
+		m.violate("%d learners at once: %+v", v.Learners(), v.Members)
+	}
+	m.checkStatefulSet(v)
+}
+
+// membershipDiff counts adds, removes and promotions between two views.
+func membershipDiff(a, b View) int {
+	if len(a.Members) == 0 {
+		return 0
+	}
+	old := map[uint64]bool{}
+	for _, m := range a.Members {
+		old[m.ID] = m.IsLearner
+	}
+	n := 0
+	for _, m := range b.Members {
+		learner, ok := old[m.ID]
+		switch {
+		case !ok:
+			n++
+		case learner && !m.IsLearner:
+			n++
+		}
+		delete(old, m.ID)
+	}
+	return n + len(old)
+}
+
+// checkStatefulSet: the StatefulSet never shrinks below a member that is still a voter.
+func (m *Monitor) checkStatefulSet(v View) {
+	o, ok := m.env.Store.Get("StatefulSet", m.env.Cluster)
+	if !ok {
+		return
+	}
+	sts := o.(*appsv1.StatefulSet)
+	if sts.Spec.Replicas == nil {
+		return
+	}
+	for _, mem := range v.Members {
+		if ord, ok := podOrdinal(m.env.Cluster, mem.Name); ok && !mem.IsLearner && ord >= int(*sts.Spec.Replicas) {
+			m.violate("StatefulSet has %d replicas but %s is still a voter", *sts.Spec.Replicas, mem.Name)
+		}
+	}
+}
+
+// afterSync checks what must hold after every sync.
+func (m *Monitor) afterSync(rec SyncRecord) {
+	inFlight := 0
+	var names []string
+	for _, o := range m.env.Store.List("Job") {
+		j := o.(*batchv1.Job)
+		if done, _ := jobDone(j); !done {
+			inFlight++
+			names = append(names, j.Name)
+		}
+	}
+	if inFlight > 1 {
+		m.violate("sync %d: %d member Jobs in flight: %v", rec.N, inFlight, names)
+	}
+	m.checkStatefulSet(m.View())
+}
+
+// beforeJob checks a member Job's command before it runs: a remove must leave the remaining
+// voters with quorum among those that are up.
+func (m *Monitor) beforeJob(job string, args []string) {
+	if len(args) < 2 || args[1] != "remove" {
+		return
+	}
+	var id string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--id="); ok {
+			id = v
+		}
+	}
+	v := m.View()
+	remaining, up := 0, 0
+	target := false
+	for _, mem := range v.Members {
+		if fmt.Sprintf("%x", mem.ID) == strings.TrimPrefix(strings.ToLower(id), "0x") {
+			target = !mem.IsLearner
+			continue
+		}
+		if !mem.IsLearner {
+			remaining++
+			if mem.Running {
+				up++
+			}
+		}
+	}
+	if target && up < etcdstate.Quorum(remaining) {
+		m.violate("job %s removes voter %s while only %d of the %d remaining voters are up", job, id, up, remaining)
+	}
+}

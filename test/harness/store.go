@@ -1,0 +1,352 @@
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	gosync "sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+)
+
+// Object is any namespaced Kubernetes object the store holds.
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
+
+// kindInfo is what the store knows of one kind: the API server's part of the fake.
+type kindInfo struct {
+	APIVersion string
+	Resource   string
+	New        func() Object
+}
+
+// kinds the harness serves, by Kind.
+var kinds = map[string]kindInfo{
+	"StatefulSet":           {"apps/v1", "statefulsets", func() Object { return &appsv1.StatefulSet{} }},
+	"Service":               {"v1", "services", func() Object { return &corev1.Service{} }},
+	"ConfigMap":             {"v1", "configmaps", func() Object { return &corev1.ConfigMap{} }},
+	"Secret":                {"v1", "secrets", func() Object { return &corev1.Secret{} }},
+	"Pod":                   {"v1", "pods", func() Object { return &corev1.Pod{} }},
+	"PersistentVolumeClaim": {"v1", "persistentvolumeclaims", func() Object { return &corev1.PersistentVolumeClaim{} }},
+	"PodDisruptionBudget":   {"policy/v1", "poddisruptionbudgets", func() Object { return &policyv1.PodDisruptionBudget{} }},
+	"Job":                   {"batch/v1", "jobs", func() Object { return &batchv1.Job{} }},
+}
+
+// kindOfResource maps a resource name (as CompositeController and customize use) to a Kind.
+func kindOfResource(apiVersion, resource string) (string, bool) {
+	for k, ki := range kinds {
+		if ki.Resource == resource && ki.APIVersion == apiVersion {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+type objKey struct{ Kind, Name string }
+
+// Store is the API server's part of the fake: one namespace holding one EtcdCluster parent
+// and the objects around it. It hands out deep copies, stamps uid, resourceVersion,
+// generation and timestamps, and wakes watchers on every write, as informers would.
+type Store struct {
+	Namespace string
+
+	mu      gosync.Mutex
+	rv      int64
+	uid     int64
+	parent  *v1alpha1.EtcdCluster
+	objs    map[objKey]Object
+	changed chan struct{}
+}
+
+// NewStore returns an empty store for namespace.
+func NewStore(namespace string) *Store {
+	return &Store{Namespace: namespace, objs: map[objKey]Object{}, changed: make(chan struct{})}
+}
+
+// Changed returns a channel closed at the next write.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+func (s *Store) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *Store) stampLocked(o metav1.Object) {
+	s.rv++
+	o.SetResourceVersion(strconv.FormatInt(s.rv, 10))
+}
+
+func (s *Store) newUIDLocked() types.UID {
+	s.uid++
+	return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", s.uid))
+}
+
+// KindOf returns the Kind of a stored object type.
+func KindOf(o Object) string {
+	return reflect.TypeOf(o).Elem().Name()
+}
+
+func setTypeMeta(o Object) {
+	kind := KindOf(o)
+	o.GetObjectKind().SetGroupVersionKind(gvk(kinds[kind].APIVersion, kind))
+}
+
+// CreateParent stores the EtcdCluster, as kubectl apply would.
+func (s *Store) CreateParent(c *v1alpha1.EtcdCluster) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c = copyParent(c)
+	c.APIVersion, c.Kind = v1alpha1.APIVersion, v1alpha1.Kind
+	c.Namespace = s.Namespace
+	c.UID = s.newUIDLocked()
+	c.Generation = 1
+	c.CreationTimestamp = metav1.NewTime(time.Now().Truncate(time.Second))
+	s.stampLocked(c)
+	s.parent = c
+	s.notifyLocked()
+}
+
+// Parent returns a copy of the EtcdCluster, nil before it is created.
+func (s *Store) Parent() *v1alpha1.EtcdCluster {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.parent == nil {
+		return nil
+	}
+	return copyParent(s.parent)
+}
+
+// EditParentSpec changes the spec, as kubectl edit would; generation moves on when it changed.
+func (s *Store) EditParentSpec(edit func(*v1alpha1.EtcdClusterSpec)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before, _ := json.Marshal(s.parent.Spec)
+	edit(&s.parent.Spec)
+	if after, _ := json.Marshal(s.parent.Spec); string(before) != string(after) {
+		s.parent.Generation++
+	}
+	s.stampLocked(s.parent)
+	s.notifyLocked()
+}
+
+// SetParentStatus writes the status subresource; an unchanged status is not written.
+func (s *Store) SetParentStatus(st v1alpha1.EtcdClusterStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if reflect.DeepEqual(s.parent.Status, st) {
+		return
+	}
+	s.parent.Status = st
+	s.stampLocked(s.parent)
+	s.notifyLocked()
+}
+
+// Get returns a copy of the object of kind named name.
+func (s *Store) Get(kind, name string) (Object, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.objs[objKey{kind, name}]
+	if !ok {
+		return nil, false
+	}
+	return o.DeepCopyObject().(Object), true
+}
+
+// List returns copies of every object of kind, sorted by name.
+func (s *Store) List(kind string) []Object {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Object
+	for k, o := range s.objs {
+		if k.Kind == kind {
+			out = append(out, o.DeepCopyObject().(Object))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out
+}
+
+// Create stores a new object; it fails when one of that kind and name exists.
+func (s *Store) Create(o Object) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := objKey{KindOf(o), o.GetName()}
+	if _, ok := s.objs[k]; ok {
+		return fmt.Errorf("%s %q already exists", k.Kind, k.Name)
+	}
+	o = o.DeepCopyObject().(Object)
+	setTypeMeta(o)
+	o.SetNamespace(s.Namespace)
+	o.SetUID(s.newUIDLocked())
+	o.SetGeneration(1)
+	o.SetCreationTimestamp(metav1.NewTime(time.Now().Truncate(time.Second)))
+	s.stampLocked(o)
+	s.objs[k] = o
+	s.notifyLocked()
+	return nil
+}
+
+// Update replaces an object's spec and metadata; status is kept, as the main resource
+// endpoint does. Generation moves on when the spec changed.
+func (s *Store) Update(o Object) error {
+	return s.write(o, false)
+}
+
+// UpdateStatus replaces an object's status only, as the status subresource does.
+func (s *Store) UpdateStatus(o Object) error {
+	return s.write(o, true)
+}
+
+func (s *Store) write(o Object, status bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := objKey{KindOf(o), o.GetName()}
+	old, ok := s.objs[k]
+	if !ok {
+		return fmt.Errorf("%s %q not found", k.Kind, k.Name)
+	}
+	o = o.DeepCopyObject().(Object)
+	setTypeMeta(o)
+	var next Object
+	if status {
+		next = old.DeepCopyObject().(Object)
+		copyField(next, o, "Status")
+	} else {
+		next = o
+		copyField(next, old, "Status")
+		next.SetUID(old.GetUID())
+		next.SetNamespace(s.Namespace)
+		next.SetCreationTimestamp(old.GetCreationTimestamp())
+		next.SetDeletionTimestamp(old.GetDeletionTimestamp())
+		next.SetGeneration(old.GetGeneration())
+		if !jsonEqual(field(old, "Spec"), field(next, "Spec")) {
+			next.SetGeneration(old.GetGeneration() + 1)
+		}
+	}
+	next.SetResourceVersion(old.GetResourceVersion())
+	if jsonEqual(old, next) {
+		return nil
+	}
+	s.stampLocked(next)
+	s.objs[k] = next
+	s.notifyLocked()
+	return nil
+}
+
+// Delete removes an object. A pod is only marked for deletion (the kubelet stops it and
+// then calls Remove); deleting a Job also deletes its pods (background propagation).
+func (s *Store) Delete(kind, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := objKey{kind, name}
+	o, ok := s.objs[k]
+	if !ok {
+		return
+	}
+	if kind == "Pod" {
+		if o.GetDeletionTimestamp() == nil {
+			now := metav1.Now()
+			o.SetDeletionTimestamp(&now)
+			s.stampLocked(o)
+			s.notifyLocked()
+		}
+		return
+	}
+	delete(s.objs, k)
+	if kind == "Job" {
+		for pk, p := range s.objs {
+			if pk.Kind == "Pod" && p.GetLabels()[batchv1.JobNameLabel] == name {
+				delete(s.objs, pk)
+			}
+		}
+	}
+	s.notifyLocked()
+}
+
+// Remove deletes a pod for good: the kubelet has stopped it.
+func (s *Store) Remove(kind, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.objs[objKey{kind, name}]; ok {
+		delete(s.objs, objKey{kind, name})
+		s.notifyLocked()
+	}
+}
+
+func field(o Object, name string) any {
+	f := reflect.ValueOf(o).Elem().FieldByName(name)
+	if !f.IsValid() {
+		return nil
+	}
+	return f.Interface()
+}
+
+func copyField(dst, src Object, name string) {
+	d := reflect.ValueOf(dst).Elem().FieldByName(name)
+	if d.IsValid() {
+		d.Set(reflect.ValueOf(src).Elem().FieldByName(name))
+	}
+}
+
+// decodeObject turns a child as the hook sent it into a typed object.
+func decodeObject(raw json.RawMessage) (Object, error) {
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(raw, &tm); err != nil {
+		return nil, err
+	}
+	ki, ok := kinds[tm.Kind]
+	if !ok || ki.APIVersion != tm.APIVersion {
+		return nil, fmt.Errorf("unknown child type %s %s", tm.APIVersion, tm.Kind)
+	}
+	o := ki.New()
+	if err := json.Unmarshal(raw, o); err != nil {
+		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
+	}
+	return o, nil
+}
+
+// copyParent deep-copies an EtcdCluster through JSON: the API types carry no generated
+// DeepCopy, and JSON is what the API server stores anyway.
+func copyParent(c *v1alpha1.EtcdCluster) *v1alpha1.EtcdCluster {
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(fmt.Sprintf("harness: EtcdCluster does not encode: %v", err))
+	}
+	out := &v1alpha1.EtcdCluster{}
+	if err := json.Unmarshal(b, out); err != nil {
+		panic(fmt.Sprintf("harness: EtcdCluster does not decode: %v", err))
+	}
+	return out
+}
+
+// jsonEqual compares as the API server would: by serialized form, so that equal quantities
+// with different internal caches compare equal.
+func jsonEqual(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(ja) == string(jb)
+}
+
+// touch wakes watchers without a write: for state outside the API (a healed node).
+func (s *Store) touch() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.notifyLocked()
+}
