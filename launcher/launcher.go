@@ -1,0 +1,133 @@
+// Package launcher decides how an etcd pod starts. Decide is pure: from the cluster's join
+// state, the pod's name and what is on its volume, it says which flags etcd gets, whether
+// the data dir must be wiped first, or why the pod must not start. Prepare does the I/O
+// around it (read the join state, inspect, wipe, write the marker) and returns etcd's argv.
+package launcher
+
+import (
+	"fmt"
+	"strings"
+
+	"etcdops.dev/etcdops/joinstate"
+)
+
+// Kind is what a starting pod does.
+type Kind int
+
+const (
+	// Start runs etcd with the decided flags, after wiping the data dir if told.
+	Start Kind = iota
+	// Wait exits non-zero so the kubelet restarts the pod, by when the mounted join state
+	// may have caught up.
+	Wait
+	// Refuse exits non-zero because starting could harm the cluster; the planner sees a
+	// failing member and replaces it.
+	Refuse
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Start:
+		return "start"
+	case Wait:
+		return "wait"
+	case Refuse:
+		return "refuse"
+	default:
+		return fmt.Sprintf("Kind(%d)", int(k))
+	}
+}
+
+// Volume is what the launcher found on the member's volume.
+type Volume struct {
+	// HasData is true when the data dir exists and is not empty.
+	HasData bool
+	// HasMarker is true when the incarnation marker exists; Incarnation is its value.
+	HasMarker   bool
+	Incarnation int64
+}
+
+// Input is everything the decision depends on.
+type Input struct {
+	Join    joinstate.State
+	Name    string // the pod name, which is the member name
+	DataDir string
+	Volume  Volume
+}
+
+// Decision is how the pod starts, or why it does not.
+type Decision struct {
+	Kind   Kind
+	Reason string
+	// Wipe empties the data dir before start: it holds an older incarnation's data.
+	Wipe bool
+	// Incarnation is written to the marker before etcd starts.
+	Incarnation int64
+	// Args are the flags the launcher owns, added to the pod's static etcd flags.
+	Args []string
+}
+
+// OwnedFlags are the etcd flags Decide sets; the pod's static flags must not set them.
+var OwnedFlags = []string{"name", "data-dir", "initial-cluster", "initial-cluster-state", "initial-cluster-token"}
+
+// Decide is the start decision of member in.Name. In order, first match wins:
+//  1. not in the join state → wait (the mounted file lags behind the ConfigMap)
+//  2. join state without a token → wait (malformed; never start with etcd's default token)
+//  3. marker newer than the join state → wait (the file lags behind the incarnation)
+//  4. data without a marker → refuse (nobody knows which incarnation wrote it)
+//  5. established member whose data is missing or stale → refuse (starting empty could fork
+//     the cluster: a seed would form a new one, a voter would vote without its log)
+//  6. otherwise start; wipe the data first when an older incarnation wrote it.
+//
+// With data kept, the --initial-* flags are harmless: etcd reads them only for an empty dir.
+func Decide(in Input) Decision {
+	me, ok := in.Join.Find(in.Name)
+	if !ok {
+		return Decision{Kind: Wait, Reason: fmt.Sprintf("member %s is not in the join state yet", in.Name)}
+	}
+	if in.Join.Token == "" {
+		return Decision{Kind: Wait, Reason: "join state has no initial cluster token"}
+	}
+	v := in.Volume
+	if v.HasMarker && v.Incarnation > me.Incarnation {
+		return Decision{Kind: Wait, Reason: fmt.Sprintf("volume is incarnation %d, join state still says %d", v.Incarnation, me.Incarnation)}
+	}
+	if v.HasData && !v.HasMarker {
+		return Decision{Kind: Refuse, Reason: fmt.Sprintf("data dir %s has no incarnation marker", in.DataDir)}
+	}
+	stale := v.HasData && v.Incarnation < me.Incarnation
+	if me.Established && (!v.HasData || stale) {
+		return Decision{Kind: Refuse, Reason: fmt.Sprintf("established member %s has no data of incarnation %d in %s", in.Name, me.Incarnation, in.DataDir)}
+	}
+	reason := fmt.Sprintf("restart with data of incarnation %d", me.Incarnation)
+	switch {
+	case stale:
+		reason = fmt.Sprintf("wipe data of incarnation %d, join as incarnation %d", v.Incarnation, me.Incarnation)
+	case !v.HasData && in.Join.ClusterState == joinstate.StateNew:
+		reason = "start a new cluster"
+	case !v.HasData:
+		reason = "join the existing cluster"
+	}
+	return Decision{
+		Kind:        Start,
+		Reason:      reason,
+		Wipe:        stale,
+		Incarnation: me.Incarnation,
+		Args: []string{
+			"--name=" + in.Name,
+			"--data-dir=" + in.DataDir,
+			"--initial-cluster=" + initialCluster(in.Join),
+			"--initial-cluster-state=" + in.Join.ClusterState,
+			"--initial-cluster-token=" + in.Join.Token,
+		},
+	}
+}
+
+// initialCluster lists every member of the join state as etcd wants it, name=peerURL.
+func initialCluster(s joinstate.State) string {
+	parts := make([]string, 0, len(s.Members))
+	for _, m := range s.Members {
+		parts = append(parts, m.Name+"="+m.PeerURL)
+	}
+	return strings.Join(parts, ",")
+}

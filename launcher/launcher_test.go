@@ -1,0 +1,102 @@
+package launcher
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"etcdops.dev/etcdops/joinstate"
+)
+
+const dataDir = "/var/lib/etcd/data"
+
+func peer(name string) string { return "http://" + name + ".e.ns.svc.cluster.local:2380" }
+
+// join is a join state of the given members, all at incarnation 1 unless said otherwise.
+func join(state string, members ...joinstate.Member) joinstate.State {
+	return joinstate.State{Token: "ns/e/uid-1", ClusterState: state, Members: members}
+}
+
+func member(name string, incarnation int64, established bool) joinstate.Member {
+	return joinstate.Member{Name: name, PeerURL: peer(name), Incarnation: incarnation, Established: established}
+}
+
+func TestDecide(t *testing.T) {
+	withData := func(incarnation int64) Volume {
+		return Volume{HasData: true, HasMarker: true, Incarnation: incarnation}
+	}
+	for _, tc := range []struct {
+		story   string
+		in      Input
+		kind    Kind
+		wipe    bool
+		initial string // --initial-cluster-state when starting
+	}{
+		{"the first seed of a new cluster starts it",
+			Input{Join: join("new", member("e-0", 1, false)), Name: "e-0"}, Start, false, "new"},
+		{"a learner added for e-1 joins the existing cluster",
+			Input{Join: join("existing", member("e-0", 1, true), member("e-1", 1, false)), Name: "e-1"}, Start, false, "existing"},
+		{"a voter restarts with its data; the initial flags are ignored by etcd",
+			Input{Join: join("existing", member("e-0", 1, true)), Name: "e-0", Volume: withData(1)}, Start, false, "existing"},
+		{"the seed restarts with its data before the planner recorded it established",
+			Input{Join: join("new", member("e-0", 1, false)), Name: "e-0", Volume: withData(1)}, Start, false, "new"},
+		{"a replaced member wipes its old incarnation's data and joins anew",
+			Input{Join: join("existing", member("e-0", 1, true), member("e-1", 2, false)), Name: "e-1", Volume: withData(1)}, Start, true, "existing"},
+		{"a stale empty dir with an old marker joins without a wipe",
+			Input{Join: join("existing", member("e-0", 1, true), member("e-1", 2, false)), Name: "e-1", Volume: Volume{HasMarker: true, Incarnation: 1}}, Start, false, "existing"},
+		{"an established voter whose data dir is empty must not start",
+			Input{Join: join("existing", member("e-0", 1, true), member("e-1", 1, true)), Name: "e-1", Volume: Volume{HasMarker: true, Incarnation: 1}}, Refuse, false, ""},
+		{"an established seed on an empty dir would form a new cluster",
+			Input{Join: join("existing", member("e-0", 1, true)), Name: "e-0"}, Refuse, false, ""},
+		{"an established member with stale data contradicts the join state: nothing is wiped",
+			Input{Join: join("existing", member("e-0", 2, true)), Name: "e-0", Volume: withData(1)}, Refuse, false, ""},
+		{"data nobody vouches for is not started on, nor wiped",
+			Input{Join: join("existing", member("e-0", 1, true)), Name: "e-0", Volume: Volume{HasData: true}}, Refuse, false, ""},
+		{"a pod whose member is not in the mounted join state yet waits",
+			Input{Join: join("existing", member("e-0", 1, true)), Name: "e-1"}, Wait, false, ""},
+		{"a volume newer than the mounted join state waits for the file to catch up",
+			Input{Join: join("existing", member("e-0", 1, true), member("e-1", 1, false)), Name: "e-1", Volume: withData(2)}, Wait, false, ""},
+		{"a join state without a token waits",
+			Input{Join: joinstate.State{ClusterState: "new", Members: []joinstate.Member{member("e-0", 1, false)}}, Name: "e-0"}, Wait, false, ""},
+	} {
+		tc.in.DataDir = dataDir
+		d := Decide(tc.in)
+		if d.Kind != tc.kind || d.Wipe != tc.wipe || d.Reason == "" {
+			t.Errorf("%s: got %v wipe=%v (%s), want %v wipe=%v", tc.story, d.Kind, d.Wipe, d.Reason, tc.kind, tc.wipe)
+			continue
+		}
+		if d.Kind != Start {
+			if d.Args != nil {
+				t.Errorf("%s: %v carries etcd flags %v", tc.story, d.Kind, d.Args)
+			}
+			continue
+		}
+		me, _ := tc.in.Join.Find(tc.in.Name)
+		var initial []string
+		for _, m := range tc.in.Join.Members {
+			initial = append(initial, m.Name+"="+m.PeerURL)
+		}
+		want := []string{
+			"--name=" + tc.in.Name,
+			"--data-dir=" + dataDir,
+			"--initial-cluster=" + strings.Join(initial, ","),
+			"--initial-cluster-state=" + tc.initial,
+			"--initial-cluster-token=ns/e/uid-1",
+		}
+		if !slices.Equal(d.Args, want) || d.Incarnation != me.Incarnation {
+			t.Errorf("%s: got args %q incarnation %d, want %q incarnation %d", tc.story, d.Args, d.Incarnation, want, me.Incarnation)
+		}
+	}
+}
+
+func TestMarkerPath(t *testing.T) {
+	for dir, want := range map[string]string{
+		"/var/lib/etcd/data":  "/var/lib/etcd/incarnation",
+		"/var/lib/etcd/data/": "/var/lib/etcd/incarnation",
+		"/tmp/x/member-0/d":   "/tmp/x/member-0/incarnation",
+	} {
+		if got := MarkerPath(dir); got != want {
+			t.Errorf("MarkerPath(%s) = %s, want %s", dir, got, want)
+		}
+	}
+}

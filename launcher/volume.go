@@ -1,0 +1,155 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"etcdops.dev/etcdops/joinstate"
+)
+
+// MarkerFile is the incarnation marker's name, beside the data dir on the member's volume.
+const MarkerFile = "incarnation"
+
+// MarkerPath is where the incarnation marker of dataDir lives: in its parent, so that wiping
+// the data dir never loses it.
+func MarkerPath(dataDir string) string {
+	return filepath.Join(filepath.Dir(filepath.Clean(dataDir)), MarkerFile)
+}
+
+// Options are the launch command line: where things are, and etcd's static flags.
+type Options struct {
+	JoinState string // path of the mounted join state file
+	Name      string // pod name
+	DataDir   string
+	Etcd      string   // etcd executable
+	Static    []string // etcd flags from the pod spec, passed through
+}
+
+// Prepare reads the join state, inspects the volume and decides. When the decision is to
+// start, it wipes a stale data dir, records the incarnation and returns etcd's argv; otherwise
+// argv is nil and the decision says why. Errors are I/O failures or bad options.
+func Prepare(o Options) (argv []string, d Decision, err error) {
+	if o.Name == "" || o.Etcd == "" {
+		return nil, Decision{}, errors.New("launch: --name and --etcd are required")
+	}
+	dataDir := filepath.Clean(o.DataDir)
+	if !filepath.IsAbs(dataDir) || filepath.Dir(dataDir) == dataDir {
+		return nil, Decision{}, fmt.Errorf("launch: data dir %q must be an absolute path below a volume", o.DataDir)
+	}
+	if f := ownedFlagIn(o.Static); f != "" {
+		return nil, Decision{}, fmt.Errorf("launch: --%s is decided by the launcher; remove it from the etcd flags", f)
+	}
+	raw, err := os.ReadFile(o.JoinState)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, Decision{Kind: Wait, Reason: "join state file " + o.JoinState + " does not exist yet"}, nil
+	}
+	if err != nil {
+		return nil, Decision{}, err
+	}
+	join, err := joinstate.Decode(raw)
+	if err != nil {
+		return nil, Decision{}, err
+	}
+	vol, err := Inspect(dataDir)
+	if err != nil {
+		return nil, Decision{}, err
+	}
+	d = Decide(Input{Join: join, Name: o.Name, DataDir: dataDir, Volume: vol})
+	if d.Kind != Start {
+		return nil, d, nil
+	}
+	if d.Wipe {
+		if err := os.RemoveAll(dataDir); err != nil {
+			return nil, d, fmt.Errorf("launch: wipe %s: %w", dataDir, err)
+		}
+	}
+	if err := writeMarker(MarkerPath(dataDir), d.Incarnation); err != nil {
+		return nil, d, err
+	}
+	argv = append([]string{o.Etcd}, o.Static...)
+	return append(argv, d.Args...), d, nil
+}
+
+// ownedFlagIn returns the first launcher-owned flag set in args, or "".
+func ownedFlagIn(args []string) string {
+	for _, a := range args {
+		name := strings.TrimLeft(a, "-")
+		if name == a {
+			continue
+		}
+		name, _, _ = strings.Cut(name, "=")
+		for _, f := range OwnedFlags {
+			if name == f {
+				return f
+			}
+		}
+	}
+	return ""
+}
+
+// Inspect reports whether dataDir holds data and which incarnation its marker records.
+func Inspect(dataDir string) (Volume, error) {
+	var v Volume
+	entries, err := os.ReadDir(dataDir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return Volume{}, fmt.Errorf("launch: inspect data dir: %w", err)
+	default:
+		v.HasData = len(entries) > 0
+	}
+	raw, err := os.ReadFile(MarkerPath(dataDir))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return v, nil
+	case err != nil:
+		return Volume{}, fmt.Errorf("launch: read incarnation marker: %w", err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil {
+		return Volume{}, fmt.Errorf("launch: incarnation marker %s: %w", MarkerPath(dataDir), err)
+	}
+	v.HasMarker, v.Incarnation = true, n
+	return v, nil
+}
+
+// writeMarker records incarnation durably: written aside, synced, then renamed into place,
+// so a crash leaves either the old marker or the new one.
+func writeMarker(path string, incarnation int64) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, MarkerFile+".*")
+	if err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := fmt.Fprintf(tmp, "%d\n", incarnation); err != nil {
+		tmp.Close()
+		return fmt.Errorf("launch: write marker: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("launch: sync marker: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("launch: sync %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package launcher
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"etcdops.dev/etcdops/joinstate"
+)
+
+// pod is a member volume and a mounted join state in a temp dir.
+type pod struct {
+	t       *testing.T
+	volume  string
+	dataDir string
+	join    string
+}
+
+func newPod(t *testing.T) *pod {
+	root := t.TempDir()
+	p := &pod{t: t, volume: filepath.Join(root, "volume"), join: filepath.Join(root, "join", joinstate.ConfigMapKey)}
+	p.dataDir = filepath.Join(p.volume, "data")
+	if err := os.MkdirAll(filepath.Dir(p.join), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (p *pod) mount(s joinstate.State) {
+	if err := os.WriteFile(p.join, []byte(joinstate.Encode(s)), 0o600); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// etcdWrites stands for etcd writing its data dir.
+func (p *pod) etcdWrites() {
+	if err := os.MkdirAll(filepath.Join(p.dataDir, "member", "wal"), 0o700); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *pod) launch(name string) ([]string, Decision, error) {
+	return Prepare(Options{JoinState: p.join, Name: name, DataDir: p.dataDir, Etcd: "/usr/local/bin/etcd", Static: []string{"--listen-peer-urls=http://0.0.0.0:2380"}})
+}
+
+func TestPrepareLifeOfAMember(t *testing.T) {
+	p := newPod(t)
+
+	// The pod starts before the kubelet has mounted the join state.
+	if argv, d, err := p.launch("e-1"); err != nil || d.Kind != Wait || argv != nil {
+		t.Fatalf("no join state file: got %v %+v %v", argv, d, err)
+	}
+	p.mount(join("existing", member("e-0", 1, true)))
+	if _, d, err := p.launch("e-1"); err != nil || d.Kind != Wait {
+		t.Fatalf("not yet in the join state: got %+v %v", d, err)
+	}
+
+	// Added as a learner: joins with the full initial cluster.
+	p.mount(join("existing", member("e-0", 1, true), member("e-1", 1, false)))
+	argv, d, err := p.launch("e-1")
+	if err != nil || d.Kind != Start {
+		t.Fatalf("joiner: got %+v %v", d, err)
+	}
+	want := []string{"/usr/local/bin/etcd", "--listen-peer-urls=http://0.0.0.0:2380", "--name=e-1", "--data-dir=" + p.dataDir,
+		"--initial-cluster=e-0=" + peer("e-0") + ",e-1=" + peer("e-1"), "--initial-cluster-state=existing", "--initial-cluster-token=ns/e/uid-1"}
+	if !slices.Equal(argv, want) {
+		t.Fatalf("argv\n got %q\nwant %q", argv, want)
+	}
+	p.etcdWrites()
+
+	// Promoted and established; a restart keeps the data.
+	p.mount(join("existing", member("e-0", 1, true), member("e-1", 1, true)))
+	if _, d, err := p.launch("e-1"); err != nil || d.Kind != Start || d.Wipe {
+		t.Fatalf("restart: got %+v %v", d, err)
+	}
+
+	// Its data is lost: it must not start empty.
+	if err := os.RemoveAll(p.dataDir); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, err := p.launch("e-1"); err != nil || d.Kind != Refuse {
+		t.Fatalf("established on an empty dir: got %+v %v", d, err)
+	}
+
+	// The planner replaces it with incarnation 2; a leftover data dir of 1 is wiped.
+	p.etcdWrites()
+	p.mount(join("existing", member("e-0", 1, true), member("e-1", 2, false)))
+	if _, d, err := p.launch("e-1"); err != nil || d.Kind != Start || !d.Wipe {
+		t.Fatalf("replacement: got %+v %v", d, err)
+	}
+	if _, err := os.Stat(p.dataDir); !os.IsNotExist(err) {
+		t.Fatalf("stale data dir not wiped: %v", err)
+	}
+	v, err := Inspect(p.dataDir)
+	if err != nil || v != (Volume{HasMarker: true, Incarnation: 2}) {
+		t.Fatalf("after the wipe: %+v %v", v, err)
+	}
+}
+
+func TestPrepareRejectsOwnedStaticFlags(t *testing.T) {
+	p := newPod(t)
+	p.mount(join("new", member("e-0", 1, false)))
+	_, _, err := Prepare(Options{JoinState: p.join, Name: "e-0", DataDir: p.dataDir, Etcd: "etcd", Static: []string{"--initial-cluster-state", "new"}})
+	if err == nil || !strings.Contains(err.Error(), "initial-cluster-state") {
+		t.Fatalf("got %v, want the owned flag named", err)
+	}
+	for _, dir := range []string{"data", "/"} {
+		if _, _, err := Prepare(Options{JoinState: p.join, Name: "e-0", DataDir: dir, Etcd: "etcd"}); err == nil {
+			t.Errorf("data dir %q accepted", dir)
+		}
+	}
+}
+
+func TestInspectRejectsBadMarker(t *testing.T) {
+	p := newPod(t)
+	if err := os.MkdirAll(p.volume, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(MarkerPath(p.dataDir), []byte("two\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Inspect(p.dataDir); err == nil {
+		t.Fatal("a marker that is not a number was accepted")
+	}
+}
