@@ -3,6 +3,9 @@ package sync
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
+
+	"etcdops.dev/etcdops/joinstate"
 )
 
 // ledger remembers every member name the cluster has used: the member ID it last had, its
@@ -34,4 +37,41 @@ func decodeLedger(s string) ledger {
 		return ledger{}
 	}
 	return l
+}
+
+// joinState lists every member exactly as etcd's membership has it, with the incarnation
+// and establishment the ledger keeps; new is only for a cluster that has never answered.
+func (v *view) joinState() (joinstate.State, ledger) {
+	next := ledger{}
+	for name, e := range v.ledger {
+		next[name] = e
+	}
+	st := joinstate.State{Token: clusterToken(v.c), ClusterState: joinstate.StateExisting}
+	for _, m := range v.members {
+		id := fmt.Sprintf("%x", m.ID)
+		e, seen := next[m.name]
+		switch {
+		case !seen:
+			e = ledgerEntry{ID: id}
+		case e.ID == "":
+			// The seed was written down before etcd gave it an ID.
+			e.ID = id
+		case e.ID != id:
+			// Same name, new member: a replacement, whose pod must start from an empty dir.
+			e = ledgerEntry{ID: id, Incarnation: e.Incarnation + 1}
+		}
+		e.Established = e.Established || (m.Started() && !m.IsLearner)
+		next[m.name] = e
+		peer := PeerURL(v.c, m.name, v.cfg.ClusterDomain)
+		if len(m.PeerURLs) > 0 {
+			peer = m.PeerURLs[0]
+		}
+		st.Members = append(st.Members, joinstate.Member{Name: m.name, PeerURL: peer, Incarnation: e.Incarnation, Established: e.Established})
+	}
+	sortJoinMembers(st.Members)
+	return st, next
+}
+
+func sortJoinMembers(ms []joinstate.Member) {
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
 }

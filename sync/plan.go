@@ -2,35 +2,89 @@ package sync
 
 import (
 	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/joinstate"
 )
 
-// Resync intervals, in seconds.
+// Resync intervals, in seconds: short while something is about to change, long when steady.
 const (
-	resyncHold = 10
+	resyncSoon   = 5
+	resyncHold   = 10
+	resyncSteady = 60
 )
 
 // Plan decides the one next step for an EtcdCluster from one observation and renders the
 // complete desired children.
+//
+// The phases run in the order of the workflow and the first that decides wins, so each later
+// phase may assume that the earlier ones found nothing to do:
+//
+//  1. finalizing          ordered teardown
+//  2. invalid spec        report; children unchanged
+//  3. paused              report; children unchanged
+//  4. bootstrap           Services, join state and a StatefulSet of one seed
+//  5. unknown etcd state  hold; children unchanged
+//  6. member Job          wait for the one in flight; back off after a failure
+//  7. fix                 quorum lost (report only), a member without its pod, a learner
+//     (promote or remove), a pod without its member, a failed member (replace)
+//  8. config drift        roll the highest outdated pod, leader moved away first
+//  9. scale out           add a learner at the lowest free ordinal
+//  10. scale in           remove the highest member, leader moved away first
+//  11. upgrade            roll the highest outdated pod, like config drift
+//
+// Every decision is checked against the invariants before it is returned (checkInvariants).
 func Plan(cfg Config, obs Observed) Decision {
-	c := &obs.Cluster
-	if len(obs.Children.StatefulSets) == 0 && len(obs.Pods) == 0 && c.Status.ClusterID == "" {
-		return bootstrap(cfg, c)
+	c := v1alpha1.Defaulted(obs.Cluster)
+	if obs.Finalizing {
+		return finalize(&obs, &c)
 	}
-	// Not yet able to judge etcd: keep everything as it is.
-	return Decision{
-		Children:           observedChildren(obs.Children),
-		Status:             c.Status,
-		Action:             Action{Type: Hold, Reason: "etcd state not yet evaluated"},
-		ResyncAfterSeconds: resyncHold,
+	if err := v1alpha1.Validate(c); err != nil {
+		// An invalid spec must not change a running cluster: what exists stays as it is.
+		return report(&obs, &c, v1alpha1.PhaseInvalid, Action{Type: Hold, Reason: err.Error()}, err.Error())
 	}
+	if c.Spec.Paused {
+		// Paused means no change of any kind, only status.
+		return report(&obs, &c, v1alpha1.PhasePaused, Action{Type: Hold, Reason: "paused by spec.paused"}, "")
+	}
+	if isBootstrapping(&obs) {
+		return bootstrap(cfg, &obs, &c)
+	}
+	v := newView(cfg, &obs, &c)
+	if reason := unknownState(v); reason != "" {
+		// Nothing can be concluded about membership: never shrink, remove or replace on it.
+		return v.decision(v.hold(reason, ""))
+	}
+	p := &planner{view: v}
+	return v.decision(p.decide())
+}
+
+// isBootstrapping: no cluster has answered yet and nothing beyond the seed was ever asked
+// for. Bootstrap is repeated until the seed answers, so a partly applied first answer is
+// completed and the seed's children always follow the current spec.
+func isBootstrapping(obs *Observed) bool {
+	if obs.Cluster.Status.ClusterID != "" || obs.Etcd.Asked {
+		return false
+	}
+	for _, s := range obs.Children.StatefulSets {
+		if s.Spec.Replicas != nil && *s.Spec.Replicas > 1 {
+			return false
+		}
+	}
+	for i := range obs.Pods {
+		if ord, ok := ownPod(&obs.Cluster, &obs.Pods[i]); ok && ord > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // bootstrap renders the first children: the Services, the join state naming one seed that
 // forms a new cluster, and a StatefulSet of one.
-func bootstrap(cfg Config, c *v1alpha1.EtcdCluster) Decision {
+func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	seed := PodName(c.Name, 0)
 	state := joinstate.State{
 		Token:        clusterToken(c),
@@ -41,19 +95,454 @@ func bootstrap(cfg Config, c *v1alpha1.EtcdCluster) Decision {
 		headlessService(c),
 		clientService(c),
 		joinConfigMap(c, state, ledger{seed: {}}),
+		podDisruptionBudget(c, 1),
 		statefulSet(c, renderPodSpec(cfg, c), 1, 0),
 	}
 	sortChildren(children)
-	return Decision{
-		Children:           children,
-		Status:             v1alpha1.EtcdClusterStatus{Phase: v1alpha1.PhaseCreating},
-		Action:             Action{Type: Bootstrap, Member: seed, Reason: "no cluster yet: starting seed " + seed},
-		ResyncAfterSeconds: resyncHold,
-	}
+	action := Action{Type: Bootstrap, Member: seed, Reason: "no cluster yet: starting seed " + seed}
+	st := newStatus(obs, c, v1alpha1.PhaseCreating, action, 0)
+	setCondition(&st, obs, c, v1alpha1.ConditionProgressing, true, Bootstrap.String(), action.Reason)
+	return Decision{Children: children, Status: st, Action: action, ResyncAfterSeconds: resyncSoon}
 }
 
 // clusterToken is unique per cluster incarnation: a deleted and re-created EtcdCluster of the
 // same name gets a new UID, so its members can never be mistaken for the old ones.
 func clusterToken(c *v1alpha1.EtcdCluster) string {
 	return fmt.Sprintf("%s/%s/%s", c.Namespace, c.Name, c.UID)
+}
+
+// unknownState says why etcd's state cannot be trusted, or "" when it can.
+func unknownState(v *view) string {
+	e := v.obs.Etcd
+	switch {
+	case !e.Asked:
+		return "etcd not reachable: " + e.Err
+	case e.Inconsistent != "":
+		return "etcd answers inconsistently: " + e.Inconsistent
+	case v.stranger != "":
+		return "etcd lists a member that is not one of this cluster's pods: " + v.stranger
+	case len(v.members) == 0:
+		return "etcd lists no members"
+	}
+	return ""
+}
+
+// planner runs phases 6 to 11 over one view.
+type planner struct {
+	*view
+	// keep are observed Jobs returned unchanged: the one in flight, or one whose outcome is
+	// still to be seen or waited out.
+	keep []*batchv1.Job
+	// failures counts failed Jobs of the step named retry, dropped after their backoff; the
+	// same step, planned again, runs as the next attempt.
+	failures int
+	retry    string
+}
+
+// step is what phases 6 to 11 decided.
+type step struct {
+	action    Action
+	replicas  int
+	partition int
+	job       *memberJob
+	// keep are observed Jobs returned unchanged.
+	keep []*batchv1.Job
+	// hold returns the observed children unchanged instead of rendering them.
+	hold     bool
+	resync   float64
+	degraded string // why the cluster is Degraded, beyond unhealthy members
+}
+
+func (p *planner) decide() step {
+	phases := []func() (step, bool){
+		p.memberJob,        // 6
+		p.quorumLost,       // 7
+		p.memberWithoutPod, // 7
+		p.learner,          // 7
+		p.podWithoutMember, // 7
+		p.failedMember,     // 7
+		p.configDrift,      // 8
+		p.scaleOut,         // 9
+		p.scaleIn,          // 10
+		p.upgrade,          // 11
+	}
+	s := p.base(Action{Type: Steady, Reason: fmt.Sprintf("%d healthy members, spec applied", len(p.members))}, resyncSteady)
+	for _, phase := range phases {
+		if decided, ok := phase(); ok {
+			s = decided
+			break
+		}
+	}
+	s.keep = p.keep
+	return s
+}
+
+// 6. A member Job in flight is returned unchanged and waited for; one that succeeded is
+// dropped once membership shows its effect; one that failed is kept through its backoff,
+// then dropped so that the step is planned again as the next attempt.
+func (p *planner) memberJob() (step, bool) {
+	var waiting *step
+	for _, j := range p.jobs {
+		verb, who := j.Labels[LabelAction], j.Labels[LabelMember]
+		state, at := stateOf(j)
+		var s step
+		switch state {
+		case jobRunning:
+			s = p.wait(who, fmt.Sprintf("%s %s: Job %s running", verb, who, j.Name), resyncSoon)
+		case jobSucceeded:
+			if p.effectShows(j) {
+				continue
+			}
+			s = p.wait(who, fmt.Sprintf("%s %s: Job %s done, membership does not show it yet", verb, who, j.Name), resyncSoon)
+		case jobFailed:
+			failures := attemptOf(j) + 1
+			if failures >= maxJobAttempts {
+				s = p.wait(who, fmt.Sprintf("%s %s failed %d times; delete Job %s to try once more", verb, who, failures, j.Name), resyncHold)
+				s.action.Type = Hold
+				s.degraded = s.action.Reason
+				break
+			}
+			if left := at.Add(jobBackoff(failures - 1)).Sub(p.obs.Now); left > 0 {
+				s = p.wait(who, fmt.Sprintf("%s %s: Job %s failed (%d of %d), retrying in %s", verb, who, j.Name, failures, maxJobAttempts, left.Round(time.Second)), left.Seconds())
+				s.degraded = s.action.Reason
+				break
+			}
+			p.failures, p.retry = failures, verb+"/"+who
+			continue
+		}
+		p.keep = append(p.keep, j)
+		if waiting == nil {
+			waiting = &s
+		}
+	}
+	if waiting == nil {
+		return step{}, false
+	}
+	// One membership change at a time: nothing else starts while a Job is outstanding.
+	return *waiting, true
+}
+
+// effectShows reports whether membership reflects a succeeded Job.
+func (p *planner) effectShows(j *batchv1.Job) bool {
+	who := j.Labels[LabelMember]
+	ord, _ := Ordinal(p.c.Name, who)
+	m := p.byOrd[ord]
+	switch j.Labels[LabelAction] {
+	case verbAddLearner:
+		return m != nil
+	case verbPromote:
+		return m == nil || !m.IsLearner
+	case verbRemove:
+		id := j.Annotations[AnnotationMemberID]
+		for _, m := range p.members {
+			if fmt.Sprintf("%x", m.ID) == id {
+				return false
+			}
+		}
+		return true
+	}
+	// A leader move has no lasting effect to check: leadership may move again on its own.
+	return true
+}
+
+// 7a. Lost quorum: no membership change can commit, and guessing is how data is lost. Only a
+// person restores from a snapshot or forces a new cluster from the most up-to-date member.
+func (p *planner) quorumLost() (step, bool) {
+	voters, healthy := len(p.voters()), p.healthyVoters()
+	if hasQuorum(voters, healthy) {
+		return step{}, false
+	}
+	reason := fmt.Sprintf("quorum lost: %d of %d voters healthy; recover manually (docs: quorum loss runbook)", healthy, voters)
+	return p.hold(reason, reason), true
+}
+
+// 7b. A member whose ordinal the StatefulSet does not reach has no pod: a scale-out was
+// interrupted between adding the member and growing the StatefulSet. Finish it.
+func (p *planner) memberWithoutPod() (step, bool) {
+	top := p.maxMemberOrdinal()
+	if top < p.replicas {
+		return step{}, false
+	}
+	return p.scaleTo(top+1, PodName(p.c.Name, top), fmt.Sprintf("member %s has no pod: growing the StatefulSet to %d", PodName(p.c.Name, top), top+1)), true
+}
+
+// 7c. A learner is promoted once caught up, removed when stuck, waited for otherwise. It is
+// handled before anything else can add a member: etcd allows one learner.
+func (p *planner) learner() (step, bool) {
+	ls := p.learners()
+	if len(ls) == 0 {
+		return step{}, false
+	}
+	l := ls[0]
+	if l.pod != nil && !isTerminating(l.pod) && p.outdated(l.pod) && p.protectivePartition(l.ordinal) <= l.ordinal {
+		// Config update early: the joining member starts from the current spec rather than
+		// being replaced again right after it joined. A learner does not vote: safe.
+		return p.replacePod(l.ordinal, l.name, "learner "+l.name+" runs an outdated pod: recreating it from the current spec"), true
+	}
+	if p.leader != nil && isCaughtUp(l.Member, p.leader.Member) {
+		if !canPromote(len(p.voters()), p.healthyVoters()) {
+			return p.wait(l.name, "learner "+l.name+" caught up, but promoting it now would leave the larger cluster without a healthy quorum", resyncHold), true
+		}
+		return p.runJob(memberJob{verb: verbPromote, member: l.name, id: l.ID}, PromoteLearner, "learner "+l.name+" caught up with the leader"), true
+	}
+	if why := p.stuck(l); why != "" {
+		return p.runJob(memberJob{verb: verbRemove, member: l.name, id: l.ID}, RemoveMember, "learner "+l.name+" is stuck ("+why+"): removing it"), true
+	}
+	progress := "not started"
+	if l.Started() && p.leader != nil {
+		progress = fmt.Sprintf("raft index %d of the leader's %d", l.RaftIndex, p.leader.RaftIndex)
+	}
+	return p.wait(l.name, "learner "+l.name+" catching up ("+progress+")", resyncSoon), true
+}
+
+// 7d. Pods above the highest member hold no member: a scale-in was interrupted between
+// removing the member and shrinking, or a learner was given up. Shrink to the members, but
+// keep the next slot when a member is still to be added there.
+func (p *planner) podWithoutMember() (step, bool) {
+	keep := p.maxMemberOrdinal() + 1
+	if len(p.members) < p.size {
+		keep = max(keep, p.lowestFreeOrdinal()+1)
+	}
+	if p.replicas <= keep {
+		return step{}, false
+	}
+	return p.scaleTo(keep, PodName(p.c.Name, keep), fmt.Sprintf("pods from %s on hold no member: shrinking the StatefulSet to %d", PodName(p.c.Name, keep), keep)), true
+}
+
+// 7e. A failed voter is replaced while quorum holds: a pod running an outdated spec is first
+// recreated from the current one (that alone may fix it, and its volume keeps the data);
+// otherwise leadership is moved away and the member removed. It then has a pod but no member,
+// and scale-out adds it back as a learner with a new incarnation, which starts from an empty
+// data dir. An unhealthy member that may still recover is waited for.
+func (p *planner) failedMember() (step, bool) {
+	var waiting *step
+	voters := p.voters()
+	for i := len(voters) - 1; i >= 0; i-- {
+		m := voters[i]
+		if m.Healthy {
+			continue
+		}
+		why := p.failed(m)
+		if why == "" {
+			if waiting == nil {
+				s := p.wait(m.name, "member "+m.name+" unhealthy: waiting for it to recover", resyncHold)
+				waiting = &s
+			}
+			continue
+		}
+		if p.c.Spec.StorageSpec != nil && m.pod != nil && p.outdated(m.pod) && p.protectivePartition(m.ordinal) <= m.ordinal {
+			return p.replacePod(m.ordinal, m.name, "member "+m.name+" failed ("+why+") on an outdated pod: recreating it from the current spec"), true
+		}
+		if m == p.leader {
+			if s, ok := p.moveLeader(m, "failed member "+m.name+" leads"); ok {
+				return s, true
+			}
+		}
+		if !canRemoveVoter(len(voters), p.healthyVoters()) {
+			return p.wait(m.name, "member "+m.name+" failed ("+why+"), but removing it would leave no healthy quorum", resyncHold), true
+		}
+		return p.runJob(memberJob{verb: verbRemove, member: m.name, id: m.ID}, RemoveMember, "member "+m.name+" failed ("+why+"): removing it to replace it"), true
+	}
+	if waiting != nil {
+		return *waiting, true
+	}
+	return step{}, false
+}
+
+// failed says why an unhealthy member is beyond waiting for, or "".
+func (p *planner) failed(m *member) string {
+	switch {
+	case hasAlarm(m.Member, "CORRUPT"):
+		return "CORRUPT alarm"
+	case m.pod == nil || isTerminating(m.pod):
+		// Its pod is being (re)created; a new pod gets the same volume and identity.
+		return ""
+	case isCrashLooping(m.pod):
+		return "its pod keeps crashing"
+	case p.waitedTooLong(m.name):
+		return "unhealthy for " + stuckAfter.String()
+	}
+	return ""
+}
+
+// stuck says why a learner is beyond waiting for, or "".
+func (p *planner) stuck(l *member) string {
+	switch {
+	case l.pod != nil && isCrashLooping(l.pod):
+		return "its pod keeps crashing"
+	case p.waitedTooLong(l.name):
+		return "not caught up after " + stuckAfter.String()
+	}
+	return ""
+}
+
+// waitedTooLong: the last status already reported waiting on this member, long enough ago.
+func (p *planner) waitedTooLong(name string) bool {
+	a := p.obs.Cluster.Status.Action
+	return a != nil && a.Type == Wait.String() && a.Member == name && !a.Since.IsZero() &&
+		p.obs.Now.Sub(a.Since.Time) >= stuckAfter
+}
+
+// 8. Config drift: a pod whose configuration differs from the spec is rolled, highest
+// outdated ordinal first. Everything is healthy here: the fix phase waited otherwise.
+func (p *planner) configDrift() (step, bool) {
+	for _, pod := range p.pods {
+		if !isTerminating(pod) && p.drifted(pod) {
+			return p.roll("config drift")
+		}
+	}
+	return step{}, false
+}
+
+// 11. Upgrade: only the etcd version differs (Validate allowed the path); rolled like drift.
+func (p *planner) upgrade() (step, bool) {
+	return p.roll("upgrade to " + p.c.Spec.Version)
+}
+
+// roll replaces the highest-ordinal outdated pod: leadership moved away first; with a volume
+// the pod is recreated and the member restarts on its data; without one the member is removed
+// and added back through a learner, because its data would not survive the pod.
+func (p *planner) roll(why string) (step, bool) {
+	target := -1
+	for ord, pod := range p.pods {
+		if !isTerminating(pod) && p.outdated(pod) && ord > target {
+			target = ord
+		}
+	}
+	if target < 0 {
+		return step{}, false
+	}
+	name := PodName(p.c.Name, target)
+	m := p.byOrd[target]
+	if m == nil {
+		// No member lives there: recreating the pod disturbs nobody.
+		return p.replacePod(target, name, why+": recreating "+name+", which holds no member"), true
+	}
+	if m == p.leader && len(p.voters()) > 1 {
+		if s, ok := p.moveLeader(m, why+": "+name+" is next and leads"); ok {
+			return s, true
+		}
+	}
+	voters, others := len(p.voters()), p.healthyVoters()-1
+	if p.c.Spec.StorageSpec == nil {
+		if voters == 1 {
+			reason := why + ": " + name + " is the only member and has no volume; recreating it would lose the data (scale to 3 first)"
+			s := p.wait(name, reason, resyncSteady)
+			s.degraded = reason
+			return s, true
+		}
+		if !canRemoveVoter(voters, others) {
+			return p.wait(name, why+": removing "+name+" would leave no healthy quorum", resyncHold), true
+		}
+		return p.runJob(memberJob{verb: verbRemove, member: name, id: m.ID}, RemoveMember, why+": "+name+" has no volume, so it is removed and added back from the current spec"), true
+	}
+	if !canDisruptVoter(voters, others) {
+		return p.wait(name, why+": recreating "+name+" would leave no healthy quorum", resyncHold), true
+	}
+	return p.replacePod(target, name, why+": recreating "+name+" from the current spec"), true
+}
+
+// 9. Scale out: a learner for the lowest free ordinal; the StatefulSet grows once etcd has it
+// (7b), and it is promoted once caught up (7c).
+func (p *planner) scaleOut() (step, bool) {
+	if len(p.members) >= p.size {
+		return step{}, false
+	}
+	ord := p.lowestFreeOrdinal()
+	name := PodName(p.c.Name, ord)
+	job := memberJob{verb: verbAddLearner, member: name, peerURL: PeerURL(p.c, name, p.cfg.ClusterDomain)}
+	return p.runJob(job, AddLearner, fmt.Sprintf("%d of %d members: adding %s as a learner", len(p.members), p.size, name)), true
+}
+
+// 10. Scale in: the highest member goes, leadership moved away first; the StatefulSet then
+// shrinks (7d).
+func (p *planner) scaleIn() (step, bool) {
+	voters := p.voters()
+	if len(voters) <= p.size {
+		return step{}, false
+	}
+	m := voters[len(voters)-1]
+	why := fmt.Sprintf("%d of %d members", len(voters), p.size)
+	if m == p.leader {
+		if s, ok := p.moveLeader(m, why+": "+m.name+" goes next and leads"); ok {
+			return s, true
+		}
+	}
+	if !canRemoveVoter(len(voters), p.healthyVoters()-1) {
+		return p.wait(m.name, why+": removing "+m.name+" would leave no healthy quorum", resyncHold), true
+	}
+	return p.runJob(memberJob{verb: verbRemove, member: m.name, id: m.ID}, RemoveMember, why+": removing "+m.name), true
+}
+
+// moveLeader hands leadership to the lowest-ordinal healthy voter before the leader's pod or
+// membership is disrupted; false when no voter can take it.
+func (p *planner) moveLeader(from *member, why string) (step, bool) {
+	to := p.leaderTarget(from)
+	if to == nil {
+		return step{}, false
+	}
+	return p.runJob(memberJob{verb: verbMoveLeader, member: to.name, id: to.ID}, MoveLeader, why+": moving leadership to "+to.name), true
+}
+
+// base keeps the StatefulSet as it is, except that outdated pods stay protected.
+func (p *planner) base(a Action, resync float64) step {
+	replicas := p.replicas
+	if p.sts == nil {
+		replicas = p.maxMemberOrdinal() + 1
+	}
+	return step{action: a, replicas: replicas, partition: p.protectivePartition(-1), resync: resync}
+}
+
+func (p *planner) wait(member, reason string, resync float64) step {
+	return p.base(Action{Type: Wait, Member: member, Reason: reason}, resync)
+}
+
+func (p *planner) scaleTo(replicas int, member, reason string) step {
+	s := p.base(Action{Type: ScaleStatefulSet, Member: member, Reason: reason}, resyncSoon)
+	s.replicas = replicas
+	return s
+}
+
+// replacePod lowers the partition to ord, so the StatefulSet recreates that pod, and only
+// that one, from the current template.
+func (p *planner) replacePod(ord int, member, reason string) step {
+	s := p.base(Action{Type: ReplacePod, Member: member, Reason: reason}, resyncSoon)
+	s.partition = ord
+	return s
+}
+
+// runJob starts a member Job. Its endpoints are every voter's client URL: stable while the
+// membership is, so a replayed sync renders the same Job under the same name.
+func (p *planner) runJob(j memberJob, t ActionType, reason string) step {
+	for _, m := range p.voters() {
+		j.endpoints = append(j.endpoints, ClientURL(p.c, m.name, p.cfg.ClusterDomain))
+	}
+	j.attempt = p.attemptFor(j)
+	s := p.base(Action{Type: t, Member: j.member, Reason: reason}, resyncSoon)
+	s.job = &j
+	return s
+}
+
+// attemptFor numbers a Job among the failed attempts of the same step: from a failed Job
+// dropped in this sync, else from the last status when it reported the same step.
+func (p *planner) attemptFor(j memberJob) int {
+	if p.retry == j.verb+"/"+j.member {
+		return p.failures
+	}
+	if a := p.obs.Cluster.Status.Action; a != nil && a.Member == j.member && a.Type == actionOfVerb(j.verb).String() {
+		return int(p.obs.Cluster.Status.JobFailures)
+	}
+	return 0
+}
+
+func actionOfVerb(verb string) ActionType {
+	switch verb {
+	case verbAddLearner:
+		return AddLearner
+	case verbPromote:
+		return PromoteLearner
+	case verbRemove:
+		return RemoveMember
+	}
+	return MoveLeader
 }

@@ -1,0 +1,149 @@
+package sync
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+)
+
+// LabelAttempt on a member Job counts earlier failed Jobs for the same step;
+// AnnotationMemberID names the member a promote, remove or move-leader Job acts on, so its
+// effect can be checked against the membership.
+const (
+	LabelAttempt       = "etcdops.dev/attempt"
+	AnnotationMemberID = "etcdops.dev/member-id"
+)
+
+// Member Job settings.
+const (
+	jobBackoffLimit = 2
+	jobDeadline     = 300 // seconds
+	// maxJobAttempts failed Jobs for one step stop the retries: the cluster is reported
+	// Degraded and waits for a person (deleting the failed Job runs it once more).
+	maxJobAttempts = 5
+	jobBackoffBase = 10 * time.Second
+	jobBackoffMax  = 5 * time.Minute
+	toolName       = "/etcdops-member"
+)
+
+// Member tool subcommands, which are also the etcdops.dev/action label values.
+const (
+	verbAddLearner = "add-learner"
+	verbPromote    = "promote"
+	verbRemove     = "remove"
+	verbMoveLeader = "move-leader"
+)
+
+// memberJob is one membership change for the member tool to run.
+type memberJob struct {
+	verb      string
+	member    string // pod name the change is about; for move-leader the new leader
+	peerURL   string // add-learner
+	id        uint64 // promote, remove, move-leader
+	endpoints []string
+	attempt   int
+}
+
+// args is the member tool's command line (docs/architecture.md).
+func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
+	args := []string{toolName, j.verb, "--endpoints=" + strings.Join(j.endpoints, ","), "--member=" + j.member}
+	if j.peerURL != "" {
+		args = append(args, "--peer-url="+j.peerURL)
+	}
+	if j.verb != verbAddLearner {
+		args = append(args, fmt.Sprintf("--id=%x", j.id))
+	}
+	if clientTLS(c) {
+		args = append(args, "--cacert="+ClientTLSDir+"/ca.crt", "--cert="+ClientTLSDir+"/tls.crt", "--key="+ClientTLSDir+"/tls.key")
+	}
+	return args
+}
+
+// render builds the Job. Its name ends in a hash of everything in it, so a Job is never
+// changed under its name: a different step, target or attempt is a different Job.
+func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
+	labels := commonLabels(c)
+	labels[LabelAction] = j.verb
+	labels[LabelMember] = j.member
+	labels[LabelAttempt] = strconv.Itoa(j.attempt)
+	podLabels := map[string]string{LabelCluster: c.Name, LabelAction: j.verb, LabelMember: j.member}
+
+	container := corev1ac.Container().
+		WithName("member").
+		WithImage(cfg.ToolImage).
+		WithCommand(j.args(c)...)
+	spec := corev1ac.PodSpec().WithRestartPolicy(corev1.RestartPolicyNever)
+	if clientTLS(c) {
+		container = container.WithVolumeMounts(corev1ac.VolumeMount().WithName("client-tls").WithMountPath(ClientTLSDir).WithReadOnly(true))
+		spec = spec.WithVolumes(corev1ac.Volume().WithName("client-tls").WithSecret(corev1ac.SecretVolumeSource().WithSecretName(c.Spec.TLS.ClientSecret)))
+	}
+	// No TTL: the planner drops the Job itself once membership shows its effect, and a Job
+	// deleted by TTL while still returned would be created again.
+	jobSpec := batchv1ac.JobSpec().
+		WithBackoffLimit(jobBackoffLimit).
+		WithActiveDeadlineSeconds(jobDeadline).
+		WithTemplate(corev1ac.PodTemplateSpec().WithLabels(podLabels).WithSpec(spec.WithContainers(container)))
+	hash := shortHash([]any{labels, j.id, jobSpec})
+	name := fmt.Sprintf("%s-%s-%s", c.Name, j.verb, j.member)
+	// Job names become pod label values (at most 63 characters); the hash keeps a shortened
+	// name unique.
+	if len(name) > 52 {
+		name = name[:52]
+	}
+	name += "-" + hash
+	job := batchv1ac.Job(name, c.Namespace).WithLabels(labels).WithSpec(jobSpec)
+	if j.verb != verbAddLearner {
+		job = job.WithAnnotations(map[string]string{AnnotationMemberID: fmt.Sprintf("%x", j.id)})
+	}
+	return Child{APIVersion: "batch/v1", Kind: "Job", Name: name, Object: job}
+}
+
+// jobState is where an observed Job stands.
+type jobState int
+
+const (
+	jobRunning jobState = iota
+	jobSucceeded
+	jobFailed
+)
+
+func stateOf(j *batchv1.Job) (jobState, time.Time) {
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return jobSucceeded, c.LastTransitionTime.Time
+		case batchv1.JobFailed:
+			return jobFailed, c.LastTransitionTime.Time
+		}
+	}
+	return jobRunning, time.Time{}
+}
+
+// attemptOf reads a Job's attempt label; a missing one counts as the first attempt.
+func attemptOf(j *batchv1.Job) int {
+	n, err := strconv.Atoi(j.Labels[LabelAttempt])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// jobBackoff is how long to wait after the attempt-th failure before trying again.
+func jobBackoff(attempt int) time.Duration {
+	d := jobBackoffBase
+	for i := 0; i < attempt && d < jobBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, jobBackoffMax)
+}

@@ -1,0 +1,90 @@
+package sync
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"etcdops.dev/etcdops/etcdstate"
+)
+
+// Thresholds of the health judgements.
+const (
+	// crashRestarts: a pod whose etcd container restarted this often without becoming ready
+	// is failing, not starting.
+	crashRestarts = 3
+	// stuckAfter: a member that has been waited on this long is given up on and replaced (a
+	// voter) or removed (a learner).
+	stuckAfter = 10 * time.Minute
+	// learnerReadyPercent: a learner whose raft index is within this share of the leader's
+	// is caught up; etcd refuses promotion below 90%.
+	learnerReadyPercent = 90
+)
+
+// canRemoveVoter: the voters left after removing one must still have a quorum of healthy
+// members among them. healthyOthers counts healthy voters other than the one removed.
+func canRemoveVoter(voters, healthyOthers int) bool {
+	return voters > 1 && healthyOthers >= etcdstate.Quorum(voters-1)
+}
+
+// canDisruptVoter: taking one healthy voter down (its pod is replaced) keeps quorum among the
+// others. A one-member cluster has no redundancy: its only pod may go down, the data stays on
+// its volume.
+func canDisruptVoter(voters, healthyOthers int) bool {
+	return voters == 1 || healthyOthers >= etcdstate.Quorum(voters)
+}
+
+// canPromote: after promotion the learner votes too, so the healthy voters plus the learner
+// must make a quorum of the larger voter set.
+func canPromote(voters, healthyVoters int) bool {
+	return healthyVoters+1 >= etcdstate.Quorum(voters+1)
+}
+
+// hasQuorum: enough healthy voters for a change to commit.
+func hasQuorum(voters, healthyVoters int) bool {
+	return voters > 0 && healthyVoters >= etcdstate.Quorum(voters)
+}
+
+// isCaughtUp: the learner answered and its raft index is close enough to the leader's that
+// etcd will promote it.
+func isCaughtUp(learner, leader etcdstate.Member) bool {
+	if !learner.Reachable || !learner.Healthy || leader.RaftIndex == 0 {
+		return false
+	}
+	return learner.RaftIndex*100 >= leader.RaftIndex*learnerReadyPercent
+}
+
+// hasAlarm reports whether the member raised alarm (e.g. "CORRUPT", "NOSPACE").
+func hasAlarm(m etcdstate.Member, alarm string) bool {
+	for _, a := range m.Alarms {
+		if a == alarm {
+			return true
+		}
+	}
+	return false
+}
+
+func isTerminating(p *corev1.Pod) bool { return p.DeletionTimestamp != nil }
+
+func isReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// isCrashLooping: the etcd container keeps restarting and never became ready; waiting longer
+// will not help.
+func isCrashLooping(p *corev1.Pod) bool {
+	if isReady(p) {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == "etcd" && cs.RestartCount >= crashRestarts {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,165 @@
+package sync
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+)
+
+// Status never churns: the same observation gives the same status. Times come from
+// Observed.Now and are carried over from the last status while nothing changed (an action's
+// Since while its type and member stay; a condition's LastTransitionTime while its status
+// stays).
+
+// newStatus starts from what the last status knew of etcd and reports the action.
+func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a Action, failures int) v1alpha1.EtcdClusterStatus {
+	prev := obs.Cluster.Status
+	since := metav1.NewTime(obs.Now)
+	if p := prev.Action; p != nil && p.Type == a.Type.String() && p.Member == a.Member && !p.Since.IsZero() {
+		since = p.Since
+	}
+	return v1alpha1.EtcdClusterStatus{
+		Phase:          phase,
+		ReadyMembers:   prev.ReadyMembers,
+		Members:        prev.Members,
+		Leader:         prev.Leader,
+		ClusterID:      prev.ClusterID,
+		CurrentVersion: prev.CurrentVersion,
+		Action:         &v1alpha1.Action{Type: a.Type.String(), Member: a.Member, Reason: a.Reason, Since: since},
+		JobFailures:    int32(failures),
+	}
+}
+
+// setCondition sets one condition, keeping its transition time while its status stays.
+func setCondition(st *v1alpha1.EtcdClusterStatus, obs *Observed, c *v1alpha1.EtcdCluster, typ string, on bool, reason, msg string) {
+	cond := metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: c.Generation, LastTransitionTime: metav1.NewTime(obs.Now)}
+	if on {
+		cond.Status = metav1.ConditionTrue
+	}
+	setConditionValue(st, obs, cond)
+}
+
+func setConditionValue(st *v1alpha1.EtcdClusterStatus, obs *Observed, cond metav1.Condition) {
+	for _, p := range obs.Cluster.Status.Conditions {
+		if p.Type == cond.Type && p.Status == cond.Status && !p.LastTransitionTime.IsZero() {
+			cond.LastTransitionTime = p.LastTransitionTime
+		}
+	}
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == cond.Type {
+			st.Conditions[i] = cond
+			return
+		}
+	}
+	st.Conditions = append(st.Conditions, cond)
+}
+
+// status reports a step over a view: membership as etcd has it, and the three conditions.
+func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
+	asked := v.obs.Etcd.Asked && len(v.members) > 0
+	voters, healthy := len(v.voters()), v.healthyVoters()
+	var unhealthy []string
+	for _, m := range v.members {
+		if !m.Healthy {
+			unhealthy = append(unhealthy, m.name)
+		}
+	}
+
+	phase := v1alpha1.PhaseRunning
+	prev := v.obs.Cluster.Status.Phase
+	switch {
+	case !asked && v.obs.Cluster.Status.ClusterID == "":
+		phase = v1alpha1.PhaseCreating
+	case !asked || !hasQuorum(voters, healthy):
+		phase = v1alpha1.PhaseUnavailable
+	case s.degraded != "" || len(unhealthy) > 0 && (prev != v1alpha1.PhaseCreating || s.action.Type == Hold):
+		phase = v1alpha1.PhaseDegraded
+	case (prev == v1alpha1.PhaseCreating || prev == "") && voters < v.size:
+		// Still growing to its first full size.
+		phase = v1alpha1.PhaseCreating
+	}
+	st := newStatus(v.obs, v.c, phase, s.action, 0)
+	if len(s.keep) > 0 {
+		st.JobFailures = int32(attemptOf(s.keep[0]))
+		if state, _ := stateOf(s.keep[0]); state == jobFailed {
+			st.JobFailures++
+		}
+	} else if s.job != nil {
+		st.JobFailures = int32(s.job.attempt)
+	}
+
+	if asked {
+		st.Members = nil
+		for _, m := range v.members {
+			st.Members = append(st.Members, v1alpha1.MemberStatus{
+				Name: m.name, ID: fmt.Sprintf("%x", m.ID), Ordinal: int32(m.ordinal),
+				IsLearner: m.IsLearner, IsLeader: m.IsLeader, Healthy: m.Healthy,
+				Version: v1alpha1.NormalizeVersion(m.Version),
+			})
+		}
+		st.ReadyMembers = int32(healthy)
+		st.Leader = ""
+		if v.leader != nil {
+			st.Leader = v.leader.name
+		}
+		st.ClusterID = fmt.Sprintf("%x", v.obs.Etcd.ClusterID)
+		if low := lowestVersion(v.members); low != "" {
+			st.CurrentVersion = low
+		}
+	}
+
+	switch {
+	case !asked:
+		setConditionValue(&st, v.obs, metav1.Condition{Type: v1alpha1.ConditionAvailable, Status: metav1.ConditionUnknown, Reason: "EtcdUnknown", Message: s.action.Reason, ObservedGeneration: v.c.Generation, LastTransitionTime: metav1.NewTime(v.obs.Now)})
+	case hasQuorum(voters, healthy):
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, true, "QuorumHealthy", fmt.Sprintf("%d of %d voters healthy", healthy, voters))
+	default:
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, false, "QuorumLost", fmt.Sprintf("%d of %d voters healthy", healthy, voters))
+	}
+	switch s.action.Type {
+	case Steady, Hold:
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionProgressing, false, s.action.Type.String(), s.action.Reason)
+	default:
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionProgressing, true, s.action.Type.String(), s.action.Reason)
+	}
+	switch {
+	case s.degraded != "":
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, "ActionBlocked", s.degraded)
+	case asked && len(unhealthy) > 0:
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, "MemberUnhealthy", "unhealthy: "+strings.Join(unhealthy, ", "))
+	default:
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, false, "Healthy", "no unhealthy member seen")
+	}
+	return st
+}
+
+// lowestVersion is the lowest etcd version the answering members report, "v"-prefixed.
+func lowestVersion(ms []*member) string {
+	low := ""
+	for _, m := range ms {
+		if m.Version != "" && (low == "" || versionLess(m.Version, low)) {
+			low = m.Version
+		}
+	}
+	return v1alpha1.NormalizeVersion(low)
+}
+
+// versionLess compares dotted release numbers field by field; etcd reports "3.6.5".
+func versionLess(a, b string) bool {
+	as, bs := strings.Split(strings.TrimPrefix(a, "v"), "."), strings.Split(strings.TrimPrefix(b, "v"), ".")
+	for i := 0; i < len(as) && i < len(bs); i++ {
+		x, errX := strconv.Atoi(as[i])
+		y, errY := strconv.Atoi(bs[i])
+		if errX != nil || errY != nil {
+			return as[i] < bs[i]
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return len(as) < len(bs)
+}

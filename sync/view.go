@@ -1,0 +1,193 @@
+package sync
+
+import (
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
+)
+
+// view is one observation partitioned into role-named parts, built once so that each phase
+// reads like the workflow and stays short.
+type view struct {
+	cfg  Config
+	obs  *Observed
+	c    *v1alpha1.EtcdCluster // defaulted
+	size int
+	spec podSpec // the pod template the spec asks for now
+
+	pods    map[int]*corev1.Pod // the cluster's pods by ordinal
+	members []*member           // etcd members by ordinal
+	byOrd   map[int]*member
+	// stranger is a member whose name or peer URL is not one of this cluster's ordinals.
+	stranger string
+	leader   *member
+
+	sts       *appsv1.StatefulSet // observed; nil when missing
+	replicas  int                 // observed StatefulSet replicas
+	partition int                 // observed StatefulSet partition
+	ledger    ledger              // observed, from the join ConfigMap
+	jobs      []*batchv1.Job      // the cluster's member Jobs
+}
+
+// member is an etcd member with its ordinal and pod.
+type member struct {
+	etcdstate.Member
+	ordinal int
+	name    string      // pod name, also for a member that has not started
+	pod     *corev1.Pod // nil when the pod does not exist
+}
+
+func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
+	v := &view{
+		cfg:    cfg,
+		obs:    obs,
+		c:      c,
+		size:   int(*c.Spec.Size),
+		spec:   renderPodSpec(cfg, c),
+		pods:   map[int]*corev1.Pod{},
+		byOrd:  map[int]*member{},
+		ledger: ledger{},
+	}
+	for i := range obs.Pods {
+		if ord, ok := ownPod(c, &obs.Pods[i]); ok {
+			v.pods[ord] = &obs.Pods[i]
+		}
+	}
+	for _, m := range obs.Etcd.Members {
+		ord, ok := v.memberOrdinal(m)
+		if !ok || v.byOrd[ord] != nil {
+			v.stranger = fmt.Sprintf("member %x (name %q, peer URLs %v)", m.ID, m.Name, m.PeerURLs)
+			continue
+		}
+		mm := &member{Member: m, ordinal: ord, name: PodName(c.Name, ord), pod: v.pods[ord]}
+		v.byOrd[ord] = mm
+		v.members = append(v.members, mm)
+		if m.IsLeader {
+			v.leader = mm
+		}
+	}
+	sort.Slice(v.members, func(i, j int) bool { return v.members[i].ordinal < v.members[j].ordinal })
+	for i := range obs.Children.StatefulSets {
+		if s := &obs.Children.StatefulSets[i]; s.Name == StatefulSetName(c.Name) {
+			v.sts = s
+			if s.Spec.Replicas != nil {
+				v.replicas = int(*s.Spec.Replicas)
+			}
+			if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+				v.partition = int(*ru.Partition)
+			}
+		}
+	}
+	for i := range obs.Children.ConfigMaps {
+		if cm := &obs.Children.ConfigMaps[i]; cm.Name == JoinConfigMapName(c.Name) {
+			v.ledger = decodeLedger(cm.Annotations[AnnotationLedger])
+		}
+	}
+	for i := range obs.Children.Jobs {
+		if j := &obs.Children.Jobs[i]; j.Labels[LabelCluster] == c.Name && j.Labels[LabelAction] != "" {
+			v.jobs = append(v.jobs, j)
+		}
+	}
+	sort.Slice(v.jobs, func(i, j int) bool { return v.jobs[i].Name < v.jobs[j].Name })
+	return v
+}
+
+// memberOrdinal finds a member's ordinal by its name, or by its peer URL for a member that
+// was added but has not started (etcd learns the name on start).
+func (v *view) memberOrdinal(m etcdstate.Member) (int, bool) {
+	if m.Started() {
+		return Ordinal(v.c.Name, m.Name)
+	}
+	for _, p := range m.PeerURLs {
+		u, err := url.Parse(p)
+		if err != nil {
+			continue
+		}
+		pod, rest, _ := strings.Cut(u.Hostname(), ".")
+		ord, ok := Ordinal(v.c.Name, pod)
+		if ok && rest == strings.TrimPrefix(MemberHost(v.c, pod, v.cfg.ClusterDomain), pod+".") {
+			return ord, true
+		}
+	}
+	return 0, false
+}
+
+// voters are the members that vote, learners those that do not.
+func (v *view) voters() []*member   { return v.filter(func(m *member) bool { return !m.IsLearner }) }
+func (v *view) learners() []*member { return v.filter(func(m *member) bool { return m.IsLearner }) }
+
+// healthyVoters counts the voters that answered healthy.
+func (v *view) healthyVoters() int {
+	return len(v.filter(func(m *member) bool { return !m.IsLearner && m.Healthy }))
+}
+
+func (v *view) filter(keep func(*member) bool) []*member {
+	var out []*member
+	for _, m := range v.members {
+		if keep(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// maxMemberOrdinal is the highest ordinal holding a member, -1 with no members.
+func (v *view) maxMemberOrdinal() int {
+	if len(v.members) == 0 {
+		return -1
+	}
+	return v.members[len(v.members)-1].ordinal
+}
+
+// lowestFreeOrdinal is where the next member goes: gaps are filled first, so ordinals stay
+// contiguous without ever renumbering a running member.
+func (v *view) lowestFreeOrdinal() int {
+	for i := 0; ; i++ {
+		if v.byOrd[i] == nil {
+			return i
+		}
+	}
+}
+
+// outdated reports whether a pod runs a template other than the one the spec asks for now.
+func (v *view) outdated(p *corev1.Pod) bool {
+	return p.Annotations[AnnotationSpecHash] != v.spec.specHash
+}
+
+// drifted reports whether a pod's configuration, not counting the etcd version, differs.
+func (v *view) drifted(p *corev1.Pod) bool {
+	return p.Annotations[AnnotationConfigHash] != v.spec.configHash
+}
+
+// protectivePartition keeps every live outdated pod other than except on its old template:
+// the StatefulSet only replaces pods at or above the partition, and the planner replaces
+// them one at a time. A pod that is gone or going is recreated from the current template.
+func (v *view) protectivePartition(except int) int {
+	partition := 0
+	for ord, p := range v.pods {
+		if ord != except && !isTerminating(p) && v.outdated(p) && ord+1 > partition {
+			partition = ord + 1
+		}
+	}
+	return partition
+}
+
+// leaderTarget is where leadership goes before the leader's pod is disrupted: the lowest
+// ordinal healthy started voter other than the leader, because higher ordinals are replaced
+// and removed first.
+func (v *view) leaderTarget(leaving *member) *member {
+	for _, m := range v.members {
+		if m != leaving && !m.IsLearner && m.Healthy && m.Started() {
+			return m
+		}
+	}
+	return nil
+}
