@@ -1,0 +1,288 @@
+// Package membertool is the etcdops-member command line, importable so that tests and the
+// end-to-end harness run it in-process. Run takes the arguments after the program name.
+//
+// Exit codes: 0 done or already done; 1 not done yet, retryable (including a launch that
+// waits for its join state); 2 bad usage; 3 refused, retrying will not help until the
+// cluster changes.
+package membertool
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"etcdops.dev/etcdops/launcher"
+	"etcdops.dev/etcdops/membership"
+)
+
+// Exit codes of Run.
+const (
+	ExitOK        = 0
+	ExitRetryable = 1
+	ExitUsage     = 2
+	ExitRefused   = 3
+)
+
+const usage = `usage: etcdops-member <command> [flags]
+
+commands:
+  add-learner --endpoints=URL[,URL] --member=POD --peer-url=URL
+  promote     --endpoints=URL[,URL] --member=POD --id=HEX
+  remove      --endpoints=URL[,URL] --member=POD --id=HEX
+  move-leader --endpoints=URL[,URL] --member=POD --id=HEX
+      common: --cacert=FILE --cert=FILE --key=FILE --timeout=30s
+  install --to=PATH
+  launch --join-state=FILE --name=POD --data-dir=DIR --etcd=PATH -- <etcd flags>
+`
+
+// retryEvery spaces attempts of an operation that failed retryably within --timeout.
+const retryEvery = 500 * time.Millisecond
+
+// Run runs one command and returns the process exit code. Results go to stdout, one line;
+// reasons for failure to stderr, one line.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "add-learner", "promote", "remove", "move-leader":
+		return runOperation(ctx, cmd, rest, stdout, stderr)
+	case "install":
+		return runInstall(rest, stdout, stderr)
+	case "launch":
+		return runLaunch(rest, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "unknown command %q\n%s", cmd, usage)
+	return ExitUsage
+}
+
+// operationFlags are the flags of the membership commands.
+type operationFlags struct {
+	endpoints, member, peerURL, id string
+	cacert, cert, key              string
+	timeout                        time.Duration
+}
+
+// parseOperation parses a membership command's flags; the caller prints the error, on one line.
+func parseOperation(cmd string, args []string) (operationFlags, error) {
+	var f operationFlags
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&f.endpoints, "endpoints", "", "client URLs of voters, comma-separated")
+	fs.StringVar(&f.member, "member", "", "pod name of the member")
+	fs.StringVar(&f.cacert, "cacert", "", "CA certificate file (PEM)")
+	fs.StringVar(&f.cert, "cert", "", "client certificate file (PEM)")
+	fs.StringVar(&f.key, "key", "", "client key file (PEM)")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long, retrying what is retryable")
+	if cmd == "add-learner" {
+		fs.StringVar(&f.peerURL, "peer-url", "", "peer URL of the new member")
+	} else {
+		fs.StringVar(&f.id, "id", "", "member ID in hex")
+	}
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return f, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case f.endpoints == "" || f.member == "":
+		return f, errors.New("--endpoints and --member are required")
+	case cmd == "add-learner" && f.peerURL == "":
+		return f, errors.New("--peer-url is required")
+	case cmd != "add-learner" && f.id == "":
+		return f, errors.New("--id is required")
+	}
+	return f, nil
+}
+
+// tls reads the TLS files; nil when the endpoints are plain HTTP and no file is given.
+func (f operationFlags) tls() (*membership.TLS, error) {
+	if f.cacert == "" && f.cert == "" && f.key == "" && !strings.Contains(f.endpoints, "https://") {
+		return nil, nil
+	}
+	var t membership.TLS
+	for _, file := range []struct {
+		path string
+		into *[]byte
+	}{{f.cacert, &t.CA}, {f.cert, &t.Cert}, {f.key, &t.Key}} {
+		if file.path == "" {
+			continue
+		}
+		b, err := os.ReadFile(file.path)
+		if err != nil {
+			return nil, err
+		}
+		*file.into = b
+	}
+	return &t, nil
+}
+
+func runOperation(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
+	f, err := parseOperation(cmd, args)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+		return ExitUsage
+	}
+	var id uint64
+	if f.id != "" {
+		if id, err = strconv.ParseUint(f.id, 16, 64); err != nil {
+			fmt.Fprintf(stderr, "%s: --id %q is not a hex member ID\n", cmd, f.id)
+			return ExitUsage
+		}
+	}
+	t, err := f.tls()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s %s: %v\n", cmd, f.member, err)
+		return ExitUsage
+	}
+	op, err := membership.Dial(strings.Split(f.endpoints, ","), t)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s %s: %v\n", cmd, f.member, err)
+		return ExitUsage
+	}
+	defer op.Close()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+
+	attempt := func() (string, error) {
+		switch cmd {
+		case "add-learner":
+			m, out, err := op.AddLearner(ctx, f.member, f.peerURL)
+			return fmt.Sprintf("%v (id %x)", out, m.ID), err
+		case "promote":
+			out, err := op.Promote(ctx, f.member, id)
+			return out.String(), err
+		case "remove":
+			out, err := op.Remove(ctx, f.member, id)
+			return out.String(), err
+		default:
+			out, err := op.MoveLeader(ctx, f.member, id)
+			return out.String(), err
+		}
+	}
+	for {
+		result, err := attempt()
+		switch {
+		case err == nil:
+			fmt.Fprintf(stdout, "%s %s: %s\n", cmd, f.member, result)
+			return ExitOK
+		case errors.Is(err, membership.ErrRefused):
+			fmt.Fprintf(stderr, "%s %s: %v\n", cmd, f.member, err)
+			return ExitRefused
+		case !errors.Is(err, membership.ErrRetryable):
+			fmt.Fprintf(stderr, "%s %s: %v\n", cmd, f.member, err)
+			return ExitRetryable
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(stderr, "%s %s: %v (gave up after %v)\n", cmd, f.member, err, f.timeout)
+			return ExitRetryable
+		case <-time.After(retryEvery):
+		}
+	}
+}
+
+// runInstall copies this executable to --to: distroless images have no cp, and the etcd
+// image has no shell, so the init container copies the tool into a shared volume this way.
+func runInstall(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("install", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	to := fs.String("to", "", "path to copy this executable to")
+	if err := fs.Parse(args); err != nil || *to == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "install: --to=PATH is required")
+		return ExitUsage
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "install: %v\n", err)
+		return ExitRetryable
+	}
+	if err := copyExecutable(self, *to); err != nil {
+		fmt.Fprintf(stderr, "install: %v\n", err)
+		return ExitRetryable
+	}
+	fmt.Fprintf(stdout, "install: copied %s to %s\n", self, *to)
+	return ExitOK
+}
+
+// copyExecutable writes src to dst beside it first and renames it into place, so dst is
+// never a half-written executable.
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), filepath.Base(dst)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
+
+// LaunchArgv does everything launch does short of exec: it parses launch's arguments,
+// inspects the volume, wipes a stale data dir, records the incarnation and returns etcd's
+// argv (argv[0] is the --etcd path). When the pod must not start, argv is nil and the
+// decision says why. The end-to-end harness runs the argv in an embedded etcd instead.
+func LaunchArgv(args []string) ([]string, launcher.Decision, error) {
+	fs := flag.NewFlagSet("launch", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o launcher.Options
+	fs.StringVar(&o.JoinState, "join-state", "/etc/etcdops/join/join-state.json", "mounted join state file")
+	fs.StringVar(&o.Name, "name", "", "pod name, which is the member name")
+	fs.StringVar(&o.DataDir, "data-dir", "/var/lib/etcd/data", "etcd data dir; the incarnation marker lives beside it")
+	fs.StringVar(&o.Etcd, "etcd", "/usr/local/bin/etcd", "etcd executable")
+	if err := fs.Parse(args); err != nil {
+		return nil, launcher.Decision{}, err
+	}
+	o.Static = fs.Args()
+	return launcher.Prepare(o)
+}
+
+func runLaunch(args []string, stderr io.Writer) int {
+	argv, d, err := LaunchArgv(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "launch: %v\n", err)
+		return ExitUsage
+	}
+	switch d.Kind {
+	case launcher.Wait:
+		fmt.Fprintf(stderr, "launch: wait: %s\n", d.Reason)
+		return ExitRetryable
+	case launcher.Refuse:
+		fmt.Fprintf(stderr, "launch: refuse: %s\n", d.Reason)
+		return ExitRefused
+	}
+	fmt.Fprintf(stderr, "launch: %s (incarnation %d)\n", d.Reason, d.Incarnation)
+	err = syscall.Exec(argv[0], argv, os.Environ())
+	fmt.Fprintf(stderr, "launch: exec %s: %v\n", argv[0], err)
+	return ExitRetryable
+}

@@ -1,0 +1,212 @@
+package membertool
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"etcdops.dev/etcdops/joinstate"
+	"etcdops.dev/etcdops/launcher"
+)
+
+func freeURL(t *testing.T) url.URL {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return url.URL{Scheme: "http", Host: l.Addr().String()}
+}
+
+// startSeed starts a one-member etcd on loopback and returns its client URL and member ID.
+func startSeed(t *testing.T) (string, uint64) {
+	t.Helper()
+	peer, client := freeURL(t), freeURL(t)
+	cfg := embed.NewConfig()
+	cfg.Name = "e-0"
+	cfg.Dir = t.TempDir()
+	cfg.TickMs, cfg.ElectionMs = 20, 200
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenMetricsUrls = nil
+	cfg.InitialCluster = "e-0=" + peer.String()
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.Server.HardStop()
+		e.Close()
+	})
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(20 * time.Second):
+		t.Fatal("etcd not ready after 20s")
+	}
+	return client.String(), uint64(e.Server.MemberID())
+}
+
+// run runs the tool in-process and returns its exit code and output.
+func run(args ...string) (int, string, string) {
+	var stdout, stderr bytes.Buffer
+	code := Run(context.Background(), args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// oneLine fails unless s is exactly one line containing want.
+func oneLine(t *testing.T, what, s, want string) {
+	t.Helper()
+	if strings.Count(s, "\n") != 1 || !strings.Contains(s, want) {
+		t.Errorf("%s: want one line containing %q, got %q", what, want, s)
+	}
+}
+
+func TestMembershipCommands(t *testing.T) {
+	endpoint, seedID := startSeed(t)
+	common := []string{"--endpoints=" + endpoint, "--timeout=2s"}
+	with := func(cmd string, args ...string) []string { return append(append([]string{cmd}, common...), args...) }
+	learnerURL := freeURL(t)
+	learnerPeer := learnerURL.String()
+
+	code, out, errOut := run(with("add-learner", "--member=e-1", "--peer-url="+learnerPeer)...)
+	if code != ExitOK {
+		t.Fatalf("add-learner: exit %d: %s", code, errOut)
+	}
+	oneLine(t, "add-learner", out, ": done (id ")
+	id := out[strings.Index(out, "(id ")+4 : strings.Index(out, ")")]
+
+	code, out, _ = run(with("add-learner", "--member=e-1", "--peer-url="+learnerPeer)...)
+	if code != ExitOK {
+		t.Fatalf("add-learner again: exit %d", code)
+	}
+	oneLine(t, "add-learner again", out, "already done (id "+id+")")
+
+	// The learner never starts, so it never catches up: retried until --timeout, then 1.
+	start := time.Now()
+	code, _, errOut = run(with("promote", "--member=e-1", "--id="+id)...)
+	if code != ExitRetryable || time.Since(start) > 5*time.Second {
+		t.Fatalf("promote of a learner that never started: exit %d after %v", code, time.Since(start))
+	}
+	oneLine(t, "promote", errOut, "not caught up")
+
+	otherURL := freeURL(t)
+	code, _, errOut = run(with("add-learner", "--member=e-2", "--peer-url="+otherURL.String())...)
+	if code != ExitRefused {
+		t.Fatalf("second learner: exit %d, want refused", code)
+	}
+	oneLine(t, "second learner", errOut, "refused")
+
+	for _, want := range []string{"done", "already done"} {
+		code, out, errOut = run(with("remove", "--member=e-1", "--id="+id)...)
+		if code != ExitOK {
+			t.Fatalf("remove: exit %d: %s", code, errOut)
+		}
+		oneLine(t, "remove", out, ": "+want)
+	}
+
+	seed := strconv.FormatUint(seedID, 16)
+	code, out, _ = run(with("move-leader", "--member=e-0", "--id="+seed)...)
+	if code != ExitOK {
+		t.Fatalf("move-leader to the leader: exit %d", code)
+	}
+	oneLine(t, "move-leader", out, "already done")
+
+	code, _, errOut = run(with("remove", "--member=e-0", "--id="+seed)...)
+	if code != ExitRefused {
+		t.Fatalf("remove the last voter: exit %d", code)
+	}
+	oneLine(t, "remove the last voter", errOut, "refused")
+}
+
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{
+		nil,
+		{"frobnicate"},
+		{"promote", "--endpoints=http://127.0.0.1:1", "--member=e-1"},
+		{"promote", "--endpoints=http://127.0.0.1:1", "--member=e-1", "--id=xyz"},
+		{"add-learner", "--endpoints=http://127.0.0.1:1", "--member=e-1", "--id=1"},
+		{"install"},
+		{"launch", "--name=e-0", "--", "--name=other"},
+	} {
+		if code, _, _ := run(args...); code != ExitUsage {
+			t.Errorf("%q: exit %d, want %d", args, code, ExitUsage)
+		}
+	}
+}
+
+func TestInstall(t *testing.T) {
+	to := filepath.Join(t.TempDir(), "opt", "etcdops", "etcdops-member")
+	code, _, errOut := run("install", "--to="+to)
+	if code != ExitOK {
+		t.Fatalf("install: exit %d: %s", code, errOut)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) || info.Mode().Perm()&0o111 == 0 {
+		t.Fatalf("installed copy differs (%v) or is not executable (%v)", !bytes.Equal(got, want), info.Mode())
+	}
+}
+
+func TestLaunch(t *testing.T) {
+	dir := t.TempDir()
+	joinFile := filepath.Join(dir, "join-state.json")
+	dataDir := filepath.Join(dir, "volume", "data")
+	args := []string{"--join-state=" + joinFile, "--name=e-1", "--data-dir=" + dataDir, "--etcd=/usr/local/bin/etcd", "--", "--listen-client-urls=http://0.0.0.0:2379"}
+
+	// Not in the join state: exit 1 so that the kubelet restarts the pod; nothing is exec'd.
+	state := joinstate.State{Token: "t", ClusterState: joinstate.StateExisting, Members: []joinstate.Member{{Name: "e-0", PeerURL: "http://e-0:2380", Incarnation: 1, Established: true}}}
+	if err := os.WriteFile(joinFile, []byte(joinstate.Encode(state)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(append([]string{"launch"}, args...)...)
+	if code != ExitRetryable {
+		t.Fatalf("launch before the join state lists the member: exit %d", code)
+	}
+	oneLine(t, "launch wait", errOut, "not in the join state")
+
+	state.Members = append(state.Members, joinstate.Member{Name: "e-1", PeerURL: "http://e-1:2380", Incarnation: 3})
+	if err := os.WriteFile(joinFile, []byte(joinstate.Encode(state)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	argv, d, err := LaunchArgv(args)
+	if err != nil || d.Kind != launcher.Start {
+		t.Fatalf("LaunchArgv: %+v %v", d, err)
+	}
+	want := []string{"/usr/local/bin/etcd", "--listen-client-urls=http://0.0.0.0:2379", "--name=e-1", "--data-dir=" + dataDir,
+		"--initial-cluster=e-0=http://e-0:2380,e-1=http://e-1:2380", "--initial-cluster-state=existing", "--initial-cluster-token=t"}
+	if !slices.Equal(argv, want) {
+		t.Fatalf("argv\n got %q\nwant %q", argv, want)
+	}
+	marker, err := os.ReadFile(launcher.MarkerPath(dataDir))
+	if err != nil || string(marker) != fmt.Sprintln(3) {
+		t.Fatalf("marker %q %v, want 3", marker, err)
+	}
+}
