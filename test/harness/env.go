@@ -62,6 +62,8 @@ type Env struct {
 	ctx    context.Context
 	wg     gosync.WaitGroup
 
+	stopMC context.CancelFunc
+
 	hookMu   gosync.Mutex
 	hookURL  string
 	hookStop func()
@@ -191,8 +193,43 @@ func (e *Env) RestartHook() error {
 func (e *Env) Create(spec v1alpha1.EtcdClusterSpec) {
 	e.Store.CreateParent(&v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: e.Cluster}, Spec: spec})
 	if e.MC != nil {
-		e.spawn(e.MC.Run)
+		ctx, cancel := context.WithCancel(e.ctx)
+		e.stopMC = cancel
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.MC.Run(ctx)
+		}()
 	}
+}
+
+// StopOperator stops Metacontroller's loop: nothing syncs the cluster any more, the
+// Kubernetes controllers and the members run on.
+func (e *Env) StopOperator() {
+	if e.stopMC != nil {
+		e.stopMC()
+	}
+}
+
+// RolledOut reports whether the StatefulSet has size pods, all on its current template and
+// ready, and returns why not.
+func (e *Env) RolledOut(size int) (bool, string) {
+	o, ok := e.Store.Get("StatefulSet", e.Cluster)
+	if !ok {
+		return false, "no StatefulSet"
+	}
+	sts := o.(*appsv1.StatefulSet)
+	if sts.Status.ObservedGeneration != sts.Generation || sts.Spec.Replicas == nil || int(*sts.Spec.Replicas) != size ||
+		int(sts.Status.ReadyReplicas) != size || int(sts.Status.UpdatedReplicas) != size ||
+		sts.Status.CurrentRevision != sts.Status.UpdateRevision {
+		return false, fmt.Sprintf("StatefulSet status %+v", sts.Status)
+	}
+	for _, p := range e.Pods() {
+		if p.DeletionTimestamp != nil {
+			return false, "pod terminating " + p.Name
+		}
+	}
+	return true, ""
 }
 
 // Close stops everything and kills every member.
@@ -320,14 +357,8 @@ func (e *Env) Steady(size int) (bool, string) {
 			return false, fmt.Sprintf("member %+v", m)
 		}
 	}
-	o, ok := e.Store.Get("StatefulSet", e.Cluster)
-	if !ok {
-		return false, "no StatefulSet"
-	}
-	sts := o.(*appsv1.StatefulSet)
-	if sts.Spec.Replicas == nil || int(*sts.Spec.Replicas) != size || int(sts.Status.ReadyReplicas) != size ||
-		sts.Status.CurrentRevision != sts.Status.UpdateRevision || int(sts.Status.UpdatedReplicas) != size {
-		return false, fmt.Sprintf("StatefulSet status %+v", sts.Status)
+	if ok, why := e.RolledOut(size); !ok {
+		return false, why
 	}
 	for _, o := range e.Store.List("Job") {
 		if done, _ := jobDone(o.(*batchv1.Job)); !done {
@@ -378,4 +409,18 @@ func (e *Env) Pods() []*corev1.Pod {
 		}
 	}
 	return out
+}
+
+// PodsSettled reports whether n etcd pods exist, none terminating, all ready.
+func (e *Env) PodsSettled(n int) (bool, string) {
+	pods := e.Pods()
+	if len(pods) != n {
+		return false, fmt.Sprintf("%d pods", len(pods))
+	}
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || !podReady(p) {
+			return false, "pod not ready " + p.Name
+		}
+	}
+	return true, ""
 }

@@ -47,10 +47,10 @@ type compositeController struct {
 		ResyncPeriodSeconds float64         `json:"resyncPeriodSeconds"`
 		ChildResources      []ChildResource `json:"childResources"`
 		Hooks               map[string]struct {
+			Version string `json:"version"`
 			Webhook struct {
-				URL     string `json:"url"`
-				Path    string `json:"path"`
-				Version string `json:"version"`
+				URL  string `json:"url"`
+				Path string `json:"path"`
 			} `json:"webhook"`
 		} `json:"hooks"`
 	} `json:"spec"`
@@ -86,8 +86,8 @@ func LoadController(dir string) (Controller, error) {
 					p = h.Webhook.URL[strings.Index(h.Webhook.URL[len("http://"):], "/")+len("http://"):]
 				}
 				c.Paths[name] = p
-				if h.Webhook.Version != "" {
-					c.Version = h.Webhook.Version
+				if h.Version != "" {
+					c.Version = h.Version
 				}
 			}
 			found = append(found, c)
@@ -539,3 +539,36 @@ func (m *Metacontroller) apply(a Answer) error {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// SyncLine is a one-line account of a sync: the action, why, the members and the leader as
+// the hook reported them.
+func SyncLine(rec SyncRecord) string {
+	if rec.Err != nil {
+		return fmt.Sprintf("sync %3d  error: %v", rec.N, rec.Err)
+	}
+	st := rec.Answer.Status
+	action, member, reason := "-", "", ""
+	if a := st.Action; a != nil {
+		action, member, reason = a.Type, a.Member, a.Reason
+	}
+	var ms []string
+	for _, m := range st.Members {
+		s := m.Name
+		if m.IsLearner {
+			s += "(learner)"
+		}
+		if !m.Healthy {
+			s += "(unhealthy)"
+		}
+		ms = append(ms, s)
+	}
+	note := ""
+	if !rec.Applied {
+		note = "  [not applied]"
+	}
+	if rec.Replayed {
+		note += "  [replayed request]"
+	}
+	return fmt.Sprintf("sync %3d  %-16s %-8s %-10s members=[%s] leader=%s  %s%s",
+		rec.N, action, member, st.Phase, strings.Join(ms, " "), st.Leader, reason, note)
+}

@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/sync"
+	"etcdops.dev/etcdops/test/harness"
+)
+
+// Scenario timing. TimeScale runs Kubernetes' clocks ten times faster; the waits are bounds,
+// not sleeps: every wait polls and returns as soon as its condition holds.
+const (
+	timeScale   = 0.1
+	createBound = 90 * time.Second
+	changeBound = 120 * time.Second
+	verifyBound = 15 * time.Second
+)
+
+// Versions: the embedded etcd is always the v3.7.3 build linked into the test. The spec's
+// version only changes the image name, so an "upgrade" exercises the operator's rollout, not
+// etcd's own upgrade path.
+const (
+	baseVersion    = "v3.7.3"
+	upgradeVersion = "v3.7.4"
+)
+
+func controller(t *testing.T) harness.Controller {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	ctrl, err := harness.LoadController(filepath.Join(filepath.Dir(file), "..", "..", "manifests", "metacontroller"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctrl
+}
+
+func namespaceOf(name string) string {
+	r := strings.NewReplacer("/", "-", "_", "-", "=", "-", " ", "-")
+	return strings.ToLower(r.Replace(name))
+}
+
+// newEnv starts a closed loop for one scenario; it is torn down with the test.
+func newEnv(t *testing.T, noOperator bool) *harness.Env {
+	t.Helper()
+	logf := func(string, ...any) {}
+	if *verbose {
+		logf = func(format string, args ...any) { t.Logf(format, args...) }
+	}
+	env, err := harness.Start(harness.Options{
+		Namespace:  namespaceOf(t.Name()),
+		Cluster:    "etcd",
+		Domain:     "cluster.local",
+		TimeScale:  timeScale,
+		Tools:      harness.OperatorTools(),
+		Hook:       harness.InProcessHook(sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops.dev/etcdops:e2e"}, nil),
+		Controller: controller(t),
+		Root:       t.TempDir(),
+		Logf:       logf,
+		OnSync: func(rec harness.SyncRecord) {
+			if *verbose {
+				t.Log(harness.SyncLine(rec))
+			}
+		},
+		NoOperator: noOperator,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Close)
+	return env
+}
+
+func spec(size int32) v1alpha1.EtcdClusterSpec {
+	return v1alpha1.EtcdClusterSpec{Size: &size, Version: baseVersion}
+}
+
+// run is one scenario: a cluster of size is created and left steady, a workload starts, act
+// does the change or fault and returns the size to converge to; then the figures are taken
+// and every safety property checked.
+func run(t *testing.T, size int32, act func(t *testing.T, env *harness.Env) int) {
+	env := newEnv(t, false)
+	env.Create(spec(size))
+	if _, err := env.WaitSteady(int(size), createBound); err != nil {
+		t.Fatalf("creating %d members: %v", size, err)
+	}
+	measure(t, env, func() int { return act(t, env) })
+}
+
+// measure runs f under a workload, waits until the cluster is steady at the size f returns,
+// and records and checks the figures.
+func measure(t *testing.T, env *harness.Env, f func() int) {
+	t.Helper()
+	w, err := env.StartWorkload("/e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncs0 := syncs(env)
+	counts0 := env.Monitor.Counts()
+	start := time.Now()
+	size := f()
+	converge := time.Since(start)
+	if size > 0 {
+		if _, err := env.WaitSteady(size, changeBound); err != nil {
+			w.Stop()
+			t.Fatalf("not steady at %d members: %v", size, err)
+		}
+		converge = time.Since(start)
+	}
+	stats := w.Stop()
+	lost, err := w.Verify(verifyBound)
+	if err != nil {
+		t.Errorf("verifying writes: %v", err)
+	}
+	counts := env.Monitor.Counts()
+	fig := Figure{
+		Scenario:          t.Name(),
+		Syncs:             syncs(env) - syncs0,
+		MembershipChanges: counts.MembershipChanges - counts0.MembershipChanges,
+		LeaderChanges:     counts.LeaderChanges - counts0.LeaderChanges,
+		FailedWrites:      stats.Failed,
+		AckedWrites:       stats.Acked,
+		WorstLatency:      stats.Worst,
+		Converge:          converge,
+		Lost:              len(lost),
+		OperatorQuorum:    counts.OperatorQuorumLoss - counts0.OperatorQuorumLoss,
+	}
+	record(fig)
+	checkSafety(t, env, fig, lost)
+}
+
+func syncs(env *harness.Env) int {
+	if env.MC == nil {
+		return 0
+	}
+	return env.MC.Syncs()
+}
+
+// checkSafety fails the test on any broken invariant.
+func checkSafety(t *testing.T, env *harness.Env, fig Figure, lost []string) {
+	t.Helper()
+	if len(lost) > 0 {
+		t.Errorf("%d acknowledged writes lost, first %s", len(lost), lost[0])
+	}
+	if fig.AckedWrites == 0 {
+		t.Errorf("the workload got no write acknowledged")
+	}
+	if env.MC == nil {
+		return
+	}
+	if fig.OperatorQuorum > 0 {
+		t.Errorf("quorum lost %d time(s) by the operator's own action", fig.OperatorQuorum)
+	}
+	for _, v := range env.Monitor.Violations() {
+		t.Errorf("invariant: %s", v)
+	}
+	for _, c := range env.MC.JobChanges() {
+		t.Errorf("immutable Job changed: %s", c)
+	}
+	for _, c := range env.MC.NonIdempotent() {
+		t.Errorf("not idempotent: %s", c)
+	}
+	if n := env.Jobs.MaxConcurrent(); n > 1 {
+		t.Errorf("%d member Jobs ran at once", n)
+	}
+}
+
+// scaleTo edits spec.size.
+func scaleTo(env *harness.Env, size int32) {
+	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.Size = &size })
+}
+
+// waitSteady fails the test when the cluster does not settle at size.
+func waitSteady(t *testing.T, env *harness.Env, size int) {
+	t.Helper()
+	if _, err := env.WaitSteady(size, changeBound); err != nil {
+		t.Fatalf("not steady at %d members: %v", size, err)
+	}
+}
+
+func leaderOf(t *testing.T, env *harness.Env) string {
+	t.Helper()
+	v := env.Monitor.View()
+	if v.Leader == "" {
+		t.Fatal("no leader")
+	}
+	return v.Leader
+}
+
+func followerOf(t *testing.T, env *harness.Env) string {
+	t.Helper()
+	leader := leaderOf(t, env)
+	for _, m := range env.Monitor.View().Members {
+		if m.Name != leader && !m.IsLearner {
+			return m.Name
+		}
+	}
+	t.Fatal("no follower")
+	return ""
+}
+
+func memberID(env *harness.Env, pod string) string {
+	for _, m := range env.Monitor.View().Members {
+		if m.Name == pod {
+			return fmt.Sprintf("%x", m.ID)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,79 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+
+	"etcdops.dev/etcdops/cmd/etcdops-member/membertool"
+	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/hooks"
+	"etcdops.dev/etcdops/membership"
+	"etcdops.dev/etcdops/sync"
+)
+
+// InProcessHook starts the real hook handler (hooks.NewHandler with the real membership
+// Observer, as cmd/hook-server wires them) on an ephemeral port of 127.0.0.1. cmd/hook-server
+// is a main package and cannot be imported, so its few lines of wiring are repeated here.
+// Stopping it closes the server and the Observer at once, as a crash would: the next start
+// has no state from the last.
+func InProcessHook(cfg sync.Config, log *slog.Logger) HookStarter {
+	return func(context.Context) (string, func(), error) {
+		obs := membership.NewObserver(membership.ObserverOptions{})
+		h := hooks.NewHandler(hooks.Deps{Config: cfg, Etcd: observer{obs}, Log: log})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			obs.Close()
+			return "", nil, err
+		}
+		srv := &http.Server{Handler: h}
+		go srv.Serve(ln)
+		return "http://" + ln.Addr().String(), func() {
+			srv.Close()
+			obs.Close()
+		}, nil
+	}
+}
+
+// observer adapts membership.Observer to the hook's Observer.
+type observer struct{ o *membership.Observer }
+
+func (m observer) Observe(ctx context.Context, req hooks.ObserveRequest) etcdstate.Snapshot {
+	mreq := membership.Request{Key: req.Key, Endpoints: req.Endpoints}
+	if req.TLS != nil {
+		mreq.TLS = &membership.TLS{CA: req.TLS.CA, Cert: req.TLS.Cert, Key: req.TLS.Key}
+	}
+	return m.o.Observe(ctx, mreq)
+}
+
+// OperatorTools runs the real member tool in-process: Jobs through membertool.Run, exactly
+// as the binary's main does; etcd pods through membertool.LaunchArgv, which does everything
+// `launch` does short of exec, and whose argv the kubelet then runs as an embedded member.
+func OperatorTools() Tools {
+	return Tools{
+		Launch: func(_ context.Context, args []string) ([]string, error) {
+			if len(args) == 0 || args[0] != "launch" {
+				return nil, fmt.Errorf("not a launch command: %q", args)
+			}
+			argv, d, err := membertool.LaunchArgv(args[1:])
+			if err != nil {
+				return nil, err
+			}
+			if argv == nil {
+				return nil, fmt.Errorf("%v: %s", d.Kind, d.Reason)
+			}
+			return argv[1:], nil
+		},
+		Member: func(ctx context.Context, args []string) error {
+			var stdout, stderr bytes.Buffer
+			if code := membertool.Run(ctx, args, &stdout, &stderr); code != membertool.ExitOK {
+				return fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr.String()))
+			}
+			return nil
+		},
+	}
+}
