@@ -1,0 +1,51 @@
+package membership
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// BenchmarkObserve measures one observation of a healthy cluster, with the observer's cached
+// clients and with a fresh observer (so fresh connections) per call, reporting percentiles:
+//
+//	go test ./membership -run '^$' -bench BenchmarkObserve -benchtime 200x
+func BenchmarkObserve(b *testing.B) {
+	for _, n := range []int{3, 5} {
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			c := newTestCluster(b, n, nil)
+			c.leader()
+			req := c.request()
+			b.Run("cached", func(b *testing.B) {
+				o := NewObserver(ObserverOptions{Deadline: testDeadline})
+				defer o.Close()
+				benchObserve(b, func() bool { return o.Observe(context.Background(), req).Complete })
+			})
+			b.Run("fresh", func(b *testing.B) {
+				benchObserve(b, func() bool {
+					o := NewObserver(ObserverOptions{Deadline: testDeadline})
+					defer o.Close()
+					return o.Observe(context.Background(), req).Complete
+				})
+			})
+		})
+	}
+}
+
+// benchObserve times each call of observe and reports the 50th and 99th percentiles.
+func benchObserve(b *testing.B, observe func() bool) {
+	took := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		start := time.Now()
+		if !observe() {
+			b.Fatal("incomplete observation of a healthy cluster")
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	pct := func(p float64) float64 { return float64(took[int(p*float64(len(took)-1))].Microseconds()) }
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}
