@@ -1,0 +1,833 @@
+package sync
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/joinstate"
+)
+
+// The step simulator: a fake world of one EtcdCluster, its children, its pods and its etcd
+// members. Each step observes the world, plans, checks the decision, applies it as
+// Metacontroller would, and advances the world by one tick as Kubernetes and etcd would:
+// Jobs run, the StatefulSet creates, deletes and rolls pods, pods start through the
+// launcher's rules, learners catch up. Invariants are checked after every step.
+
+var simConfig = Config{ClusterDomain: "cluster.local", ToolImage: "etcdops:test"}
+
+var simStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const simTick = 10 * time.Second
+
+type simMember struct {
+	id      uint64
+	ord     int
+	started bool
+	learner bool
+	raft    uint64
+	alarms  []string
+}
+
+// simData is what a member's data dir holds: the incarnation and member that wrote it.
+type simData struct {
+	inc int64
+	id  uint64
+}
+
+type simPod struct {
+	ord         int
+	spec        string // spec hash of the template it was created from
+	config      string
+	version     string
+	running     bool
+	restarts    int
+	terminating bool
+	// down: a fault keeps this pod's etcd unhealthy until healed.
+	down bool
+	// crash: a fault makes this pod's etcd exit on every start until healed.
+	crash bool
+}
+
+type simSTS struct {
+	replicas, partition int
+	// Template hashes of the update revision, and of the current revision that pods below
+	// the partition are created from.
+	updateSpec, updateConfig, updateVersion    string
+	currentSpec, currentConfig, currentVersion string
+}
+
+type simJob struct {
+	name    string
+	verb    string
+	member  string
+	peerURL string
+	id      uint64
+	state   jobState
+	at      time.Time
+	failNow bool
+}
+
+type simStats struct {
+	syncs, adds, promotes, removes, leaderMoves, replacements, jobFailures int
+}
+
+func (s simStats) String() string {
+	return fmt.Sprintf("syncs=%d adds=%d promotes=%d removes=%d leader-moves=%d pod-replacements=%d",
+		s.syncs, s.adds, s.promotes, s.removes, s.leaderMoves, s.replacements)
+}
+
+type simWorld struct {
+	t         testing.TB
+	cluster   v1alpha1.EtcdCluster
+	now       time.Time
+	members   []*simMember
+	leader    uint64
+	nextID    uint64
+	clusterID uint64
+	pods      map[int]*simPod
+	data      map[int]*simData // per ordinal: the claim's data (with storage) or the pod's
+	sts       *simSTS
+	join      *joinstate.State
+	applied   map[string][]byte // kind/name → JSON of the last applied child
+	jobs      map[string]*simJob
+	finalized bool
+	stats     simStats
+	// failJobs makes the next n member Jobs fail.
+	failJobs int
+	// hideJobs hides Job outcomes from the next observation (informer lag).
+	hideJobs bool
+	// faulty tolerates broken quorum (a scenario that injects it on purpose).
+	faulty bool
+	log    []string
+}
+
+func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
+	c := v1alpha1.EtcdCluster{}
+	c.APIVersion, c.Kind = v1alpha1.APIVersion, v1alpha1.Kind
+	c.Name, c.Namespace, c.UID, c.Generation = "etcd", "default", "uid-1", 1
+	c.Spec.Size = &size
+	c.Spec.Version = "v3.6.16"
+	if storage {
+		c.Spec.StorageSpec = &v1alpha1.StorageSpec{VolumeSizeRequest: resource.MustParse("1Gi")}
+	}
+	return &simWorld{
+		t: t, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
+		pods: map[int]*simPod{}, data: map[int]*simData{}, applied: map[string][]byte{}, jobs: map[string]*simJob{},
+	}
+}
+
+func (w *simWorld) storage() bool { return w.cluster.Spec.StorageSpec != nil }
+
+func (w *simWorld) memberAt(ord int) *simMember {
+	for _, m := range w.members {
+		if m.ord == ord {
+			return m
+		}
+	}
+	return nil
+}
+
+func (w *simWorld) memberByID(id uint64) *simMember {
+	for _, m := range w.members {
+		if m.id == id {
+			return m
+		}
+	}
+	return nil
+}
+
+func (w *simWorld) podName(ord int) string { return PodName(w.cluster.Name, ord) }
+
+// healthy: the member's pod runs its etcd and nothing is wrong with it.
+func (w *simWorld) healthy(m *simMember) bool {
+	p := w.pods[m.ord]
+	return m.started && p != nil && p.running && !p.terminating && !p.down && len(m.alarms) == 0
+}
+
+func (w *simWorld) voters() (voters, healthy int) {
+	for _, m := range w.members {
+		if !m.learner {
+			voters++
+			if w.healthy(m) {
+				healthy++
+			}
+		}
+	}
+	return voters, healthy
+}
+
+func (w *simWorld) hasQuorum() bool {
+	v, h := w.voters()
+	return v > 0 && h >= etcdstate.Quorum(v)
+}
+
+// observe renders the world as the hook sees it.
+func (w *simWorld) observe() Observed {
+	obs := Observed{Cluster: w.cluster, Now: w.now, Finalizing: w.cluster.DeletionTimestamp != nil}
+	for _, key := range sortedKeysOf(w.applied) {
+		raw := w.applied[key]
+		kind, name, _ := strings.Cut(key, "/")
+		switch kind {
+		case "StatefulSet":
+			var o appsv1.StatefulSet
+			w.decode(raw, &o)
+			obs.Children.StatefulSets = append(obs.Children.StatefulSets, o)
+		case "Service":
+			var o corev1.Service
+			w.decode(raw, &o)
+			obs.Children.Services = append(obs.Children.Services, o)
+		case "ConfigMap":
+			var o corev1.ConfigMap
+			w.decode(raw, &o)
+			obs.Children.ConfigMaps = append(obs.Children.ConfigMaps, o)
+		case "PodDisruptionBudget":
+			var o policyv1.PodDisruptionBudget
+			w.decode(raw, &o)
+			obs.Children.PDBs = append(obs.Children.PDBs, o)
+		case "Job":
+			var o batchv1.Job
+			w.decode(raw, &o)
+			if j := w.jobs[name]; j != nil && !w.hideJobs {
+				switch j.state {
+				case jobSucceeded:
+					o.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(j.at)}}
+				case jobFailed:
+					o.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(j.at)}}
+				}
+			}
+			obs.Children.Jobs = append(obs.Children.Jobs, o)
+		}
+	}
+	w.hideJobs = false
+	for _, ord := range sortedInts(w.pods) {
+		p := w.pods[ord]
+		pod := corev1.Pod{}
+		pod.Name, pod.Namespace = w.podName(ord), w.cluster.Namespace
+		pod.Labels = map[string]string{LabelCluster: w.cluster.Name}
+		pod.Annotations = map[string]string{AnnotationSpecHash: p.spec, AnnotationConfigHash: p.config}
+		pod.Status.PodIP = fmt.Sprintf("10.0.0.%d", ord+1)
+		ready := corev1.ConditionFalse
+		if m := w.memberAt(ord); m != nil && w.healthy(m) {
+			ready = corev1.ConditionTrue
+		}
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "etcd", RestartCount: int32(p.restarts)}}
+		if p.terminating {
+			ts := metav1.NewTime(w.now)
+			pod.DeletionTimestamp = &ts
+		}
+		obs.Pods = append(obs.Pods, pod)
+	}
+	obs.Etcd = w.snapshot()
+	return obs
+}
+
+// snapshot is what the membership observer would read: nothing when no voter can answer.
+func (w *simWorld) snapshot() etcdstate.Snapshot {
+	answers := false
+	for _, m := range w.members {
+		if !m.learner && w.healthy(m) {
+			answers = true
+		}
+	}
+	if !answers {
+		return etcdstate.Snapshot{Err: "no voter answered"}
+	}
+	s := etcdstate.Snapshot{Asked: true, ClusterID: w.clusterID, Complete: true}
+	quorum := w.hasQuorum()
+	for _, m := range w.members {
+		em := etcdstate.Member{ID: m.id, IsLearner: m.learner, PeerURLs: []string{PeerURL(&w.cluster, w.podName(m.ord), simConfig.ClusterDomain)}}
+		if m.started {
+			em.Name = w.podName(m.ord)
+		}
+		p := w.pods[m.ord]
+		if m.started && p != nil && p.running && !p.terminating {
+			em.Reachable = true
+			em.RaftIndex = m.raft
+			em.Version = strings.TrimPrefix(p.version, "v")
+			em.IsLeader = m.id == w.leader
+			em.Alarms = m.alarms
+			em.Healthy = w.healthy(m) && quorum
+		}
+		s.Complete = s.Complete && em.Reachable
+		s.Members = append(s.Members, em)
+	}
+	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].ID < s.Members[j].ID })
+	return s
+}
+
+func (w *simWorld) decode(raw []byte, into any) {
+	if err := json.Unmarshal(raw, into); err != nil {
+		w.t.Fatalf("decoding a child: %v", err)
+	}
+}
+
+// sync is one Metacontroller sync: observe, plan, check, apply. It returns the decision.
+func (w *simWorld) sync() Decision {
+	w.t.Helper()
+	obs := w.observe()
+	d := Plan(simConfig, obs)
+	w.stats.syncs++
+	again := Plan(simConfig, obs)
+	if a, b := encodeDecision(w.t, d), encodeDecision(w.t, again); a != b {
+		w.t.Fatalf("the same observation planned twice gave different answers:\n%s\n%s", a, b)
+	}
+	if strings.HasPrefix(d.Action.Reason, "internal:") {
+		w.t.Fatalf("sync %d: invariant violated: %s", w.stats.syncs, d.Action.Reason)
+	}
+	w.apply(d)
+	w.log = append(w.log, fmt.Sprintf("%s %s: %s", d.Action.Type, d.Action.Member, d.Action.Reason))
+	return d
+}
+
+// apply does what Metacontroller does with a response: create or update every returned
+// child, delete every observed child that was left out, write the status.
+func (w *simWorld) apply(d Decision) {
+	w.t.Helper()
+	desired := map[string][]byte{}
+	for _, c := range d.Children {
+		b, err := json.Marshal(c.Object)
+		if err != nil {
+			w.t.Fatalf("encoding %s %s: %v", c.Kind, c.Name, err)
+		}
+		for _, bad := range []string{`"creationTimestamp":null`, `"status":{}`} {
+			if strings.Contains(string(b), bad) {
+				w.t.Fatalf("%s %s carries %s", c.Kind, c.Name, bad)
+			}
+		}
+		key := c.Kind + "/" + c.Name
+		if c.Kind == "Job" {
+			if old, ok := w.applied[key]; ok && !sameJSON(old, b) {
+				w.t.Fatalf("Job %s returned changed under the same name", c.Name)
+			}
+		}
+		desired[key] = b
+	}
+	for key := range w.applied {
+		if _, ok := desired[key]; !ok {
+			kind, name, _ := strings.Cut(key, "/")
+			delete(w.applied, key)
+			switch kind {
+			case "Job":
+				delete(w.jobs, name)
+			case "StatefulSet":
+				w.sts = nil
+			case "ConfigMap":
+				w.join = nil
+			}
+		}
+	}
+	for key, b := range desired {
+		kind, name, _ := strings.Cut(key, "/")
+		w.applied[key] = b
+		switch kind {
+		case "StatefulSet":
+			w.applySTS(b)
+		case "ConfigMap":
+			var cm corev1.ConfigMap
+			w.decode(b, &cm)
+			st, err := joinstate.Decode([]byte(cm.Data[joinstate.ConfigMapKey]))
+			if err != nil {
+				w.t.Fatalf("join state: %v", err)
+			}
+			w.join = &st
+		case "Job":
+			if _, ok := w.jobs[name]; !ok {
+				w.jobs[name] = w.newJob(b)
+			}
+		}
+	}
+	w.cluster.Status = d.Status
+	w.finalized = d.Finalized
+}
+
+func sameJSON(a, b []byte) bool {
+	var x, y any
+	_ = json.Unmarshal(a, &x)
+	_ = json.Unmarshal(b, &y)
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return string(xa) == string(ya)
+}
+
+func (w *simWorld) applySTS(b []byte) {
+	var s appsv1.StatefulSet
+	w.decode(b, &s)
+	tmpl := s.Spec.Template
+	version := tmpl.Spec.Containers[0].Image[strings.LastIndex(tmpl.Spec.Containers[0].Image, ":")+1:]
+	if w.sts == nil {
+		w.sts = &simSTS{currentSpec: tmpl.Annotations[AnnotationSpecHash], currentConfig: tmpl.Annotations[AnnotationConfigHash], currentVersion: version}
+	}
+	w.sts.replicas = int(*s.Spec.Replicas)
+	w.sts.partition = int(*s.Spec.UpdateStrategy.RollingUpdate.Partition)
+	w.sts.updateSpec, w.sts.updateConfig, w.sts.updateVersion = tmpl.Annotations[AnnotationSpecHash], tmpl.Annotations[AnnotationConfigHash], version
+}
+
+func (w *simWorld) newJob(b []byte) *simJob {
+	var j batchv1.Job
+	w.decode(b, &j)
+	sj := &simJob{name: j.Name, verb: j.Labels[LabelAction], member: j.Labels[LabelMember]}
+	for _, a := range j.Spec.Template.Spec.Containers[0].Command {
+		if v, ok := strings.CutPrefix(a, "--peer-url="); ok {
+			sj.peerURL = v
+		}
+		if v, ok := strings.CutPrefix(a, "--id="); ok {
+			fmt.Sscanf(v, "%x", &sj.id)
+		}
+	}
+	if w.failJobs > 0 {
+		w.failJobs--
+		sj.failNow = true
+	}
+	return sj
+}
+
+// tick advances the world: Jobs run, the StatefulSet acts, pods start, raft moves.
+func (w *simWorld) tick() {
+	w.now = w.now.Add(simTick)
+	for _, name := range sortedKeysOf(w.jobs) {
+		if j := w.jobs[name]; j.state == jobRunning {
+			w.runJob(j)
+		}
+	}
+	w.statefulSetController()
+	w.kubelet()
+	w.raft()
+}
+
+func (w *simWorld) runJob(j *simJob) {
+	j.at = w.now
+	fail := func() { j.state = jobFailed; w.stats.jobFailures++ }
+	if j.failNow || !w.hasQuorum() {
+		fail()
+		return
+	}
+	ord, _ := Ordinal(w.cluster.Name, j.member)
+	switch j.verb {
+	case verbAddLearner:
+		if w.memberAt(ord) != nil {
+			break // already added: the tool treats it as done
+		}
+		for _, m := range w.members {
+			if m.learner {
+				fail() // etcd: too many learner members
+				return
+			}
+		}
+		w.members = append(w.members, &simMember{id: w.nextID, ord: ord, learner: true})
+		w.nextID++
+		w.stats.adds++
+	case verbPromote:
+		m := w.memberByID(j.id)
+		if m == nil || !m.learner {
+			break
+		}
+		leader := w.memberByID(w.leader)
+		if !w.healthy(m) || leader == nil || m.raft*10 < leader.raft*9 {
+			fail() // etcd: learner not in sync with leader
+			return
+		}
+		m.learner = false
+		w.stats.promotes++
+	case verbRemove:
+		m := w.memberByID(j.id)
+		if m == nil {
+			break
+		}
+		for i, x := range w.members {
+			if x == m {
+				w.members = append(w.members[:i], w.members[i+1:]...)
+				break
+			}
+		}
+		if !m.learner && !w.hasQuorum() {
+			w.t.Fatalf("removing %s lost quorum", j.member)
+		}
+		w.stats.removes++
+		if w.leader == m.id {
+			w.leader = 0
+			w.elect()
+		}
+	case verbMoveLeader:
+		m := w.memberByID(j.id)
+		if m == nil || m.learner || !w.healthy(m) {
+			fail()
+			return
+		}
+		if w.leader != m.id {
+			w.leader = m.id
+			w.stats.leaderMoves++
+		}
+	}
+	j.state = jobSucceeded
+}
+
+// statefulSetController does what Kubernetes does for a StatefulSet with Parallel pod
+// management and a partitioned RollingUpdate.
+func (w *simWorld) statefulSetController() {
+	for ord, p := range w.pods {
+		if p.terminating {
+			delete(w.pods, ord)
+			if !w.storage() {
+				delete(w.data, ord)
+			}
+		}
+	}
+	if w.sts == nil {
+		for _, p := range w.pods {
+			p.terminating = true
+		}
+		return
+	}
+	s := w.sts
+	for ord, p := range w.pods {
+		if ord >= s.replicas {
+			p.terminating = true
+			// whenScaled: Delete — a scaled-away ordinal loses its claim.
+			delete(w.data, ord)
+		}
+	}
+	// Roll: the highest pod at or above the partition not on the update revision.
+	for ord := s.replicas - 1; ord >= s.partition; ord-- {
+		p := w.pods[ord]
+		if p == nil || p.terminating {
+			break
+		}
+		if p.spec != s.updateSpec {
+			p.terminating = true
+			w.stats.replacements++
+			break
+		}
+		if !p.running {
+			break // waits for unhealthy pods
+		}
+	}
+	for ord := 0; ord < s.replicas; ord++ {
+		if w.pods[ord] != nil {
+			continue
+		}
+		p := &simPod{ord: ord, spec: s.updateSpec, config: s.updateConfig, version: s.updateVersion}
+		if ord < s.partition {
+			p.spec, p.config, p.version = s.currentSpec, s.currentConfig, s.currentVersion
+		}
+		w.pods[ord] = p
+	}
+	all := true
+	for ord := 0; ord < s.replicas; ord++ {
+		all = all && w.pods[ord].spec == s.updateSpec
+	}
+	if all {
+		s.currentSpec, s.currentConfig, s.currentVersion = s.updateSpec, s.updateConfig, s.updateVersion
+	}
+}
+
+// kubelet starts every pod that is not running through the launcher's rules, and stops the
+// etcd of a member that was removed.
+func (w *simWorld) kubelet() {
+	for _, ord := range sortedInts(w.pods) {
+		p := w.pods[ord]
+		if p.terminating {
+			continue
+		}
+		m := w.memberAt(ord)
+		if p.running && (m == nil || p.crash) {
+			// Removed from the cluster (or crashing): etcd exits.
+			p.running = false
+			p.restarts++
+			continue
+		}
+		if p.running {
+			continue
+		}
+		if why := w.launch(p, m); why != "" {
+			p.restarts++
+			continue
+		}
+		p.running = true
+	}
+}
+
+// launch is the launcher's decision for a starting pod; "" when etcd runs.
+func (w *simWorld) launch(p *simPod, m *simMember) string {
+	if p.crash {
+		return "crashes"
+	}
+	if w.join == nil {
+		return "no join state"
+	}
+	rec, ok := w.join.Find(w.podName(p.ord))
+	if !ok {
+		return "not in the join state"
+	}
+	d := w.data[p.ord]
+	if d != nil && d.inc != rec.Incarnation {
+		d = nil // stale incarnation: wiped
+		delete(w.data, p.ord)
+	}
+	if d == nil {
+		if rec.Established {
+			return "established member on an empty data dir"
+		}
+		if w.join.ClusterState == joinstate.StateNew {
+			if len(w.members) > 0 {
+				w.t.Fatalf("%s formed a second cluster with state new", w.podName(p.ord))
+			}
+			m = &simMember{id: w.nextID, ord: p.ord, started: true}
+			w.nextID++
+			w.members = append(w.members, m)
+			w.leader = m.id
+			w.data[p.ord] = &simData{inc: rec.Incarnation, id: m.id}
+			return ""
+		}
+		if m == nil || m.started {
+			return "no unstarted member to join as"
+		}
+		m.started = true
+		m.raft = 0
+		w.data[p.ord] = &simData{inc: rec.Incarnation, id: m.id}
+		return ""
+	}
+	if m == nil || d.id != m.id {
+		return "member removed from the cluster"
+	}
+	return ""
+}
+
+// raft moves the leader's index on and lets healthy members follow; a learner needs one
+// tick after starting to catch up.
+func (w *simWorld) raft() {
+	w.elect()
+	leader := w.memberByID(w.leader)
+	if leader == nil {
+		return
+	}
+	leader.raft += 10
+	for _, m := range w.members {
+		if m == leader || !w.healthy(m) {
+			continue
+		}
+		if m.learner && m.raft == 0 {
+			m.raft = 1
+			continue
+		}
+		m.raft = leader.raft
+	}
+}
+
+// elect makes the lowest-ordinal healthy voter leader when there is none and quorum holds.
+func (w *simWorld) elect() {
+	if l := w.memberByID(w.leader); l != nil && !l.learner && w.healthy(l) {
+		return
+	}
+	w.leader = 0
+	if !w.hasQuorum() {
+		return
+	}
+	best := -1
+	for _, m := range w.members {
+		if !m.learner && w.healthy(m) && (best < 0 || m.ord < best) {
+			best = m.ord
+		}
+	}
+	if best >= 0 {
+		w.leader = w.memberAt(best).id
+		// A leader carries the highest index.
+		for _, m := range w.members {
+			if m.raft > w.memberAt(best).raft {
+				w.memberAt(best).raft = m.raft
+			}
+		}
+	}
+}
+
+// checkWorld checks the world's invariants after a step.
+func (w *simWorld) checkWorld() {
+	w.t.Helper()
+	running, learners := 0, 0
+	for _, j := range w.jobs {
+		if j.state == jobRunning {
+			running++
+		}
+	}
+	if running > 1 {
+		w.t.Fatalf("%d member Jobs in flight", running)
+	}
+	for _, m := range w.members {
+		if m.learner {
+			learners++
+		}
+	}
+	if learners > 1 {
+		w.t.Fatalf("%d learners", learners)
+	}
+	if len(w.members) > 0 && !w.faulty && !w.hasQuorum() && w.stats.syncs > 0 {
+		v, h := w.voters()
+		w.t.Fatalf("quorum lost: %d of %d voters healthy\n%s", h, v, w.describe())
+	}
+	if w.sts != nil {
+		for _, m := range w.members {
+			if !m.learner && m.ord >= w.sts.replicas {
+				w.t.Fatalf("StatefulSet of %d dropped voter %s", w.sts.replicas, w.podName(m.ord))
+			}
+		}
+	}
+	// Acknowledged writes survive: a quorum of the voters holds the cluster's data.
+	if v, _ := w.voters(); v > 0 && !w.faulty {
+		holders := 0
+		for _, m := range w.members {
+			if d := w.data[m.ord]; !m.learner && d != nil && d.id == m.id {
+				holders++
+			}
+		}
+		if holders < etcdstate.Quorum(v) {
+			w.t.Fatalf("only %d of %d voters hold the data\n%s", holders, v, w.describe())
+		}
+	}
+}
+
+// step is one sync followed by one tick, with every check.
+func (w *simWorld) step() Decision {
+	w.t.Helper()
+	d := w.sync()
+	w.tick()
+	w.checkWorld()
+	return d
+}
+
+// converged: the last decision was steady and the world matches the spec.
+func (w *simWorld) converged(d Decision) bool {
+	if d.Action.Type != Steady || w.sts == nil {
+		return false
+	}
+	v, h := w.voters()
+	if v != int(*w.cluster.Spec.Size) || h != v || len(w.members) != v || w.sts.replicas != v {
+		return false
+	}
+	for _, p := range w.pods {
+		if p.spec != w.sts.updateSpec || !p.running {
+			return false
+		}
+	}
+	return true
+}
+
+// run steps until converged, failing after limit syncs; it returns the stats of the run.
+func (w *simWorld) run(limit int) simStats {
+	w.t.Helper()
+	before := w.stats
+	for i := 0; i < limit; i++ {
+		if w.converged(w.step()) {
+			s := w.stats
+			s.syncs -= before.syncs
+			s.adds -= before.adds
+			s.promotes -= before.promotes
+			s.removes -= before.removes
+			s.leaderMoves -= before.leaderMoves
+			s.replacements -= before.replacements
+			s.jobFailures -= before.jobFailures
+			return s
+		}
+	}
+	w.t.Fatalf("not converged after %d syncs:\n%s\nlast actions:\n  %s", limit, w.describe(), strings.Join(lastN(w.log, 12), "\n  "))
+	return simStats{}
+}
+
+func lastN(ss []string, n int) []string {
+	if len(ss) > n {
+		return ss[len(ss)-n:]
+	}
+	return ss
+}
+
+// describe prints the world in one line per part.
+func (w *simWorld) describe() string {
+	var b strings.Builder
+	var ms []string
+	sort.Slice(w.members, func(i, j int) bool { return w.members[i].ord < w.members[j].ord })
+	for _, m := range w.members {
+		s := w.podName(m.ord)
+		if m.learner {
+			s += "(learner)"
+		}
+		if !m.started {
+			s += "(unstarted)"
+		}
+		if m.id == w.leader {
+			s += "*"
+		}
+		if !w.healthy(m) {
+			s += "!"
+		}
+		ms = append(ms, s)
+	}
+	fmt.Fprintf(&b, "members: %s\n", strings.Join(ms, " "))
+	var ps []string
+	for _, ord := range sortedInts(w.pods) {
+		p := w.pods[ord]
+		s := fmt.Sprintf("%d", ord)
+		if w.sts != nil && p.spec != w.sts.updateSpec {
+			s += "(old)"
+		}
+		if !p.running {
+			s += fmt.Sprintf("(down,%d restarts)", p.restarts)
+		}
+		if p.terminating {
+			s += "(terminating)"
+		}
+		ps = append(ps, s)
+	}
+	fmt.Fprintf(&b, "pods: %s\n", strings.Join(ps, " "))
+	if w.sts != nil {
+		fmt.Fprintf(&b, "statefulset: replicas=%d partition=%d", w.sts.replicas, w.sts.partition)
+	}
+	return b.String()
+}
+
+func sortedInts[V any](m map[int]V) []int {
+	var out []int
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
+
+func sortedKeysOf[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// encodeDecision is the decision's wire form, for byte comparisons.
+func encodeDecision(t testing.TB, d Decision) string {
+	t.Helper()
+	var children []string
+	for _, c := range d.Children {
+		b, err := json.Marshal(c.Object)
+		if err != nil {
+			t.Fatalf("encoding %s: %v", c.Name, err)
+		}
+		children = append(children, string(b))
+	}
+	st, err := json.Marshal(d.Status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%s\n%s\n%v %v %v", strings.Join(children, "\n"), st, d.Action, d.ResyncAfterSeconds, d.Finalized)
+}
