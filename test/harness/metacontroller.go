@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	gosync "sync"
@@ -507,7 +508,7 @@ func (m *Metacontroller) apply(a Answer) error {
 			}
 			continue
 		}
-		if old.GetAnnotations()[lastApplied] == raws[k] {
+		if sameJSON(old.GetAnnotations()[lastApplied], raws[k]) {
 			continue
 		}
 		switch methods[k.Kind] {
@@ -571,4 +572,14 @@ func SyncLine(rec SyncRecord) string {
 	}
 	return fmt.Sprintf("sync %3d  %-16s %-8s %-10s members=[%s] leader=%s  %s%s",
 		rec.N, action, member, st.Phase, strings.Join(ms, " "), st.Leader, reason, note)
+}
+
+// sameJSON compares two JSON documents by value: key order and spacing do not matter, as
+// they do not to the API server.
+func sameJSON(a, b string) bool {
+	var va, vb any
+	if json.Unmarshal([]byte(a), &va) != nil || json.Unmarshal([]byte(b), &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
 }
