@@ -60,8 +60,8 @@ func checkInvariants(v *view, s step) error {
 		changes++
 	}
 	for _, m := range v.members {
-		if m.ordinal >= s.replicas {
-			return fmt.Errorf("StatefulSet of %d would drop member %s", s.replicas, m.name)
+		if s.replicas < v.replicas && m.ordinal >= s.replicas {
+			return fmt.Errorf("shrinking the StatefulSet to %d would drop member %s", s.replicas, m.name)
 		}
 	}
 

@@ -295,12 +295,17 @@ func (p *planner) learner() (step, bool) {
 	return p.wait(l.name, "learner "+l.name+" catching up ("+progress+")", resyncSoon), true
 }
 
-// 7d. Pods above the highest member hold no member: a scale-in was interrupted between
-// removing the member and shrinking, or a learner was given up. Shrink to the members, but
-// keep the next slot when a member is still to be added there.
+// 7d. A pod without a member: a replacement was interrupted after the removal (finish it:
+// the member is added back as a learner, with a new incarnation), or a scale-in between the
+// removal and the shrink, or a learner was given up (undo: shrink to the members, keeping the
+// slot a missing member is added back into).
 func (p *planner) podWithoutMember() (step, bool) {
+	missing := len(p.members) < p.size
+	if free := p.lowestFreeOrdinal(); missing && p.pods[free] != nil {
+		return p.addLearner(free, fmt.Sprintf("pod %s has no member: adding it back as a learner", PodName(p.c.Name, free))), true
+	}
 	keep := p.maxMemberOrdinal() + 1
-	if len(p.members) < p.size {
+	if missing {
 		keep = max(keep, p.lowestFreeOrdinal()+1)
 	}
 	if p.replicas <= keep {
@@ -365,12 +370,11 @@ func (p *planner) failed(m *member) string {
 	return ""
 }
 
-// stuck says why a learner is beyond waiting for, or "".
+// stuck says why a learner is beyond waiting for, or "". Only time counts: a learner's pod
+// often crash-looped before the learner was added (it had no member to start as), and
+// kubelet's back-off delays its first good start.
 func (p *planner) stuck(l *member) string {
-	switch {
-	case l.pod != nil && isCrashLooping(l.pod):
-		return "its pod keeps crashing"
-	case p.waitedTooLong(l.name):
+	if p.waitedTooLong(l.name) {
 		return "not caught up after " + stuckAfter.String()
 	}
 	return ""
@@ -449,9 +453,12 @@ func (p *planner) scaleOut() (step, bool) {
 		return step{}, false
 	}
 	ord := p.lowestFreeOrdinal()
+	return p.addLearner(ord, fmt.Sprintf("%d of %d members: adding %s as a learner", len(p.members), p.size, PodName(p.c.Name, ord))), true
+}
+
+func (p *planner) addLearner(ord int, reason string) step {
 	name := PodName(p.c.Name, ord)
-	job := memberJob{verb: verbAddLearner, member: name, peerURL: PeerURL(p.c, name, p.cfg.ClusterDomain)}
-	return p.runJob(job, AddLearner, fmt.Sprintf("%d of %d members: adding %s as a learner", len(p.members), p.size, name)), true
+	return p.runJob(memberJob{verb: verbAddLearner, member: name, peerURL: PeerURL(p.c, name, p.cfg.ClusterDomain)}, AddLearner, reason)
 }
 
 // 10. Scale in: the highest member goes, leadership moved away first; the StatefulSet then

@@ -10,9 +10,9 @@ import (
 
 // Thresholds of the health judgements.
 const (
-	// crashRestarts: a pod whose etcd container restarted this often without becoming ready
-	// is failing, not starting.
-	crashRestarts = 3
+	// crashRestarts: a pod whose etcd container restarted this often and is backing off
+	// again is failing, not starting.
+	crashRestarts = 5
 	// stuckAfter: a member that has been waited on this long is given up on and replaced (a
 	// voter) or removed (a learner).
 	stuckAfter = 10 * time.Minute
@@ -75,14 +75,12 @@ func isReady(p *corev1.Pod) bool {
 	return false
 }
 
-// isCrashLooping: the etcd container keeps restarting and never became ready; waiting longer
-// will not help.
+// isCrashLooping: the etcd container is in crash-loop back-off after restarting again and
+// again; waiting longer will not help.
 func isCrashLooping(p *corev1.Pod) bool {
-	if isReady(p) {
-		return false
-	}
 	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == "etcd" && cs.RestartCount >= crashRestarts {
+		if cs.Name == "etcd" && cs.RestartCount >= crashRestarts &&
+			cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff" {
 			return true
 		}
 	}

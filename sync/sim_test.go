@@ -111,6 +111,8 @@ type simWorld struct {
 	hideJobs bool
 	// faulty tolerates broken quorum (a scenario that injects it on purpose).
 	faulty bool
+	// onTick, when set, runs at the end of every tick: a fault that heals on a condition.
+	onTick func()
 	log    []string
 }
 
@@ -178,7 +180,7 @@ func (w *simWorld) hasQuorum() bool {
 func (w *simWorld) observe() Observed {
 	obs := Observed{Cluster: w.cluster, Now: w.now, Finalizing: w.cluster.DeletionTimestamp != nil}
 	for _, key := range sortedKeysOf(w.applied) {
-		raw := w.applied[key]
+		raw := w.withLastApplied(w.applied[key])
 		kind, name, _ := strings.Cut(key, "/")
 		switch kind {
 		case "StatefulSet":
@@ -224,7 +226,13 @@ func (w *simWorld) observe() Observed {
 			ready = corev1.ConditionTrue
 		}
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
-		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "etcd", RestartCount: int32(p.restarts)}}
+		cs := corev1.ContainerStatus{Name: "etcd", RestartCount: int32(p.restarts)}
+		if p.running {
+			cs.State.Running = &corev1.ContainerStateRunning{}
+		} else if p.restarts > 0 {
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+		}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
 		if p.terminating {
 			ts := metav1.NewTime(w.now)
 			pod.DeletionTimestamp = &ts
@@ -267,6 +275,24 @@ func (w *simWorld) snapshot() etcdstate.Snapshot {
 	}
 	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].ID < s.Members[j].ID })
 	return s
+}
+
+// withLastApplied adds Metacontroller's last-applied annotation to an applied child.
+func (w *simWorld) withLastApplied(raw []byte) []byte {
+	var m map[string]any
+	w.decode(raw, &m)
+	md, _ := m["metadata"].(map[string]any)
+	ann, _ := md["annotations"].(map[string]any)
+	if ann == nil {
+		ann = map[string]any{}
+	}
+	ann[AnnotationLastApplied] = string(raw)
+	md["annotations"] = ann
+	out, err := json.Marshal(m)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return out
 }
 
 func (w *simWorld) decode(raw []byte, into any) {
@@ -406,6 +432,9 @@ func (w *simWorld) tick() {
 	w.statefulSetController()
 	w.kubelet()
 	w.raft()
+	if w.onTick != nil {
+		w.onTick()
+	}
 }
 
 func (w *simWorld) runJob(j *simJob) {

@@ -1,0 +1,215 @@
+package sync
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// simScenario drives a world from a start through changes and faults to convergence; every
+// step is checked (sim_test.go). The figures it reports are the issue's: syncs to converge
+// and membership changes made.
+type simScenario struct {
+	name string
+	run  func(t *testing.T) []simStats
+}
+
+// created runs a new cluster of size to convergence.
+func created(t *testing.T, size int32, storage bool) (*simWorld, simStats) {
+	t.Helper()
+	w := newSimWorld(t, size, storage)
+	return w, w.run(200)
+}
+
+func (w *simWorld) resize(size int32) simStats {
+	w.t.Helper()
+	w.cluster.Spec.Size = &size
+	w.cluster.Generation++
+	return w.run(200)
+}
+
+func (w *simWorld) edit(f func(*simWorld)) simStats {
+	w.t.Helper()
+	f(w)
+	w.cluster.Generation++
+	return w.run(300)
+}
+
+func (w *simWorld) setLeader(ord int) {
+	w.t.Helper()
+	m := w.memberAt(ord)
+	if m == nil || m.learner || !w.healthy(m) {
+		w.t.Fatalf("cannot make %s leader", w.podName(ord))
+	}
+	w.leader = m.id
+}
+
+var simScenarios = []simScenario{
+	{"create 1", func(t *testing.T) []simStats { _, s := created(t, 1, true); return []simStats{s} }},
+	{"create 3", func(t *testing.T) []simStats { _, s := created(t, 3, true); return []simStats{s} }},
+	{"create 5", func(t *testing.T) []simStats { _, s := created(t, 5, true); return []simStats{s} }},
+	{"scale 1→3→5→3→1", func(t *testing.T) []simStats {
+		w, s0 := created(t, 1, true)
+		return []simStats{s0, w.resize(3), w.resize(5), w.resize(3), w.resize(1)}
+	}},
+	{"scale 3→1 with the leader at the top", func(t *testing.T) []simStats {
+		w, _ := created(t, 3, true)
+		w.setLeader(2)
+		return []simStats{w.resize(1)}
+	}},
+	{"rolling config change, 3 members with volumes", func(t *testing.T) []simStats {
+		w, _ := created(t, 3, true)
+		return []simStats{w.edit(func(w *simWorld) { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} })}
+	}},
+	{"rolling config change, 5 members, leader 3", func(t *testing.T) []simStats {
+		w, _ := created(t, 5, true)
+		w.setLeader(3)
+		return []simStats{w.edit(func(w *simWorld) { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} })}
+	}},
+	{"rolling config change, 5 members, leader 0", func(t *testing.T) []simStats {
+		w, _ := created(t, 5, true)
+		w.setLeader(0)
+		return []simStats{w.edit(func(w *simWorld) { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} })}
+	}},
+	{"rolling config change, 3 members without volumes", func(t *testing.T) []simStats {
+		w, _ := created(t, 3, false)
+		return []simStats{w.edit(func(w *simWorld) { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} })}
+	}},
+	{"patch upgrade v3.6.16→v3.6.17", func(t *testing.T) []simStats {
+		w, _ := created(t, 3, true)
+		return []simStats{w.edit(func(w *simWorld) { w.cluster.Spec.Version = "v3.6.17" })}
+	}},
+	{"minor upgrade v3.5.21→v3.6.16", func(t *testing.T) []simStats {
+		w := newSimWorld(t, 3, true)
+		w.cluster.Spec.Version = "v3.5.21"
+		w.run(200)
+		return []simStats{w.edit(func(w *simWorld) { w.cluster.Spec.Version = "v3.6.16" })}
+	}},
+	{"failed member replaced (crash loop)", func(t *testing.T) []simStats {
+		w, _ := created(t, 3, true)
+		w.pods[1].crash = true
+		w.faultUntilRemoved(1)
+		return []simStats{w.run(300)}
+	}},
+	{"failed leader replaced (data lost, pod recreated)", func(t *testing.T) []simStats {
+		w, _ := created(t, 3, true)
+		w.setLeader(2)
+		// The volume is lost: the pod comes back empty and the launcher refuses to start an
+		// established member on it.
+		delete(w.data, 2)
+		w.pods[2].terminating = true
+		return []simStats{w.run(300)}
+	}},
+	{"misconfigured member fixed by the new spec", func(t *testing.T) []simStats {
+		w, _ := created(t, 3, true)
+		w.pods[2].crash = true
+		w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"}
+		w.cluster.Generation++
+		w.healWhenRecreated(2)
+		return []simStats{w.run(300)}
+	}},
+	{"interrupted: member added, StatefulSet not grown", func(t *testing.T) []simStats {
+		w, _ := created(t, 3, true)
+		w.cluster.Spec.Size = ptrTo(int32(4))
+		w.members = append(w.members, &simMember{id: w.nextID, ord: 3, learner: true})
+		w.nextID++
+		return []simStats{w.run(200)}
+	}},
+	{"interrupted: member removed, pod not deleted", func(t *testing.T) []simStats {
+		w, _ := created(t, 3, true)
+		w.cluster.Spec.Size = ptrTo(int32(2))
+		w.members = []*simMember{w.memberAtAll(0), w.memberAtAll(1)}
+		w.elect()
+		return []simStats{w.run(200)}
+	}},
+	{"interrupted: Job done, not yet observed", func(t *testing.T) []simStats {
+		w, _ := created(t, 1, true)
+		w.cluster.Spec.Size = ptrTo(int32(3))
+		var runs []simStats
+		w.step() // add-learner Job created
+		w.tick() // and done
+		w.hideJobs = true
+		if d := w.step(); d.Action.Type == AddLearner && d.Action.Member != "etcd-1" {
+			t.Fatalf("a second add while the first is unobserved: %v", d.Action)
+		}
+		runs = append(runs, w.run(200))
+		return runs
+	}},
+	{"failed Job retried with backoff", func(t *testing.T) []simStats {
+		w, _ := created(t, 1, true)
+		w.failJobs = 2
+		return []simStats{w.resize(3)}
+	}},
+}
+
+// faultUntilRemoved heals the pod once its member has been removed: the replacement
+// starts fine.
+func (w *simWorld) faultUntilRemoved(ord int) {
+	w.onTick = func() {
+		if w.memberAt(ord) == nil && w.pods[ord] != nil {
+			w.pods[ord].crash = false
+			w.onTick = nil
+		}
+	}
+}
+
+// healWhenRecreated heals the pod once it runs the current spec: the spec was the fault.
+func (w *simWorld) healWhenRecreated(ord int) {
+	w.onTick = func() {
+		if p := w.pods[ord]; p != nil && w.sts != nil && p.spec == w.sts.updateSpec {
+			p.crash = false
+			w.onTick = nil
+		}
+	}
+}
+
+func (w *simWorld) memberAtAll(ord int) *simMember {
+	m := w.memberAt(ord)
+	if m == nil {
+		w.t.Fatalf("no member at %d", ord)
+	}
+	return m
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// TestSimulatedScenarios converges every scenario with the invariants holding after every
+// step, and prints the figures (go test -run TestSimulatedScenarios -v ./sync).
+func TestSimulatedScenarios(t *testing.T) {
+	var report []string
+	for _, sc := range simScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			runs := sc.run(t)
+			var parts []string
+			for _, r := range runs {
+				parts = append(parts, r.String())
+			}
+			report = append(report, sc.name+": "+strings.Join(parts, " | "))
+		})
+	}
+	t.Log("\n" + strings.Join(report, "\n"))
+}
+
+// TestQuorumLostHolds: with two of three voters down the planner changes nothing, sync after
+// sync, and says why.
+func TestQuorumLostHolds(t *testing.T) {
+	w, _ := created(t, 3, true)
+	w.faulty = true
+	w.pods[1].down, w.pods[2].down = true, true
+	for i := 0; i < 20; i++ {
+		d := w.step()
+		if d.Action.Type != Hold {
+			t.Fatalf("sync %d: %v, want a hold", i, d.Action)
+		}
+		if w.sts.replicas != 3 || len(w.jobs) != 0 || len(w.members) != 3 {
+			t.Fatalf("sync %d changed the cluster: %s", i, w.describe())
+		}
+		w.now = w.now.Add(time.Minute)
+	}
+	if got := w.cluster.Status.Phase; got != "Unavailable" {
+		t.Errorf("phase %s, want Unavailable", got)
+	}
+	w.pods[1].down, w.pods[2].down = false, false
+	w.faulty = false
+	w.run(50)
+}
