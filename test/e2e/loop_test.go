@@ -2,13 +2,12 @@ package e2e
 
 import (
 	"fmt"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/manifests"
 	"etcdops.dev/etcdops/sync"
 	"etcdops.dev/etcdops/test/harness"
 )
@@ -32,8 +31,7 @@ const (
 
 func controller(t *testing.T) harness.Controller {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	ctrl, err := harness.LoadController(filepath.Join(filepath.Dir(file), "..", "..", "manifests", "metacontroller"))
+	ctrl, err := harness.LoadController(manifests.FS, "metacontroller")
 	if err != nil {
 		t.Fatal(err)
 	}

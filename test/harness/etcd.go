@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +12,9 @@ import (
 	"go.etcd.io/etcd/pkg/v3/flags"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Timing of every embedded member. Real clusters use 100ms/1000ms; the harness runs ten
@@ -26,6 +30,10 @@ type etcdProcess struct {
 	e    *embed.Etcd
 	once gosync.Once
 	exit chan struct{} // closed when the process has ended, for whatever reason
+
+	panicOnce gosync.Once
+	panicked  chan struct{} // closed when a request handler panicked
+	panicMsg  string
 }
 
 // etcdConfig maps an etcd command line onto embed.Config the way etcd's own main does, and
@@ -84,23 +92,52 @@ func startEtcd(args []string, podIP string) (*etcdProcess, error) {
 	if err != nil {
 		return nil, err
 	}
+	p := &etcdProcess{exit: make(chan struct{}), panicked: make(chan struct{})}
+	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(p.unaryCrash),
+		grpc.ChainStreamInterceptor(p.streamCrash),
+	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, err
 	}
-	p := &etcdProcess{e: e, exit: make(chan struct{})}
+	p.e = e
 	go func() {
 		// etcd's main exits when the server stops on its own (removed from the cluster,
-		// fatal raft error) or reports a serving error; so does this process.
+		// fatal raft error), reports a serving error, or panics; so does this process.
 		select {
 		case <-e.Server.StopNotify():
 		case <-e.Err():
+		case <-p.panicked:
 		case <-p.exit:
 			return
 		}
 		p.end(true)
 	}()
 	return p, nil
+}
+
+// unaryCrash and streamCrash turn a panic in an etcd request handler into the death of this
+// member alone. In a pod the panic kills the container; in this shared process it would kill
+// every member and the test, so it is recovered here and the member is killed instead.
+func (p *etcdProcess) unaryCrash(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	defer p.crashOnPanic(&err)
+	return h(ctx, req)
+}
+
+func (p *etcdProcess) streamCrash(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer p.crashOnPanic(&err)
+	return h(srv, ss)
+}
+
+func (p *etcdProcess) crashOnPanic(err *error) {
+	if r := recover(); r != nil {
+		p.panicOnce.Do(func() {
+			p.panicMsg = fmt.Sprint(r)
+			close(p.panicked)
+		})
+		*err = status.Errorf(codes.Unavailable, "member crashed: %v", r)
+	}
 }
 
 func (p *etcdProcess) end(hard bool) {
@@ -119,6 +156,19 @@ func (p *etcdProcess) Stop() { p.end(false) }
 // Kill is SIGKILL or a node crash: raft stops at once, without leadership transfer; what is
 // in the WAL survives. Closing afterwards only releases the sockets.
 func (p *etcdProcess) Kill() { p.end(true) }
+
+// exitReason says why the process ended on its own, as a container's termination message.
+func (p *etcdProcess) exitReason() string {
+	select {
+	case <-p.panicked:
+		return "etcd panicked: " + p.panicMsg
+	default:
+	}
+	if p.e.Server.IsIDRemoved(uint64(p.e.Server.MemberID())) {
+		return "etcd exited: the member has been permanently removed from the cluster"
+	}
+	return "etcd exited"
+}
 
 // Exited reports whether the process has ended.
 func (p *etcdProcess) Exited() bool {

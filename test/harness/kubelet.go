@@ -155,6 +155,7 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 	startNow := !rt.starting && !rt.held && (rt.proc == nil || rt.proc.Exited()) && !time.Now().Before(rt.next)
 	if rt.proc != nil && rt.proc.Exited() {
 		// The container exited on its own: restartPolicy Always, with back-off.
+		rt.lastErr = rt.proc.exitReason()
 		rt.proc = nil
 		rt.ready = false
 		rt.restarts++

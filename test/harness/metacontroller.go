@@ -7,9 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
-	"os"
-	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -57,16 +56,16 @@ type compositeController struct {
 	} `json:"spec"`
 }
 
-// LoadController finds the CompositeController among the YAML manifests under dir, so that
-// the harness drives the hook with exactly the child types, update strategies, hooks and
-// resync period that will be deployed.
-func LoadController(dir string) (Controller, error) {
+// LoadController finds the CompositeController among the YAML manifests under dir of fsys
+// (manifests.FS as it ships), so that the harness drives the hook with exactly the child
+// types, update strategies, hooks and resync period that will be deployed.
+func LoadController(fsys fs.FS, dir string) (Controller, error) {
 	var found []Controller
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+	err := fs.WalkDir(fsys, dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
 			return err
 		}
-		b, err := os.ReadFile(path)
+		b, err := fs.ReadFile(fsys, path)
 		if err != nil {
 			return err
 		}
