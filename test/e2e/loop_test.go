@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/manifests"
 	"etcdops.dev/etcdops/sync"
@@ -74,7 +76,15 @@ func newEnv(t *testing.T, noOperator bool) *harness.Env {
 	return env
 }
 
+// spec is the cluster every scenario starts from: members on PersistentVolumeClaims, as
+// in production. emptyDirSpec keeps data in the pod instead.
 func spec(size int32) v1alpha1.EtcdClusterSpec {
+	s := emptyDirSpec(size)
+	s.StorageSpec = &v1alpha1.StorageSpec{VolumeSizeRequest: resource.MustParse("1Gi")}
+	return s
+}
+
+func emptyDirSpec(size int32) v1alpha1.EtcdClusterSpec {
 	return v1alpha1.EtcdClusterSpec{Size: &size, Version: baseVersion}
 }
 
@@ -82,8 +92,13 @@ func spec(size int32) v1alpha1.EtcdClusterSpec {
 // does the change or fault and returns the size to converge to; then the figures are taken
 // and every safety property checked.
 func run(t *testing.T, size int32, act func(t *testing.T, env *harness.Env) int) {
+	runSpec(t, spec(size), act)
+}
+
+func runSpec(t *testing.T, s v1alpha1.EtcdClusterSpec, act func(t *testing.T, env *harness.Env) int) {
+	size := *s.Size
 	env := newEnv(t, false)
-	env.Create(spec(size))
+	env.Create(s)
 	if _, err := env.WaitSteady(int(size), createBound); err != nil {
 		t.Fatalf("creating %d members: %v", size, err)
 	}

@@ -54,6 +54,14 @@ func TestRollingConfigChange(t *testing.T) {
 			})
 		})
 	}
+	// Without a storageSpec a recreated pod starts with an empty data dir, so each member
+	// is replaced through a learner.
+	t.Run("size=3/emptyDir", func(t *testing.T) {
+		runSpec(t, emptyDirSpec(3), func(t *testing.T, env *harness.Env) int {
+			env.Store.EditParentSpec(rollingChange)
+			return 3
+		})
+	})
 }
 
 // TestBaselineRollingUpdate makes the same change the way a plain StatefulSet does: the

@@ -7,11 +7,14 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"runtime"
 	gosync "sync"
+	"time"
 
 	"go.etcd.io/etcd/pkg/v3/flags"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -32,7 +35,7 @@ type etcdProcess struct {
 	exit chan struct{} // closed when the process has ended, for whatever reason
 
 	panicOnce gosync.Once
-	panicked  chan struct{} // closed when a request handler panicked
+	panicked  chan struct{} // closed when etcd panicked
 	panicMsg  string
 }
 
@@ -93,6 +96,8 @@ func startEtcd(args []string, podIP string) (*etcdProcess, error) {
 		return nil, err
 	}
 	p := &etcdProcess{exit: make(chan struct{}), panicked: make(chan struct{})}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(zapcore.NewNopCore(),
+		zap.WithPanicHook(crashHook{p}), zap.WithFatalHook(crashHook{p})))
 	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(p.unaryCrash),
 		grpc.ChainStreamInterceptor(p.streamCrash),
@@ -132,23 +137,56 @@ func (p *etcdProcess) streamCrash(srv any, ss grpc.ServerStream, _ *grpc.StreamS
 
 func (p *etcdProcess) crashOnPanic(err *error) {
 	if r := recover(); r != nil {
-		p.panicOnce.Do(func() {
-			p.panicMsg = fmt.Sprint(r)
-			close(p.panicked)
-		})
+		p.crashed(fmt.Sprint(r))
 		*err = status.Errorf(codes.Unavailable, "member crashed: %v", r)
 	}
 }
 
+func (p *etcdProcess) crashed(msg string) {
+	p.panicOnce.Do(func() {
+		p.panicMsg = msg
+		close(p.panicked)
+	})
+}
+
+// crashHook stands in for zap's panic and os.Exit on etcd's Panic and Fatal logs (a raft
+// invariant broken, a corrupt WAL): they would take down every member in this process, so
+// the goroutine that logged ends there and the member is killed instead.
+type crashHook struct{ p *etcdProcess }
+
+func (h crashHook) OnWrite(ce *zapcore.CheckedEntry, _ []zapcore.Field) {
+	h.p.crashed(ce.Message)
+	runtime.Goexit()
+}
+
+// end stops the process. A member whose raft loop died in a panic may never finish
+// stopping; after stopBound it counts as ended anyway (its listeners are closed first), as
+// the kernel would end a dead process.
 func (p *etcdProcess) end(hard bool) {
 	p.once.Do(func() {
-		if hard {
-			p.e.Server.HardStop()
+		done := make(chan struct{})
+		go func() {
+			select {
+			case <-p.panicked:
+				// Its raft loop may be gone: HardStop could wait for it forever, so the
+				// listeners are closed first, by Close.
+			default:
+				if hard {
+					p.e.Server.HardStop()
+				}
+			}
+			p.e.Close()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(stopBound):
 		}
-		p.e.Close()
 		close(p.exit)
 	})
 }
+
+const stopBound = 10 * time.Second
 
 // Stop is SIGTERM: etcd's graceful shutdown, which hands leadership away if it leads.
 func (p *etcdProcess) Stop() { p.end(false) }
