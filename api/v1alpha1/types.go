@@ -141,7 +141,7 @@ type StorageSpec struct {
 	StorageClassName string `json:"storageClassName,omitempty"`
 	// VolumeSizeRequest is the requested size of each member's volume, e.g. 8Gi.
 	//
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).sign() > 0",message="volumeSizeRequest must be greater than zero"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="volumeSizeRequest must be greater than zero"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="volumeSizeRequest cannot change after creation"
 	// +required
 	VolumeSizeRequest resource.Quantity `json:"volumeSizeRequest"`
