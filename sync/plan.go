@@ -29,8 +29,8 @@ const (
 //  4. bootstrap           Services, join state and a StatefulSet of one seed
 //  5. unknown etcd state  hold; children unchanged
 //  6. member Job          wait for the one in flight; back off after a failure
-//  7. fix                 quorum lost (report only), a member without its pod, a learner
-//     (promote or remove), a pod without its member, a failed member (replace)
+//  7. fix                 quorum lost or NOSPACE (report only), a member without its pod,
+//     a learner (promote or remove), a pod without its member, a failed member (replace)
 //  8. config drift        roll the highest outdated pod, leader moved away first
 //  9. scale out           add a learner at the lowest free ordinal
 //  10. scale in           remove the highest member, leader moved away first
@@ -56,7 +56,7 @@ func Plan(cfg Config, obs Observed) Decision {
 	v := newView(cfg, &obs, &c)
 	if reason := unknownState(v); reason != "" {
 		// Nothing can be concluded about membership: never shrink, remove or replace on it.
-		return v.decision(v.hold(reason, ""))
+		return v.decision(v.hold(reason, reason))
 	}
 	p := &planner{view: v}
 	return v.decision(p.decide())
@@ -157,6 +157,7 @@ func (p *planner) decide() step {
 	phases := []func() (step, bool){
 		p.memberJob,        // 6
 		p.quorumLost,       // 7
+		p.noSpace,          // 7
 		p.memberWithoutPod, // 7
 		p.learner,          // 7
 		p.podWithoutMember, // 7
@@ -256,7 +257,21 @@ func (p *planner) quorumLost() (step, bool) {
 	return p.hold(reason, reason), true
 }
 
-// 7b. A member whose ordinal the StatefulSet does not reach has no pod: a scale-out was
+// 7b. A NOSPACE alarm stops writes until space is reclaimed (compact, defragment each
+// member, disarm). Replacing members would copy the same data, so only report it.
+func (p *planner) noSpace() (step, bool) {
+	for _, m := range p.members {
+		if hasAlarm(m.Member, "NOSPACE") {
+			reason := "NOSPACE alarm raised by " + m.name + ": compact, defragment and disarm (docs: NOSPACE runbook)"
+			s := p.wait(m.name, reason, resyncHold)
+			s.degraded = reason
+			return s, true
+		}
+	}
+	return step{}, false
+}
+
+// 7c. A member whose ordinal the StatefulSet does not reach has no pod: a scale-out was
 // interrupted between adding the member and growing the StatefulSet. Finish it.
 func (p *planner) memberWithoutPod() (step, bool) {
 	top := p.maxMemberOrdinal()
@@ -266,7 +281,7 @@ func (p *planner) memberWithoutPod() (step, bool) {
 	return p.scaleTo(top+1, PodName(p.c.Name, top), fmt.Sprintf("member %s has no pod: growing the StatefulSet to %d", PodName(p.c.Name, top), top+1)), true
 }
 
-// 7c. A learner is promoted once caught up, removed when stuck, waited for otherwise. It is
+// 7d. A learner is promoted once caught up, removed when stuck, waited for otherwise. It is
 // handled before anything else can add a member: etcd allows one learner.
 func (p *planner) learner() (step, bool) {
 	ls := p.learners()
@@ -295,7 +310,7 @@ func (p *planner) learner() (step, bool) {
 	return p.wait(l.name, "learner "+l.name+" catching up ("+progress+")", resyncSoon), true
 }
 
-// 7d. A pod without a member: a replacement was interrupted after the removal (finish it:
+// 7e. A pod without a member: a replacement was interrupted after the removal (finish it:
 // the member is added back as a learner, with a new incarnation), or a scale-in between the
 // removal and the shrink, or a learner was given up (undo: shrink to the members, keeping the
 // slot a missing member is added back into).
@@ -314,7 +329,7 @@ func (p *planner) podWithoutMember() (step, bool) {
 	return p.scaleTo(keep, PodName(p.c.Name, keep), fmt.Sprintf("pods from %s on hold no member: shrinking the StatefulSet to %d", PodName(p.c.Name, keep), keep)), true
 }
 
-// 7e. A failed voter is replaced while quorum holds: a pod running an outdated spec is first
+// 7f. A failed voter is replaced while quorum holds: a pod running an outdated spec is first
 // recreated from the current one (that alone may fix it, and its volume keeps the data);
 // otherwise leadership is moved away and the member removed. It then has a pod but no member,
 // and scale-out adds it back as a learner with a new incarnation, which starts from an empty
@@ -330,7 +345,11 @@ func (p *planner) failedMember() (step, bool) {
 		why := p.failed(m)
 		if why == "" {
 			if waiting == nil {
-				s := p.wait(m.name, "member "+m.name+" unhealthy: waiting for it to recover", resyncHold)
+				reason := "member " + m.name + " unhealthy: waiting for it to recover"
+				if m.pod == nil || isTerminating(m.pod) {
+					reason = "member " + m.name + " unhealthy: its pod is being recreated"
+				}
+				s := p.wait(m.name, reason, resyncHold)
 				waiting = &s
 			}
 			continue
@@ -447,7 +466,7 @@ func (p *planner) roll(why string) (step, bool) {
 }
 
 // 9. Scale out: a learner for the lowest free ordinal; the StatefulSet grows once etcd has it
-// (7b), and it is promoted once caught up (7c).
+// (7c), and it is promoted once caught up (7d).
 func (p *planner) scaleOut() (step, bool) {
 	if len(p.members) >= p.size {
 		return step{}, false
@@ -462,7 +481,7 @@ func (p *planner) addLearner(ord int, reason string) step {
 }
 
 // 10. Scale in: the highest member goes, leadership moved away first; the StatefulSet then
-// shrinks (7d).
+// shrinks (7e).
 func (p *planner) scaleIn() (step, bool) {
 	voters := p.voters()
 	if len(voters) <= p.size {

@@ -111,6 +111,8 @@ type simWorld struct {
 	hideJobs bool
 	// faulty tolerates broken quorum (a scenario that injects it on purpose).
 	faulty bool
+	// etcdOverride, when set, changes the next observation of etcd.
+	etcdOverride func(*etcdstate.Snapshot)
 	// onTick, when set, runs at the end of every tick: a fault that heals on a condition.
 	onTick func()
 	log    []string
@@ -240,6 +242,10 @@ func (w *simWorld) observe() Observed {
 		obs.Pods = append(obs.Pods, pod)
 	}
 	obs.Etcd = w.snapshot()
+	if w.etcdOverride != nil {
+		w.etcdOverride(&obs.Etcd)
+		w.etcdOverride = nil
+	}
 	return obs
 }
 
@@ -572,8 +578,8 @@ func (w *simWorld) kubelet() {
 			continue
 		}
 		m := w.memberAt(ord)
-		if p.running && (m == nil || p.crash) {
-			// Removed from the cluster (or crashing): etcd exits.
+		if d := w.data[ord]; p.running && (m == nil || d == nil || d.id != m.id || p.crash) {
+			// Its member was removed from the cluster (or it crashes): etcd exits.
 			p.running = false
 			p.restarts++
 			continue

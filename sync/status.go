@@ -62,8 +62,9 @@ func setConditionValue(st *v1alpha1.EtcdClusterStatus, obs *Observed, cond metav
 func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	asked := v.obs.Etcd.Asked && len(v.members) > 0
 	voters, healthy := len(v.voters()), v.healthyVoters()
+	// Degraded counts voters only: a learner is unhealthy while it joins, by design.
 	var unhealthy []string
-	for _, m := range v.members {
+	for _, m := range v.voters() {
 		if !m.Healthy {
 			unhealthy = append(unhealthy, m.name)
 		}
@@ -128,7 +129,7 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	}
 	switch {
 	case s.degraded != "":
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, "ActionBlocked", s.degraded)
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, "Blocked", s.degraded)
 	case asked && len(unhealthy) > 0:
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, "MemberUnhealthy", "unhealthy: "+strings.Join(unhealthy, ", "))
 	default:

@@ -1,0 +1,351 @@
+package sync
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/joinstate"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/testdata/*.txt")
+
+// TestScenarios runs the data-driven scenario files. Each file is a story told to a simulated
+// world (sim_test.go); a block of commands ends with "----" and is followed by what it
+// printed, up to a blank line. Run with -rewrite to regenerate the expected output.
+//
+// Commands:
+//
+//	new size=N [nostorage] [version=V]   a fresh world, nothing created yet
+//	run                                  sync and tick until converged; prints the figures
+//	step [N]                             N syncs, each followed by a tick; one line each
+//	plan                                 the decision on the world as it is, not applied
+//	world                                the world in three lines
+//	spec size=N | version=V | options=A,B | paused | unpaused | delete
+//	leader POD                           make POD's member the leader
+//	fault POD crash|down|corrupt|nospace|gone|heal
+//	member-add POD                       a learner added behind the planner's back
+//	member-remove POD                    a member removed behind the planner's back
+//	allow-quorum-loss                    the story breaks quorum on purpose
+//	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
+//	etcd unreachable|inconsistent|stranger  the next observation of etcd
+//	age DURATION                         time passes without anything happening
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenario files: %v", err)
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
+			runScenarioFile(t, file)
+		})
+	}
+}
+
+type scenarioBlock struct {
+	lines    []string // comments and commands, as written
+	line     int      // where the block starts, for failure messages
+	expected string
+}
+
+func parseScenario(t *testing.T, file string) []scenarioBlock {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []scenarioBlock
+	cur := scenarioBlock{line: 1}
+	lines := strings.Split(string(data), "\n")
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		if l != "----" {
+			if l != "" || len(cur.lines) > 0 {
+				cur.lines = append(cur.lines, l)
+			} else {
+				cur.line = i + 2
+			}
+			continue
+		}
+		var out []string
+		for i++; i < len(lines) && lines[i] != ""; i++ {
+			out = append(out, lines[i])
+		}
+		cur.expected = strings.Join(out, "\n")
+		for len(cur.lines) > 0 && cur.lines[len(cur.lines)-1] == "" {
+			cur.lines = cur.lines[:len(cur.lines)-1]
+		}
+		blocks = append(blocks, cur)
+		cur = scenarioBlock{line: i + 2}
+	}
+	return blocks
+}
+
+func runScenarioFile(t *testing.T, file string) {
+	blocks := parseScenario(t, file)
+	var w *simWorld
+	var out strings.Builder
+	for _, b := range blocks {
+		var got strings.Builder
+		for _, l := range b.lines {
+			if strings.HasPrefix(l, "#") || strings.TrimSpace(l) == "" {
+				continue
+			}
+			w = runCommand(t, w, l, &got)
+		}
+		text := strings.TrimRight(got.String(), "\n")
+		if !*rewrite && text != b.expected {
+			t.Errorf("%s:%d:\n%s\n---- got:\n%s\n---- want:\n%s", file, b.line, strings.Join(b.lines, "\n"), text, b.expected)
+		}
+		fmt.Fprintf(&out, "%s\n----\n%s\n\n", strings.Join(b.lines, "\n"), text)
+	}
+	if *rewrite {
+		if err := os.WriteFile(file, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *simWorld {
+	t.Helper()
+	f := strings.Fields(line)
+	cmd, args := f[0], f[1:]
+	arg := func(i int) string {
+		if i >= len(args) {
+			t.Fatalf("%q: missing argument", line)
+		}
+		return args[i]
+	}
+	if cmd != "new" && w == nil {
+		t.Fatalf("%q before new", line)
+	}
+	switch cmd {
+	case "new":
+		size, storage, version := int32(3), true, ""
+		for _, a := range args {
+			k, v, _ := strings.Cut(a, "=")
+			switch k {
+			case "size":
+				n, _ := strconv.Atoi(v)
+				size = int32(n)
+			case "nostorage":
+				storage = false
+			case "version":
+				version = v
+			}
+		}
+		w = newSimWorld(t, size, storage)
+		if version != "" {
+			w.cluster.Spec.Version = version
+		}
+	case "run":
+		fmt.Fprintf(out, "converged: %s\n", w.run(400))
+	case "step":
+		n := 1
+		if len(args) > 0 {
+			n, _ = strconv.Atoi(args[0])
+		}
+		for i := 0; i < n; i++ {
+			d := w.step()
+			fmt.Fprintf(out, "%s\n", actionLine(d.Action))
+		}
+	case "plan":
+		out.WriteString(decisionText(t, Plan(simConfig, w.observe())))
+	case "world":
+		fmt.Fprintf(out, "%s\n", w.describe())
+	case "spec":
+		for _, a := range args {
+			k, v, _ := strings.Cut(a, "=")
+			switch k {
+			case "size":
+				n, _ := strconv.Atoi(v)
+				w.cluster.Spec.Size = ptrTo(int32(n))
+			case "version":
+				w.cluster.Spec.Version = v
+			case "options":
+				w.cluster.Spec.EtcdOptions = strings.Split(v, ",")
+			case "paused":
+				w.cluster.Spec.Paused = true
+			case "unpaused":
+				w.cluster.Spec.Paused = false
+			case "delete":
+				ts := metav1.NewTime(w.now)
+				w.cluster.DeletionTimestamp = &ts
+				w.faulty = true // teardown takes quorum away on purpose
+			default:
+				t.Fatalf("%q: unknown spec field", line)
+			}
+		}
+		w.cluster.Generation++
+	case "leader":
+		w.setLeader(w.ordinalOf(arg(0)))
+	case "fault":
+		ord := w.ordinalOf(arg(0))
+		p, m := w.pods[ord], w.memberAt(ord)
+		if p == nil || m == nil && arg(1) != "heal" {
+			t.Fatalf("%q: %s has no pod or no member", line, arg(0))
+		}
+		switch arg(1) {
+		case "crash":
+			p.crash = true
+		case "down":
+			p.down = true
+		case "corrupt":
+			m.alarms = []string{"CORRUPT"}
+		case "nospace":
+			m.alarms = []string{"NOSPACE"}
+		case "gone":
+			p.terminating = true
+		case "heal":
+			p.crash, p.down = false, false
+			if m != nil {
+				m.alarms = nil
+			}
+		default:
+			t.Fatalf("%q: unknown fault", line)
+		}
+	case "member-add":
+		w.members = append(w.members, &simMember{id: w.nextID, ord: w.ordinalOf(arg(0)), learner: true})
+		w.nextID++
+	case "member-remove":
+		m := w.memberAt(w.ordinalOf(arg(0)))
+		for i, x := range w.members {
+			if x == m {
+				w.members = append(w.members[:i], w.members[i+1:]...)
+				break
+			}
+		}
+		w.elect()
+	case "allow-quorum-loss":
+		w.faulty = true
+	case "fail-jobs":
+		w.failJobs, _ = strconv.Atoi(arg(0))
+	case "hide-jobs":
+		w.hideJobs = true
+	case "etcd":
+		switch arg(0) {
+		case "unreachable":
+			w.etcdOverride = func(s *etcdstate.Snapshot) { *s = etcdstate.Snapshot{Err: "context deadline exceeded"} }
+		case "inconsistent":
+			w.etcdOverride = func(s *etcdstate.Snapshot) { s.Inconsistent = "etcd-0 and etcd-1 both lead term 7" }
+		case "stranger":
+			w.etcdOverride = func(s *etcdstate.Snapshot) {
+				s.Members = append(s.Members, etcdstate.Member{ID: 0xbad, Name: "other-0", PeerURLs: []string{"http://other-0.other.default.svc.cluster.local:2380"}})
+			}
+		default:
+			t.Fatalf("%q: unknown etcd state", line)
+		}
+	case "age":
+		d, err := time.ParseDuration(arg(0))
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		w.now = w.now.Add(d)
+	default:
+		t.Fatalf("%q: unknown command", line)
+	}
+	return w
+}
+
+func (w *simWorld) ordinalOf(pod string) int {
+	ord, ok := Ordinal(w.cluster.Name, pod)
+	if !ok {
+		w.t.Fatalf("%s is not a pod of %s", pod, w.cluster.Name)
+	}
+	return ord
+}
+
+func actionLine(a Action) string {
+	s := a.Type.String()
+	if a.Member != "" {
+		s += " " + a.Member
+	}
+	return s + ": " + a.Reason
+}
+
+// decisionText is the compact text form of a decision: the action, the StatefulSet, the
+// Jobs, the join state and the status, one line each.
+func decisionText(t *testing.T, d Decision) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n", actionLine(d.Action))
+	var names []string
+	for _, c := range d.Children {
+		raw, err := json.Marshal(c.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, c.Kind+"/"+c.Name)
+		switch c.Kind {
+		case "StatefulSet":
+			var s appsv1.StatefulSet
+			if err := json.Unmarshal(raw, &s); err != nil {
+				t.Fatal(err)
+			}
+			partition := int32(0)
+			if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+				partition = *ru.Partition
+			}
+			fmt.Fprintf(&b, "  statefulset: replicas=%d partition=%d\n", *s.Spec.Replicas, partition)
+		case "ConfigMap":
+			var cm corev1.ConfigMap
+			if err := json.Unmarshal(raw, &cm); err != nil {
+				t.Fatal(err)
+			}
+			st, err := joinstate.Decode([]byte(cm.Data[joinstate.ConfigMapKey]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ms []string
+			for _, m := range st.Members {
+				s := fmt.Sprintf("%s#%d", m.Name, m.Incarnation)
+				if m.Established {
+					s += "+"
+				}
+				ms = append(ms, s)
+			}
+			fmt.Fprintf(&b, "  join: %s %s\n", st.ClusterState, strings.Join(ms, " "))
+		case "Job":
+			var m map[string]any
+			_ = json.Unmarshal(raw, &m)
+			spec, _ := m["spec"].(map[string]any)
+			tmpl, _ := spec["template"].(map[string]any)
+			ps, _ := tmpl["spec"].(map[string]any)
+			cs, _ := ps["containers"].([]any)
+			var args []string
+			if len(cs) > 0 {
+				for _, a := range cs[0].(map[string]any)["command"].([]any) {
+					args = append(args, a.(string))
+				}
+			}
+			fmt.Fprintf(&b, "  job %s: %s\n", c.Name, strings.Join(args, " "))
+		}
+	}
+	if d.Action.Type == Hold || d.Action.Type == Teardown || d.Finalized {
+		fmt.Fprintf(&b, "  children: %s\n", strings.Join(names, " "))
+	}
+	st := d.Status
+	var conds []string
+	for _, c := range st.Conditions {
+		conds = append(conds, fmt.Sprintf("%s=%s", c.Type, c.Status))
+	}
+	fmt.Fprintf(&b, "  status: %s ready=%d leader=%s failures=%d", st.Phase, st.ReadyMembers, st.Leader, st.JobFailures)
+	for _, c := range conds {
+		b.WriteString(" " + c)
+	}
+	fmt.Fprintf(&b, " resync=%gs", d.ResyncAfterSeconds)
+	if d.Finalized {
+		b.WriteString(" finalized")
+	}
+	b.WriteString("\n")
+	return b.String()
+}
