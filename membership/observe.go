@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -92,7 +93,8 @@ type endpointStatus struct {
 }
 
 // Observe reads the cluster under one deadline: Status and a serializable read from every
-// endpoint in parallel, then the member list and alarms from a voter. It never returns an
+// endpoint in parallel (within the first half), then the member list and alarms from a
+// voter (linearizable in the third quarter, else serializable). It never returns an
 // error: what could not be asked is said in the Snapshot (Asked, Err, Reachable, Errors).
 func (o *Observer) Observe(ctx context.Context, req Request) etcdstate.Snapshot {
 	ctx, cancel := context.WithTimeout(ctx, o.deadline)
@@ -106,7 +108,10 @@ func (o *Observer) Observe(ctx context.Context, req Request) etcdstate.Snapshot 
 	}
 	defer func() { o.cache.release(clients, time.Now()) }()
 
-	statuses := askEndpoints(ctx, clients.members)
+	// A member that hangs must not use up the deadline the member list still needs.
+	statusCtx, cancelStatus := halfOfRemaining(ctx)
+	statuses := askEndpoints(statusCtx, clients.members)
+	cancelStatus()
 	voters := voterOrder(clients.members, statuses)
 	if len(voters) == 0 {
 		return etcdstate.Snapshot{Err: "no voter answered Status: " + endpointErrors(clients.members, statuses)}
@@ -131,6 +136,9 @@ func askEndpoints(ctx context.Context, members []*memberClient) []endpointStatus
 	for i, m := range members {
 		wg.Go(func() {
 			st, err := m.maint.Status(ctx, "")
+			if err == nil && st.Header == nil {
+				st, err = nil, errors.New("status without a response header")
+			}
 			out[i] = endpointStatus{status: st, statusErr: err}
 			if err != nil {
 				return
@@ -207,7 +215,7 @@ func readMembership(ctx context.Context, members []*memberClient, voters []int, 
 	return nil, nil, "", lastErr
 }
 
-// halfOfRemaining leaves the other half of the deadline for the serializable fallback.
+// halfOfRemaining bounds one step so that the steps after it keep the other half.
 func halfOfRemaining(ctx context.Context) (context.Context, context.CancelFunc) {
 	dl, ok := ctx.Deadline()
 	if !ok {

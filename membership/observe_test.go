@@ -2,6 +2,8 @@ package membership
 
 import (
 	"context"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -199,4 +201,40 @@ func TestObserveTLS(t *testing.T) {
 	}
 	out, err := op.MoveLeader(opContext(t), target.name, target.id())
 	wantOutcome(t, "move leader over TLS", out, err, Done)
+}
+
+// silentEndpoint accepts connections and never answers, like a member that hangs.
+func silentEndpoint(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { conn.Close() })
+		}
+	}()
+	return l.Addr().String()
+}
+
+func TestObserveHungMemberKeepsDeadline(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	req := c.request()
+	req.Endpoints = append(req.Endpoints, etcdstate.Endpoint{Member: "m-1", Address: silentEndpoint(t), ServerName: "m-1.etcd.test"})
+	o := NewObserver(ObserverOptions{Deadline: time.Second})
+	defer o.Close()
+
+	start := time.Now()
+	snap := o.Observe(context.Background(), req)
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Fatalf("observe took %v with a deadline of 1s", took)
+	}
+	if !snap.Asked || !snap.Complete || !strings.Contains(snap.Err, "m-1") {
+		t.Fatalf("want the one member asked and the hung endpoint named; got %+v", snap)
+	}
 }
