@@ -39,6 +39,9 @@ import (
 // metacontrollerCRDs are Metacontroller's own CRDs (v4.17.2), kept as data beside the project.
 const metacontrollerCRDs = "../../shared/metacontroller/metacontroller-crds-v1.yaml"
 
+// hookFixtures are the hook's recorded requests (<name>.json) and answers (<name>.golden.json).
+const hookFixtures = "../test/fixtures"
+
 const testNamespace = "default"
 
 var (
@@ -281,6 +284,7 @@ func TestAPIServer(t *testing.T) {
 	t.Run("validation", func(t *testing.T) { testValidation(t, s) })
 	t.Run("immutable storage", func(t *testing.T) { testImmutableStorage(t, s) })
 	t.Run("status", func(t *testing.T) { testStatus(t, s) })
+	t.Run("hook fixtures", func(t *testing.T) { testHookFixtures(t, s) })
 	t.Run("printer columns", func(t *testing.T) { testPrinterColumns(t, s) })
 	t.Run("openapi", func(t *testing.T) { testOpenAPI(t, s) })
 	t.Logf("done in %s", time.Since(start).Round(time.Millisecond))
@@ -534,6 +538,82 @@ func fieldPaths(t reflect.Type, at string, out *[]string) {
 			*out = append(*out, at+"."+name)
 			fieldPaths(f.Type, at+"."+name, out)
 		}
+	}
+}
+
+// The parents in the hook's fixtures are what this CRD stores, and every status the hook
+// answers with is stored as written, conditions and all.
+func testHookFixtures(t *testing.T, s *apiServer) {
+	requests, err := filepath.Glob(filepath.Join(hookFixtures, "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, file := range requests {
+		name := strings.TrimSuffix(filepath.Base(file), ".json")
+		if strings.Contains(name, ".") {
+			continue
+		}
+		var request struct {
+			Parent *struct {
+				Spec map[string]any `json:"spec"`
+			} `json:"parent"`
+		}
+		readJSON(t, file, &request)
+		if request.Parent == nil {
+			continue
+		}
+		parent := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1alpha1.APIVersion, "kind": v1alpha1.Kind,
+			"metadata": map[string]any{"name": "fixture-" + name},
+			"spec":     request.Parent.Spec,
+		}}
+		created, err := s.clusters().Create(t.Context(), parent, strictCreate)
+		if err != nil {
+			t.Errorf("%s: parent: %v", file, err)
+			continue
+		}
+		stored, _ := json.Marshal(created.Object["spec"])
+		sent, _ := json.Marshal(request.Parent.Spec)
+		if string(stored) != string(sent) {
+			t.Errorf("%s: the API server stores the parent's spec as\n%s\nthe fixture has\n%s", file, stored, sent)
+		}
+
+		var answer struct {
+			Status map[string]any `json:"status"`
+		}
+		readJSON(t, filepath.Join(hookFixtures, name+".golden.json"), &answer)
+		if answer.Status == nil {
+			continue
+		}
+		answer.Status["observedGeneration"] = created.GetGeneration()
+		created.Object["status"] = answer.Status
+		updated, err := s.clusters().UpdateStatus(t.Context(), created, strictUpdate)
+		if err != nil {
+			t.Errorf("%s: status: %v", name+".golden.json", err)
+			continue
+		}
+		stored, _ = json.Marshal(updated.Object["status"])
+		sent, _ = json.Marshal(answer.Status)
+		if string(stored) != string(sent) {
+			t.Errorf("%s: status stored as\n%s\nsent\n%s", name+".golden.json", stored, sent)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Skipf("no hook fixtures with a status under %s", hookFixtures)
+	}
+	t.Logf("%d hook answers stored as written", checked)
+}
+
+func readJSON(t *testing.T, file string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", file, err)
 	}
 }
 
