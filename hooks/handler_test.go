@@ -117,6 +117,46 @@ func TestBadInputIsRefusedWithAReason(t *testing.T) {
 	}
 }
 
+func TestInvalidSpecIsA200ThatKeepsTheObservedChildren(t *testing.T) {
+	// An invalid spec is the user's to fix, not a failed sync: status says why, and the
+	// observed children come back as last applied, so nothing is deleted and nothing is new.
+	srv := newServer(t, hooks.Deps{Etcd: offline(t)})
+	invalid := `{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","uid":"u-1"},"spec":{"size":12,"etcdOptions":["--name=x"]}}`
+	applied := `{"apiVersion":"v1","kind":"Service","metadata":{"name":"etcd","namespace":"default"},"spec":{"clusterIP":"None"}}`
+	svc := `{"apiVersion":"v1","kind":"Service","metadata":{"name":"etcd","namespace":"default","uid":"s-1","annotations":{"metacontroller.k8s.io/last-applied-configuration":` + jsonString(applied) + `}},"spec":{"clusterIP":"None","type":"ClusterIP"}}`
+	status, body := post(t, srv, "/sync", syncBody(invalid, `{"Service.v1":{"etcd":`+svc+`}}`, `{}`))
+	if status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	var resp struct {
+		Status struct {
+			Conditions []struct{ Type, Status, Reason, Message string } `json:"conditions"`
+		} `json:"status"`
+		Children []json.RawMessage `json:"children"`
+	}
+	if err := json.Unmarshal(body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Children) != 1 || string(resp.Children[0]) != applied {
+		t.Errorf("children changed: %s", body)
+	}
+	var degraded bool
+	for _, c := range resp.Status.Conditions {
+		if c.Type == "Degraded" && c.Status == "True" && c.Reason == "InvalidSpec" &&
+			strings.Contains(c.Message, "spec.size 12 is out of range") && strings.Contains(c.Message, "--name") {
+			degraded = true
+		}
+	}
+	if !degraded {
+		t.Errorf("no Degraded/InvalidSpec condition naming every problem: %s", body)
+	}
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
 // pod is a member pod with an IP, so the hook has an endpoint to observe.
 const pod = `{"metadata":{"name":"etcd-0","namespace":"default","labels":{"etcdops.dev/cluster":"etcd"}},"status":{"podIP":"10.0.0.10"}}`
 
@@ -360,26 +400,34 @@ func mustJSON(t *testing.T, v any) string {
 	return string(b)
 }
 
-// BenchmarkSyncCreate measures one /sync of the create fixture through the router, without
-// the network: decode, plan, encode.
-func BenchmarkSyncCreate(b *testing.B) {
-	body, err := os.ReadFile("../test/fixtures/create.json")
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := hooks.NewHandler(hooks.Deps{
-		Config: sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops/etcdops:v0.1.0"},
-		Etcd: hooks.ObserverFunc(func(context.Context, hooks.ObserveRequest) etcdstate.Snapshot {
-			b.Fatal("create must not ask etcd")
-			return etcdstate.Snapshot{}
-		}),
-	})
-	b.ReportAllocs()
-	for b.Loop() {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/sync", bytes.NewReader(body)))
-		if rec.Code != 200 {
-			b.Fatalf("%d %s", rec.Code, rec.Body)
-		}
+// BenchmarkSync measures one /sync through the router without the network (decode, plan,
+// encode) for the create fixture (no etcd call) and steady-3 (a recorded etcd snapshot).
+func BenchmarkSync(b *testing.B) {
+	for _, name := range []string{"create", "steady-3"} {
+		b.Run(name, func(b *testing.B) {
+			body, err := os.ReadFile("../test/fixtures/" + name + ".json")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var snap etcdstate.Snapshot
+			if raw, err := os.ReadFile("../test/fixtures/" + name + ".etcd.json"); err == nil {
+				if err := json.Unmarshal(raw, &snap); err != nil {
+					b.Fatal(err)
+				}
+			}
+			h := hooks.NewHandler(hooks.Deps{
+				Config: sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops/etcdops:v0.1.0"},
+				Etcd:   hooks.ObserverFunc(func(context.Context, hooks.ObserveRequest) etcdstate.Snapshot { return snap }),
+			})
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/sync", bytes.NewReader(body)))
+				if rec.Code != 200 {
+					b.Fatalf("%d %s", rec.Code, rec.Body)
+				}
+			}
+		})
 	}
 }
