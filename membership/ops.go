@@ -145,13 +145,8 @@ func (o *Operator) AddLearner(ctx context.Context, name, peerURL string) (etcdst
 	if err != nil {
 		return etcdstate.Member{}, 0, err
 	}
-	for _, m := range ms {
-		if slices.Contains(m.PeerURLs, peerURL) {
-			if err := checkIdentity(m, name); err != nil {
-				return etcdstate.Member{}, 0, err
-			}
-			return m.value(), AlreadyDone, nil
-		}
+	if m := findByPeerURL(ms, peerURL); m != nil {
+		return existingLearner(m, name)
 	}
 	for _, m := range ms {
 		if m.IsLearner {
@@ -163,8 +158,13 @@ func (o *Operator) AddLearner(ctx context.Context, name, peerURL string) (etcdst
 	case err == nil:
 		return etcdstate.Member{ID: resp.Member.ID, PeerURLs: resp.Member.PeerURLs, IsLearner: true}, Done, nil
 	case isEtcdError(err, rpctypes.ErrPeerURLExist):
-		// A concurrent or lost earlier request added it after our read: look again.
-		return o.AddLearner(ctx, name, peerURL)
+		// An earlier request whose answer was lost added it after our read: look once more.
+		if ms, err := o.members(ctx); err == nil {
+			if m := findByPeerURL(ms, peerURL); m != nil {
+				return existingLearner(m, name)
+			}
+		}
+		return etcdstate.Member{}, 0, retryable("add learner %s: %v", name, err)
 	case isEtcdError(err, rpctypes.ErrTooManyLearners):
 		return etcdstate.Member{}, 0, refused("add learner %s: %v", name, err)
 	case isEtcdError(err, rpctypes.ErrUnhealthy):
@@ -172,6 +172,24 @@ func (o *Operator) AddLearner(ctx context.Context, name, peerURL string) (etcdst
 		return etcdstate.Member{}, 0, retryable("add learner %s: %v", name, err)
 	}
 	return etcdstate.Member{}, 0, transient("add learner "+name, err)
+}
+
+// existingLearner is the outcome of adding a member whose peer URL m already has: done when
+// it is the same member, whether or not it has started or been promoted since.
+func existingLearner(m *memberInfo, name string) (etcdstate.Member, Outcome, error) {
+	if err := checkIdentity(m, name); err != nil {
+		return etcdstate.Member{}, 0, err
+	}
+	return m.value(), AlreadyDone, nil
+}
+
+func findByPeerURL(ms []*memberInfo, peerURL string) *memberInfo {
+	for _, m := range ms {
+		if slices.Contains(m.PeerURLs, peerURL) {
+			return m
+		}
+	}
+	return nil
 }
 
 // Promote makes learner id (pod name) a voter. A voter is already done; a learner that has
