@@ -1,0 +1,97 @@
+package membership
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"etcdops.dev/etcdops/etcdstate"
+)
+
+const testClusterID = 7
+
+// said is what member id says of itself: leader is whom it follows, 0 for none.
+func said(clusterID, id, leader, term uint64) endpointStatus {
+	return endpointStatus{status: &clientv3.StatusResponse{
+		Header:   &pb.ResponseHeader{ClusterId: clusterID, MemberId: id},
+		Leader:   leader,
+		RaftTerm: term,
+		Version:  "3.7.3",
+	}}
+}
+
+func endpoints(names ...string) []*memberClient {
+	var out []*memberClient
+	for _, n := range names {
+		out = append(out, &memberClient{endpoint: etcdstate.Endpoint{Member: n}})
+	}
+	return out
+}
+
+// threeMembers is a member list of e-0 (1), e-1 (2) and e-2 (3).
+func threeMembers() *clientv3.MemberListResponse {
+	return &clientv3.MemberListResponse{
+		Header: &pb.ResponseHeader{ClusterId: testClusterID},
+		Members: []*pb.Member{
+			{ID: 3, Name: "e-2"}, {ID: 1, Name: "e-0"}, {ID: 2, Name: "e-1"},
+		},
+	}
+}
+
+func TestAssemble(t *testing.T) {
+	down := endpointStatus{statusErr: errors.New("connection refused")}
+	for _, tc := range []struct {
+		story        string
+		statuses     []endpointStatus
+		complete     bool
+		leader       uint64 // 0: none
+		inconsistent string // substring; empty: consistent
+		err          string // substring of Snapshot.Err; empty: none
+	}{
+		{"all answer, e-0 leads",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5)}, true, 1, "", ""},
+		{"e-2 is down: partial, its error kept on the member",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), down}, false, 1, "", ""},
+		{"e-0 and e-1 both lead term 5: raft allows one",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 2, 5), said(testClusterID, 3, 1, 5)}, true, 1, "both lead term 5", ""},
+		{"e-2's address reaches a member of another cluster",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(99, 3, 3, 1)}, false, 1, "cluster 63", ""},
+		{"two pods answer as the same member",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 1, 1, 5), said(testClusterID, 3, 1, 5)}, false, 1, "both answer as member 1", ""},
+		{"e-1's pod answers as e-2",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 3, 1, 5), down}, false, 1, "endpoint of e-1 answers as member e-2", ""},
+		{"a pod whose member was removed still answers",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 1, 5)}, true, 1, "", "not in the member list"},
+	} {
+		names := []string{"e-0", "e-1", "e-2", "e-3"}[:len(tc.statuses)]
+		snap := assemble(endpoints(names...), tc.statuses, threeMembers(), nil)
+		l, hasLeader := snap.Leader()
+		switch {
+		case !snap.Asked || len(snap.Members) != 3 || snap.Members[0].ID != 1 || snap.Members[2].ID != 3:
+			t.Errorf("%s: want the three members sorted by ID, got %+v", tc.story, snap.Members)
+		case snap.Complete != tc.complete:
+			t.Errorf("%s: complete %v", tc.story, snap.Complete)
+		case hasLeader != (tc.leader != 0) || l.ID != tc.leader:
+			t.Errorf("%s: leader %+v", tc.story, l)
+		case (tc.inconsistent == "") != (snap.Inconsistent == "") || !strings.Contains(snap.Inconsistent, tc.inconsistent):
+			t.Errorf("%s: inconsistent %q, want %q", tc.story, snap.Inconsistent, tc.inconsistent)
+		case (tc.err == "") != (snap.Err == "") || !strings.Contains(snap.Err, tc.err):
+			t.Errorf("%s: err %q, want %q", tc.story, snap.Err, tc.err)
+		}
+	}
+}
+
+func TestAssembleAlarms(t *testing.T) {
+	alarms := &clientv3.AlarmResponse{Alarms: []*pb.AlarmMember{{MemberID: 2, Alarm: pb.AlarmType_NOSPACE}}}
+	statuses := []endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5)}
+	snap := assemble(endpoints("e-0", "e-1", "e-2"), statuses, threeMembers(), alarms)
+	for _, m := range snap.Members {
+		hasAlarm := m.ID == 2
+		if m.Healthy == hasAlarm || (len(m.Alarms) == 1) != hasAlarm || (hasAlarm && m.Alarms[0] != "NOSPACE") {
+			t.Errorf("member %s: healthy %v alarms %v", m.Name, m.Healthy, m.Alarms)
+		}
+	}
+}
