@@ -1,0 +1,200 @@
+package sync
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"etcdops.dev/etcdops/etcdstate"
+)
+
+func TestCanRemoveVoter(t *testing.T) {
+	for _, tc := range []struct {
+		voters, healthyOthers int
+		want                  bool
+	}{
+		{3, 2, true},  // a healthy 3-member cluster may lose one: 2 of 2 left
+		{3, 1, false}, // one other already down: 1 of 2 left is no quorum
+		{5, 3, true},  // 5 → 4 needs 3 healthy among the rest
+		{5, 2, false}, // two others down: 2 of 4 is no quorum
+		{2, 1, true},  // 2 → 1: the survivor must be healthy
+		{2, 0, false}, // 2 → 1 with the survivor down: nothing left
+		{1, 0, false}, // never remove the last voter
+		{4, 2, true},  // 4 → 3 needs 2
+	} {
+		if got := canRemoveVoter(tc.voters, tc.healthyOthers); got != tc.want {
+			t.Errorf("canRemoveVoter(%d, %d) = %v, want %v", tc.voters, tc.healthyOthers, got, tc.want)
+		}
+	}
+}
+
+func TestCanDisruptVoter(t *testing.T) {
+	for _, tc := range []struct {
+		voters, healthyOthers int
+		want                  bool
+	}{
+		{3, 2, true},  // one pod down, two of three still vote
+		{3, 1, false}, // one already down: taking another loses quorum
+		{5, 3, true},  // 3 of 5 is quorum
+		{5, 2, false}, // 2 of 5 is not
+		{1, 0, true},  // a single member has no redundancy to keep; its volume keeps the data
+		{2, 1, false}, // 1 of 2 is no quorum: a two-member cluster cannot roll without downtime
+	} {
+		if got := canDisruptVoter(tc.voters, tc.healthyOthers); got != tc.want {
+			t.Errorf("canDisruptVoter(%d, %d) = %v, want %v", tc.voters, tc.healthyOthers, got, tc.want)
+		}
+	}
+}
+
+func TestCanPromote(t *testing.T) {
+	for _, tc := range []struct {
+		voters, healthy int
+		want            bool
+	}{
+		{1, 1, true},  // 1 → 2 voters: the seed and the learner make 2 of 2
+		{2, 2, true},  // 2 → 3: 3 of 3
+		{3, 2, true},  // 3 → 4 with one down: 3 of 4 is quorum
+		{3, 1, false}, // 3 → 4 with two down: 2 of 4 is not
+		{4, 2, true},  // 4 → 5: 3 of 5
+	} {
+		if got := canPromote(tc.voters, tc.healthy); got != tc.want {
+			t.Errorf("canPromote(%d, %d) = %v, want %v", tc.voters, tc.healthy, got, tc.want)
+		}
+	}
+}
+
+func TestHasQuorum(t *testing.T) {
+	for _, tc := range []struct {
+		voters, healthy int
+		want            bool
+	}{
+		{1, 1, true},
+		{1, 0, false},
+		{3, 2, true},
+		{3, 1, false},
+		{4, 2, false}, // an even cluster needs more than half
+		{5, 3, true},
+		{0, 0, false}, // no voters: nothing can commit
+	} {
+		if got := hasQuorum(tc.voters, tc.healthy); got != tc.want {
+			t.Errorf("hasQuorum(%d, %d) = %v, want %v", tc.voters, tc.healthy, got, tc.want)
+		}
+	}
+}
+
+func TestIsCaughtUp(t *testing.T) {
+	leader := etcdstate.Member{Reachable: true, Healthy: true, RaftIndex: 1000}
+	for _, tc := range []struct {
+		name    string
+		learner etcdstate.Member
+		leader  etcdstate.Member
+		want    bool
+	}{
+		{"at the leader's index", etcdstate.Member{Reachable: true, Healthy: true, RaftIndex: 1000}, leader, true},
+		{"at 90%, etcd's own bound", etcdstate.Member{Reachable: true, Healthy: true, RaftIndex: 900}, leader, true},
+		{"just below 90%", etcdstate.Member{Reachable: true, Healthy: true, RaftIndex: 899}, leader, false},
+		{"not answering", etcdstate.Member{RaftIndex: 1000}, leader, false},
+		{"answering with errors", etcdstate.Member{Reachable: true, RaftIndex: 1000}, leader, false},
+		{"the leader's index unknown", etcdstate.Member{Reachable: true, Healthy: true, RaftIndex: 5}, etcdstate.Member{}, false},
+	} {
+		if got := isCaughtUp(tc.learner, tc.leader); got != tc.want {
+			t.Errorf("%s: isCaughtUp = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestIsCrashLooping(t *testing.T) {
+	backoff := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	for _, tc := range []struct {
+		name string
+		cs   corev1.ContainerStatus
+		want bool
+	}{
+		{"backing off after five restarts", corev1.ContainerStatus{Name: "etcd", RestartCount: 5, State: backoff}, true},
+		{"backing off after two: still starting", corev1.ContainerStatus{Name: "etcd", RestartCount: 2, State: backoff}, false},
+		{"running again after many restarts", corev1.ContainerStatus{Name: "etcd", RestartCount: 9, State: running}, false},
+		{"another container crashing", corev1.ContainerStatus{Name: "sidecar", RestartCount: 9, State: backoff}, false},
+	} {
+		p := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{tc.cs}}}
+		if got := isCrashLooping(p); got != tc.want {
+			t.Errorf("%s: isCrashLooping = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestJobBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		attempt int
+		want    string
+	}{
+		{0, "10s"}, {1, "20s"}, {2, "40s"}, {3, "1m20s"}, {5, "5m0s"}, {50, "5m0s"},
+	} {
+		if got := jobBackoff(tc.attempt).String(); got != tc.want {
+			t.Errorf("jobBackoff(%d) = %s, want %s", tc.attempt, got, tc.want)
+		}
+	}
+}
+
+func TestOrdinalOfUnstartedMember(t *testing.T) {
+	w := newSimWorld(t, 3, true)
+	c := w.cluster
+	v := &view{cfg: simConfig, c: &c}
+	for _, tc := range []struct {
+		peer string
+		want int
+		ok   bool
+	}{
+		{"http://etcd-3.etcd.default.svc.cluster.local:2380", 3, true},    // ours, by peer URL
+		{"https://etcd-3.etcd.default.svc.cluster.local:2380", 3, true},   // after TLS was turned on
+		{"http://etcd-3.etcd.other.svc.cluster.local:2380", 0, false},     // another namespace
+		{"http://etcd-x-3.etcd.default.svc.cluster.local:2380", 0, false}, // not an ordinal of ours
+		{"http://10.0.0.4:2380", 0, false},                                // an address, not our name
+	} {
+		got, ok := v.memberOrdinal(etcdstate.Member{PeerURLs: []string{tc.peer}})
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("memberOrdinal(%s) = %d, %v; want %d, %v", tc.peer, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestVersionLess(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"3.5.21", "3.6.0", true},
+		{"3.6.10", "3.6.9", false}, // numeric, not lexical
+		{"3.6.9", "3.6.10", true},
+		{"v3.6.1", "3.6.1", false},
+	} {
+		if got := versionLess(tc.a, tc.b); got != tc.want {
+			t.Errorf("versionLess(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// TestUpgradePath: the planner rolls an allowed version change and holds, unchanged, on any
+// other (the rule itself is v1alpha1.CheckUpgrade's).
+func TestUpgradePath(t *testing.T) {
+	for _, tc := range []struct {
+		to   string
+		want ActionType
+	}{
+		{"v3.6.17", ReplacePod}, // patch forward
+		{"v3.7.0", ReplacePod},  // one minor forward
+		{"v3.8.0", Hold},        // skips a minor
+		{"v3.6.15", Hold},       // patch downgrade
+		{"v3.5.21", Hold},       // minor downgrade
+		{"v4.0.0", Hold},        // major change
+		{"latest", Hold},        // not a version
+	} {
+		w := newSimWorld(t, 3, true)
+		w.run(100)
+		w.cluster.Spec.Version = tc.to
+		d := Plan(simConfig, w.observe())
+		if d.Action.Type != tc.want {
+			t.Errorf("v3.6.16 → %s: %v, want %v", tc.to, d.Action, tc.want)
+		}
+	}
+}
