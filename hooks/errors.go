@@ -3,6 +3,7 @@ package hooks
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -17,8 +18,23 @@ var (
 	errUnauthorized     = errors.New("unauthorized")
 	errNotFound         = errors.New("not found")
 	errMethodNotAllowed = errors.New("method not allowed")
-	errNotReady         = errors.New("not ready: shutting down")
+	errNotReady         = errors.New("not ready")
 )
+
+// requestError is a refused request: its class (one of the errors above) and what exactly
+// was wrong.
+type requestError struct {
+	class  error
+	detail string
+}
+
+func (e *requestError) Error() string { return e.class.Error() + ": " + e.detail }
+func (e *requestError) Unwrap() error { return e.class }
+
+// refuse builds a requestError of class with a formatted detail.
+func refuse(class error, format string, args ...any) error {
+	return &requestError{class: class, detail: fmt.Sprintf(format, args...)}
+}
 
 // statusOf is the one place that maps an error to an HTTP status and the short error word of
 // the JSON body. Metacontroller treats every non-200 as "apply nothing" and retries with
@@ -39,7 +55,7 @@ func statusOf(err error) (int, string) {
 	case errors.Is(err, errMethodNotAllowed):
 		return http.StatusMethodNotAllowed, errMethodNotAllowed.Error()
 	case errors.Is(err, errNotReady):
-		return http.StatusServiceUnavailable, "not ready"
+		return http.StatusServiceUnavailable, errNotReady.Error()
 	}
 	return http.StatusInternalServerError, "internal error"
 }
@@ -47,6 +63,11 @@ func statusOf(err error) (int, string) {
 // writeError answers err as {"error", "detail"} with the status statusOf gives and logs it.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	status, word := statusOf(err)
+	detail := err.Error()
+	var re *requestError
+	if errors.As(err, &re) {
+		detail = re.detail
+	}
 	level := slog.LevelWarn
 	if status == http.StatusInternalServerError {
 		level = slog.LevelError
@@ -56,7 +77,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		slog.String("path", r.URL.Path),
 		slog.Int("status", status),
 		slog.String("error", err.Error()))
-	writeJSON(w, status, errorBody{Error: word, Detail: err.Error()})
+	writeJSON(w, status, errorBody{Error: word, Detail: detail})
 }
 
 // writeJSON encodes v with a trailing newline, for curl users.

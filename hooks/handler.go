@@ -111,10 +111,10 @@ func NewHandler(d Deps) http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, h.Log, fmt.Errorf("%w: %s", errNotFound, r.URL.Path))
+		writeError(w, r, h.Log, refuse(errNotFound, "%s", r.URL.Path))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, h.Log, fmt.Errorf("%w: %s %s", errMethodNotAllowed, r.Method, r.URL.Path))
+		writeError(w, r, h.Log, refuse(errMethodNotAllowed, "%s %s", r.Method, r.URL.Path))
 	})
 	r.Group(func(r chi.Router) {
 		r.Use(h.metrics.instrument, h.recoverer, h.authenticate, h.limit)
@@ -132,7 +132,7 @@ func NewHandler(d Deps) http.Handler {
 
 func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if h.Ready != nil && !h.Ready() {
-		writeError(w, r, h.Log, errNotReady)
+		writeError(w, r, h.Log, refuse(errNotReady, "the server is shutting down"))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -166,7 +166,7 @@ func (h *handler) authenticate(next http.Handler) http.Handler {
 	want := []byte("Bearer " + h.AuthToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			writeError(w, r, h.Log, fmt.Errorf("%w: missing or wrong bearer token", errUnauthorized))
+			writeError(w, r, h.Log, refuse(errUnauthorized, "missing or wrong bearer token"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -191,10 +191,10 @@ func readJSON(r *http.Request, v any) error {
 	case errors.As(err, &tooLarge):
 		return fmt.Errorf("the body exceeds %d bytes: %w", tooLarge.Limit, err)
 	case err != nil:
-		return fmt.Errorf("%w: reading the body: %v", errMalformed, err)
+		return refuse(errMalformed, "reading the body: %v", err)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("%w: %v", errMalformed, err)
+		return refuse(errMalformed, "%v", err)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package hooks
 import (
 	"cmp"
 	"encoding/json"
-	"fmt"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -83,21 +82,20 @@ type errorBody struct {
 func decodeParent(raw json.RawMessage) (v1alpha1.EtcdCluster, error) {
 	var c v1alpha1.EtcdCluster
 	if len(raw) == 0 || string(raw) == "null" {
-		return c, fmt.Errorf("%w: the request has no parent", errUnprocessable)
+		return c, refuse(errUnprocessable, "the request has no parent")
 	}
 	var tm metav1.TypeMeta
 	if err := json.Unmarshal(raw, &tm); err != nil {
-		return c, fmt.Errorf("%w: parent: %v", errUnprocessable, err)
+		return c, refuse(errUnprocessable, "parent: %v", err)
 	}
 	if tm.APIVersion != v1alpha1.APIVersion || tm.Kind != v1alpha1.Kind {
-		return c, fmt.Errorf("%w: the parent is %q %q; this hook serves apiVersion %q kind %q",
-			errUnprocessable, tm.APIVersion, tm.Kind, v1alpha1.APIVersion, v1alpha1.Kind)
+		return c, refuse(errUnprocessable, "the parent is %q %q; this hook serves apiVersion %q kind %q", tm.APIVersion, tm.Kind, v1alpha1.APIVersion, v1alpha1.Kind)
 	}
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return c, fmt.Errorf("%w: parent does not match the EtcdCluster schema: %v", errUnprocessable, err)
+		return c, refuse(errUnprocessable, "parent does not match the EtcdCluster schema: %v", err)
 	}
 	if c.Name == "" || c.Namespace == "" {
-		return c, fmt.Errorf("%w: the parent has no metadata.name or metadata.namespace", errUnprocessable)
+		return c, refuse(errUnprocessable, "the parent has no metadata.name or metadata.namespace")
 	}
 	return c, nil
 }
@@ -109,7 +107,7 @@ func decodeChildren(in map[string]objectMap) (sync.Children, error) {
 	var out sync.Children
 	for _, key := range sortedKeys(in) {
 		if !slices.Contains(knownChildren, key) && len(in[key]) > 0 {
-			return out, fmt.Errorf("%w: children of type %q are not managed by this hook; remove that child resource from the CompositeController", errUnprocessable, key)
+			return out, refuse(errUnprocessable, "children of type %q are not managed by this hook; remove that child resource from the CompositeController", key)
 		}
 	}
 	var err error
@@ -146,7 +144,7 @@ func decodeObjects[T any, P interface {
 		}
 		var obj T
 		if err := json.Unmarshal(m[k], &obj); err != nil {
-			return nil, fmt.Errorf("%w: %s %q: %v", errMalformed, key, k, err)
+			return nil, refuse(errMalformed, "%s %q: %v", key, k, err)
 		}
 		out = append(out, obj)
 	}
