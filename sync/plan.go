@@ -203,8 +203,10 @@ func (p *planner) memberJob() (step, bool) {
 				s.degraded = s.action.Reason
 				break
 			}
-			if left := at.Add(jobBackoff(failures - 1)).Sub(p.obs.Now); left > 0 {
-				s = p.wait(who, fmt.Sprintf("%s %s: Job %s failed (%d of %d), retrying in %s", verb, who, j.Name, failures, maxJobAttempts, left.Round(time.Second)), left.Seconds())
+			// The reason names the retry time, not the time left, so status stays the same
+			// from sync to sync while waiting.
+			if retryAt := at.Add(jobBackoff(failures - 1)); retryAt.After(p.obs.Now) {
+				s = p.wait(who, fmt.Sprintf("%s %s: Job %s failed (%d of %d), retrying at %s", verb, who, j.Name, failures, maxJobAttempts, retryAt.UTC().Format(time.RFC3339)), retryAt.Sub(p.obs.Now).Seconds())
 				s.degraded = s.action.Reason
 				break
 			}
@@ -303,9 +305,10 @@ func (p *planner) learner() (step, bool) {
 	if why := p.stuck(l); why != "" {
 		return p.runJob(memberJob{verb: verbRemove, member: l.name, id: l.ID}, RemoveMember, "learner "+l.name+" is stuck ("+why+"): removing it"), true
 	}
+	// No raft indexes in the reason: they move on every sync and status would churn.
 	progress := "not started"
-	if l.Started() && p.leader != nil {
-		progress = fmt.Sprintf("raft index %d of the leader's %d", l.RaftIndex, p.leader.RaftIndex)
+	if l.Started() {
+		progress = "started, behind the leader"
 	}
 	return p.wait(l.name, "learner "+l.name+" catching up ("+progress+")", resyncSoon), true
 }
