@@ -20,6 +20,9 @@ func MarkerPath(dataDir string) string {
 	return filepath.Join(filepath.Dir(filepath.Clean(dataDir)), MarkerFile)
 }
 
+// ErrBadOptions marks errors in the launch command line, as opposed to I/O failures.
+var ErrBadOptions = errors.New("bad launch options")
+
 // Options are the launch command line: where things are, and etcd's static flags.
 type Options struct {
 	JoinState string // path of the mounted join state file
@@ -34,14 +37,14 @@ type Options struct {
 // argv is nil and the decision says why. Errors are I/O failures or bad options.
 func Prepare(o Options) (argv []string, d Decision, err error) {
 	if o.Name == "" || o.Etcd == "" {
-		return nil, Decision{}, errors.New("launch: --name and --etcd are required")
+		return nil, Decision{}, fmt.Errorf("%w: --name and --etcd are required", ErrBadOptions)
 	}
 	dataDir := filepath.Clean(o.DataDir)
 	if !filepath.IsAbs(dataDir) || filepath.Dir(dataDir) == dataDir {
-		return nil, Decision{}, fmt.Errorf("launch: data dir %q must be an absolute path below a volume", o.DataDir)
+		return nil, Decision{}, fmt.Errorf("%w: data dir %q must be an absolute path below a volume", ErrBadOptions, o.DataDir)
 	}
 	if f := ownedFlagIn(o.Static); f != "" {
-		return nil, Decision{}, fmt.Errorf("launch: --%s is decided by the launcher; remove it from the etcd flags", f)
+		return nil, Decision{}, fmt.Errorf("%w: --%s is decided by the launcher; remove it from the etcd flags", ErrBadOptions, f)
 	}
 	raw, err := os.ReadFile(o.JoinState)
 	if errors.Is(err, os.ErrNotExist) {
@@ -64,11 +67,11 @@ func Prepare(o Options) (argv []string, d Decision, err error) {
 	}
 	if d.Wipe {
 		if err := os.RemoveAll(dataDir); err != nil {
-			return nil, d, fmt.Errorf("launch: wipe %s: %w", dataDir, err)
+			return nil, d, fmt.Errorf("wipe %s: %w", dataDir, err)
 		}
 	}
 	if err := writeMarker(MarkerPath(dataDir), d.Incarnation); err != nil {
-		return nil, d, err
+		return nil, d, fmt.Errorf("write incarnation marker: %w", err)
 	}
 	argv = append([]string{o.Etcd}, o.Static...)
 	return append(argv, d.Args...), d, nil
@@ -98,7 +101,7 @@ func Inspect(dataDir string) (Volume, error) {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
-		return Volume{}, fmt.Errorf("launch: inspect data dir: %w", err)
+		return Volume{}, fmt.Errorf("inspect data dir: %w", err)
 	default:
 		v.HasData = len(entries) > 0
 	}
@@ -107,11 +110,11 @@ func Inspect(dataDir string) (Volume, error) {
 	case errors.Is(err, os.ErrNotExist):
 		return v, nil
 	case err != nil:
-		return Volume{}, fmt.Errorf("launch: read incarnation marker: %w", err)
+		return Volume{}, fmt.Errorf("read incarnation marker: %w", err)
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
 	if err != nil {
-		return Volume{}, fmt.Errorf("launch: incarnation marker %s: %w", MarkerPath(dataDir), err)
+		return Volume{}, fmt.Errorf("incarnation marker %s: %w", MarkerPath(dataDir), err)
 	}
 	v.HasMarker, v.Incarnation = true, n
 	return v, nil
@@ -122,34 +125,31 @@ func Inspect(dataDir string) (Volume, error) {
 func writeMarker(path string, incarnation int64) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("launch: %w", err)
+		return err
 	}
 	tmp, err := os.CreateTemp(dir, MarkerFile+".*")
 	if err != nil {
-		return fmt.Errorf("launch: %w", err)
+		return err
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := fmt.Fprintf(tmp, "%d\n", incarnation); err != nil {
 		tmp.Close()
-		return fmt.Errorf("launch: write marker: %w", err)
+		return err
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return fmt.Errorf("launch: sync marker: %w", err)
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("launch: %w", err)
+		return err
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("launch: %w", err)
+		return err
 	}
 	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("launch: %w", err)
+		return err
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("launch: sync %s: %w", dir, err)
-	}
-	return nil
+	return d.Sync()
 }

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,16 +100,16 @@ func TestPrepareLifeOfAMember(t *testing.T) {
 	}
 }
 
-func TestPrepareRejectsOwnedStaticFlags(t *testing.T) {
+func TestPrepareRejectsBadOptions(t *testing.T) {
 	p := newPod(t)
 	p.mount(join("new", member("e-0", 1, false)))
 	_, _, err := Prepare(Options{JoinState: p.join, Name: "e-0", DataDir: p.dataDir, Etcd: "etcd", Static: []string{"--initial-cluster-state", "new"}})
-	if err == nil || !strings.Contains(err.Error(), "initial-cluster-state") {
+	if !errors.Is(err, ErrBadOptions) || !strings.Contains(err.Error(), "initial-cluster-state") {
 		t.Fatalf("got %v, want the owned flag named", err)
 	}
 	for _, dir := range []string{"data", "/"} {
-		if _, _, err := Prepare(Options{JoinState: p.join, Name: "e-0", DataDir: dir, Etcd: "etcd"}); err == nil {
-			t.Errorf("data dir %q accepted", dir)
+		if _, _, err := Prepare(Options{JoinState: p.join, Name: "e-0", DataDir: dir, Etcd: "etcd"}); !errors.Is(err, ErrBadOptions) {
+			t.Errorf("data dir %q: got %v", dir, err)
 		}
 	}
 }

@@ -261,7 +261,7 @@ func LaunchArgv(args []string) ([]string, launcher.Decision, error) {
 	fs.StringVar(&o.DataDir, "data-dir", "/var/lib/etcd/data", "etcd data dir; the incarnation marker lives beside it")
 	fs.StringVar(&o.Etcd, "etcd", "/usr/local/bin/etcd", "etcd executable")
 	if err := fs.Parse(args); err != nil {
-		return nil, launcher.Decision{}, err
+		return nil, launcher.Decision{}, fmt.Errorf("%w: %v", launcher.ErrBadOptions, err)
 	}
 	o.Static = fs.Args()
 	return launcher.Prepare(o)
@@ -269,9 +269,13 @@ func LaunchArgv(args []string) ([]string, launcher.Decision, error) {
 
 func runLaunch(args []string, stderr io.Writer) int {
 	argv, d, err := LaunchArgv(args)
-	if err != nil {
+	switch {
+	case errors.Is(err, launcher.ErrBadOptions):
 		fmt.Fprintf(stderr, "launch: %v\n", err)
 		return ExitUsage
+	case err != nil:
+		fmt.Fprintf(stderr, "launch: %v\n", err)
+		return ExitRetryable
 	}
 	switch d.Kind {
 	case launcher.Wait:
