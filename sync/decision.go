@@ -40,7 +40,7 @@ func (v *view) children(s step) []Child {
 		clientService(v.c),
 		joinConfigMap(v.c, state, l),
 		podDisruptionBudget(v.c, len(v.voters())),
-		statefulSet(v.c, v.spec, int32(s.replicas), int32(s.partition)),
+		statefulSet(v.c, v.spec, s.replicas, s.partition),
 	}
 	for _, j := range s.keep {
 		children = append(children, unchanged("batch/v1", "Job", j.ObjectMeta, j))

@@ -8,8 +8,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 )
@@ -74,24 +72,24 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	labels[LabelAction] = j.verb
 	labels[LabelMember] = j.member
 	labels[LabelAttempt] = strconv.Itoa(j.attempt)
-	podLabels := map[string]string{LabelCluster: c.Name, LabelAction: j.verb, LabelMember: j.member}
 
-	container := corev1ac.Container().
-		WithName("member").
-		WithImage(cfg.ToolImage).
-		WithCommand(j.args(c)...)
-	spec := corev1ac.PodSpec().WithRestartPolicy(corev1.RestartPolicyNever)
+	container := object{"name": "member", "image": cfg.ToolImage, "command": j.args(c)}
+	podSpec := object{"restartPolicy": "Never", "containers": []any{container}}
 	if clientTLS(c) {
-		container = container.WithVolumeMounts(corev1ac.VolumeMount().WithName("client-tls").WithMountPath(ClientTLSDir).WithReadOnly(true))
-		spec = spec.WithVolumes(corev1ac.Volume().WithName("client-tls").WithSecret(corev1ac.SecretVolumeSource().WithSecretName(c.Spec.TLS.ClientSecret)))
+		container["volumeMounts"] = []any{object{"name": "client-tls", "mountPath": ClientTLSDir, "readOnly": true}}
+		podSpec["volumes"] = []any{object{"name": "client-tls", "secret": object{"secretName": c.Spec.TLS.ClientSecret}}}
 	}
 	// No TTL: the planner drops the Job itself once membership shows its effect, and a Job
 	// deleted by TTL while still returned would be created again.
-	jobSpec := batchv1ac.JobSpec().
-		WithBackoffLimit(jobBackoffLimit).
-		WithActiveDeadlineSeconds(jobDeadline).
-		WithTemplate(corev1ac.PodTemplateSpec().WithLabels(podLabels).WithSpec(spec.WithContainers(container)))
-	hash := shortHash([]any{labels, j.id, jobSpec})
+	spec := object{
+		"backoffLimit":          jobBackoffLimit,
+		"activeDeadlineSeconds": jobDeadline,
+		"template": object{
+			"metadata": object{"labels": map[string]string{LabelCluster: c.Name, LabelAction: j.verb, LabelMember: j.member}},
+			"spec":     podSpec,
+		},
+	}
+	hash := shortHash([]any{labels, j.id, spec})
 	name := fmt.Sprintf("%s-%s-%s", c.Name, j.verb, j.member)
 	// Job names become pod label values (at most 63 characters); the hash keeps a shortened
 	// name unique.
@@ -99,11 +97,16 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 		name = name[:52]
 	}
 	name += "-" + hash
-	job := batchv1ac.Job(name, c.Namespace).WithLabels(labels).WithSpec(jobSpec)
+	meta := metadata(c, name, labels)
 	if j.verb != verbAddLearner {
-		job = job.WithAnnotations(map[string]string{AnnotationMemberID: fmt.Sprintf("%x", j.id)})
+		meta["annotations"] = map[string]string{AnnotationMemberID: fmt.Sprintf("%x", j.id)}
 	}
-	return Child{APIVersion: "batch/v1", Kind: "Job", Name: name, Object: job}
+	return Child{APIVersion: "batch/v1", Kind: "Job", Name: name, Object: object{
+		"apiVersion": "batch/v1",
+		"kind":       "Job",
+		"metadata":   meta,
+		"spec":       spec,
+	}}
 }
 
 // jobState is where an observed Job stands.

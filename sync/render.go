@@ -6,20 +6,19 @@ import (
 	"encoding/json"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
-
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
 )
 
-// Rendering: every child is built as an apply configuration, which holds only the fields set
-// here, so the JSON carries no creationTimestamp: null, no status: {} and no empty structs,
-// and identical input encodes to identical bytes.
+// Rendering: every child is built as a pruned map holding only the fields the operator owns,
+// so its JSON carries no creationTimestamp: null, no status: {} and no empty structs, and
+// identical input encodes to identical bytes (encoding/json sorts map keys). Typed API structs
+// would emit server-owned zero values; client-go's apply configurations would do, but they
+// pull an HTTP client into this package.
+
+// object is a rendered API object, or part of one.
+type object map[string]any
 
 // AnnotationLedger on the join ConfigMap keeps, per ordinal ever used, the member ID,
 // incarnation and whether it was established, so a member re-added under the same name gets a
@@ -40,60 +39,91 @@ func selectorLabels(c *v1alpha1.EtcdCluster) map[string]string {
 	return map[string]string{LabelCluster: c.Name}
 }
 
+// metadata of a top-level child.
+func metadata(c *v1alpha1.EtcdCluster, name string, labels map[string]string) object {
+	return object{"name": name, "namespace": c.Namespace, "labels": labels}
+}
+
 func headlessService(c *v1alpha1.EtcdCluster) Child {
 	name := HeadlessServiceName(c.Name)
-	svc := corev1ac.Service(name, c.Namespace).
-		WithLabels(commonLabels(c)).
-		WithSpec(corev1ac.ServiceSpec().
-			WithClusterIP(corev1.ClusterIPNone).
+	return Child{APIVersion: "v1", Kind: "Service", Name: name, Object: object{
+		"apiVersion": "v1",
+		"kind":       "Service",
+		"metadata":   metadata(c, name, commonLabels(c)),
+		"spec": object{
+			"clusterIP": "None",
 			// Peers must find each other before they are ready: readiness waits for them.
-			WithPublishNotReadyAddresses(true).
-			WithSelector(selectorLabels(c)).
-			WithPorts(servicePort("client", ClientPort), servicePort("peer", PeerPort)))
-	return Child{APIVersion: "v1", Kind: "Service", Name: name, Object: svc}
+			"publishNotReadyAddresses": true,
+			"selector":                 selectorLabels(c),
+			"ports":                    []any{servicePort("client", ClientPort), servicePort("peer", PeerPort)},
+		},
+	}}
 }
 
 func clientService(c *v1alpha1.EtcdCluster) Child {
 	name := ClientServiceName(c.Name)
-	svc := corev1ac.Service(name, c.Namespace).
-		WithLabels(commonLabels(c)).
-		WithSpec(corev1ac.ServiceSpec().
-			WithSelector(selectorLabels(c)).
-			WithPorts(servicePort("client", ClientPort)))
-	return Child{APIVersion: "v1", Kind: "Service", Name: name, Object: svc}
+	return Child{APIVersion: "v1", Kind: "Service", Name: name, Object: object{
+		"apiVersion": "v1",
+		"kind":       "Service",
+		"metadata":   metadata(c, name, commonLabels(c)),
+		"spec": object{
+			"selector": selectorLabels(c),
+			"ports":    []any{servicePort("client", ClientPort)},
+		},
+	}}
 }
 
-func servicePort(name string, port int32) *corev1ac.ServicePortApplyConfiguration {
-	return corev1ac.ServicePort().WithName(name).WithPort(port).WithTargetPort(intstr.FromInt32(port)).WithProtocol(corev1.ProtocolTCP)
+func servicePort(name string, port int) object {
+	return object{"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
 }
 
 func joinConfigMap(c *v1alpha1.EtcdCluster, state joinstate.State, l ledger) Child {
 	name := JoinConfigMapName(c.Name)
-	cm := corev1ac.ConfigMap(name, c.Namespace).
-		WithLabels(commonLabels(c)).
-		WithAnnotations(map[string]string{AnnotationLedger: l.encode()}).
-		WithData(map[string]string{joinstate.ConfigMapKey: joinstate.Encode(state)})
-	return Child{APIVersion: "v1", Kind: "ConfigMap", Name: name, Object: cm}
+	meta := metadata(c, name, commonLabels(c))
+	meta["annotations"] = map[string]string{AnnotationLedger: l.encode()}
+	return Child{APIVersion: "v1", Kind: "ConfigMap", Name: name, Object: object{
+		"apiVersion": "v1",
+		"kind":       "ConfigMap",
+		"metadata":   meta,
+		"data":       map[string]string{joinstate.ConfigMapKey: joinstate.Encode(state)},
+	}}
 }
 
-// podDisruptionBudget lets voluntary disruptions take down only as many pods as the cluster
+// podDisruptionBudget lets voluntary disruptions take down only as many pods as the voters
 // can lose without losing quorum.
-func podDisruptionBudget(c *v1alpha1.EtcdCluster, size int) Child {
+func podDisruptionBudget(c *v1alpha1.EtcdCluster, voters int) Child {
 	name := PDBName(c.Name)
-	pdb := policyv1ac.PodDisruptionBudget(name, c.Namespace).
-		WithLabels(commonLabels(c)).
-		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
-			WithMaxUnavailable(intstr.FromInt32(int32(size - etcdstate.Quorum(size)))).
-			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(c))))
-	return Child{APIVersion: "policy/v1", Kind: "PodDisruptionBudget", Name: name, Object: pdb}
+	return Child{APIVersion: "policy/v1", Kind: "PodDisruptionBudget", Name: name, Object: object{
+		"apiVersion": "policy/v1",
+		"kind":       "PodDisruptionBudget",
+		"metadata":   metadata(c, name, commonLabels(c)),
+		"spec": object{
+			"maxUnavailable": max(0, voters-etcdstate.Quorum(voters)),
+			"selector":       object{"matchLabels": selectorLabels(c)},
+		},
+	}}
 }
 
 // shortHash is a stable 10-hex-digit digest of v's JSON.
 func shortHash(v any) string {
+	sum := sha256.Sum256(mustJSON(v))
+	return hex.EncodeToString(sum[:])[:10]
+}
+
+// plain turns a user-supplied API value into its JSON form: the user's value carries only
+// what the user wrote.
+func plain(v any) any {
+	var out any
+	if err := json.Unmarshal(mustJSON(v), &out); err != nil {
+		panic(fmt.Sprintf("sync: decoding %T: %v", v, err))
+	}
+	return out
+}
+
+func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
-		panic(fmt.Sprintf("sync: hashing plain values cannot fail: %v", err))
+		panic(fmt.Sprintf("sync: encoding plain values cannot fail: %v", err))
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])[:10]
+	return b
 }

@@ -1,15 +1,7 @@
 package sync
 
 import (
-	"encoding/json"
 	"fmt"
-
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/joinstate"
@@ -47,7 +39,7 @@ const (
 
 // podSpec is the rendered pod template and its two hashes.
 type podSpec struct {
-	template   *corev1ac.PodTemplateSpecApplyConfiguration
+	template   object
 	specHash   string
 	configHash string
 }
@@ -67,7 +59,7 @@ func etcdImage(c *v1alpha1.EtcdCluster) string {
 	return c.Spec.ImageRegistry + ":" + c.Spec.Version
 }
 
-func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[string]string) *corev1ac.PodTemplateSpecApplyConfiguration {
+func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[string]string) object {
 	labels := map[string]string{}
 	annotations := map[string]string{}
 	var user *v1alpha1.PodSpec
@@ -89,72 +81,69 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[s
 	for k, v := range hashes {
 		annotations[k] = v
 	}
-	meta := corev1ac.PodTemplateSpec().WithLabels(labels)
+	meta := object{"labels": labels}
 	if len(annotations) > 0 {
-		meta = meta.WithAnnotations(annotations)
+		meta["annotations"] = annotations
 	}
 
-	install := corev1ac.Container().
-		WithName("install").
-		WithImage(cfg.ToolImage).
-		WithCommand("/etcdops-member", "install", "--to="+toolPath).
-		WithVolumeMounts(corev1ac.VolumeMount().WithName(volumeTools).WithMountPath(toolDir))
-
-	etcd := corev1ac.Container().
-		WithName("etcd").
-		WithImage(image).
-		WithCommand(toolPath, "launch",
-			"--join-state="+joinDir+"/"+joinstate.ConfigMapKey,
+	install := object{
+		"name":         "install",
+		"image":        cfg.ToolImage,
+		"command":      []string{"/etcdops-member", "install", "--to=" + toolPath},
+		"volumeMounts": []any{object{"name": volumeTools, "mountPath": toolDir}},
+	}
+	etcd := object{
+		"name":  "etcd",
+		"image": image,
+		"command": []string{toolPath, "launch",
+			"--join-state=" + joinDir + "/" + joinstate.ConfigMapKey,
 			"--name=$(POD_NAME)",
-			"--data-dir="+dataDir,
-			"--etcd="+etcdBinary,
-			"--").
-		WithArgs(etcdFlags(cfg, c)...).
-		WithEnv(corev1ac.EnvVar().WithName("POD_NAME").WithValueFrom(
-			corev1ac.EnvVarSource().WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name")))).
-		WithPorts(
-			corev1ac.ContainerPort().WithName("client").WithContainerPort(ClientPort),
-			corev1ac.ContainerPort().WithName("peer").WithContainerPort(PeerPort),
-			corev1ac.ContainerPort().WithName("metrics").WithContainerPort(MetricsPort)).
+			"--data-dir=" + dataDir,
+			"--etcd=" + etcdBinary,
+			"--"},
+		"args": etcdFlags(cfg, c),
+		"env": []any{object{"name": "POD_NAME", "valueFrom": object{
+			"fieldRef": object{"fieldPath": "metadata.name"}}}},
+		"ports": []any{
+			object{"name": "client", "containerPort": ClientPort},
+			object{"name": "peer", "containerPort": PeerPort},
+			object{"name": "metrics", "containerPort": MetricsPort},
+		},
 		// Serializable health answers from the member's own data: it needs no quorum, so a
 		// seed or a joining learner becomes ready while the cluster is still forming.
-		WithReadinessProbe(healthProbe().WithPeriodSeconds(5).WithFailureThreshold(3)).
-		WithLivenessProbe(healthProbe().WithInitialDelaySeconds(15).WithPeriodSeconds(10).WithFailureThreshold(8)).
-		WithVolumeMounts(podVolumeMounts(c)...)
+		"readinessProbe": healthProbe(object{"periodSeconds": 5, "failureThreshold": 3}),
+		"livenessProbe":  healthProbe(object{"initialDelaySeconds": 15, "periodSeconds": 10, "failureThreshold": 8}),
+		"volumeMounts":   podVolumeMounts(c),
+	}
 	if user != nil && user.Resources != nil {
-		etcd = etcd.WithResources(resources(*user.Resources))
+		etcd["resources"] = plain(user.Resources)
 	}
 
-	spec := corev1ac.PodSpec().
-		WithInitContainers(install).
-		WithContainers(etcd).
-		WithVolumes(podVolumes(c)...)
+	spec := object{
+		"initContainers": []any{install},
+		"containers":     []any{etcd},
+		"volumes":        podVolumes(c),
+	}
 	if user != nil {
 		if user.Affinity != nil {
-			var a corev1ac.AffinityApplyConfiguration
-			convert(user.Affinity, &a)
-			spec = spec.WithAffinity(&a)
+			spec["affinity"] = plain(user.Affinity)
 		}
 		if len(user.NodeSelector) > 0 {
-			spec = spec.WithNodeSelector(user.NodeSelector)
+			spec["nodeSelector"] = user.NodeSelector
 		}
-		for i := range user.Tolerations {
-			var t corev1ac.TolerationApplyConfiguration
-			convert(&user.Tolerations[i], &t)
-			spec = spec.WithTolerations(&t)
+		if len(user.Tolerations) > 0 {
+			spec["tolerations"] = plain(user.Tolerations)
 		}
 		if user.PriorityClassName != "" {
-			spec = spec.WithPriorityClassName(user.PriorityClassName)
+			spec["priorityClassName"] = user.PriorityClassName
 		}
 	}
-	return meta.WithSpec(spec)
+	return object{"metadata": meta, "spec": spec}
 }
 
-func healthProbe() *corev1ac.ProbeApplyConfiguration {
-	return corev1ac.Probe().WithHTTPGet(corev1ac.HTTPGetAction().
-		WithPath("/health?serializable=true").
-		WithPort(intstr.FromInt32(MetricsPort)).
-		WithScheme(corev1.URISchemeHTTP))
+func healthProbe(timing object) object {
+	timing["httpGet"] = object{"path": "/health?serializable=true", "port": MetricsPort, "scheme": "HTTP"}
+	return timing
 }
 
 // etcdFlags are the static flags of every member; the launcher adds name, data dir and the
@@ -199,104 +188,83 @@ func listenURL(secure bool, port int) string {
 	return fmt.Sprintf("%s://0.0.0.0:%d", scheme(secure), port)
 }
 
-func podVolumeMounts(c *v1alpha1.EtcdCluster) []*corev1ac.VolumeMountApplyConfiguration {
-	mounts := []*corev1ac.VolumeMountApplyConfiguration{
-		corev1ac.VolumeMount().WithName(volumeData).WithMountPath(dataVolumeDir),
-		corev1ac.VolumeMount().WithName(volumeTools).WithMountPath(toolDir),
-		corev1ac.VolumeMount().WithName(volumeJoin).WithMountPath(joinDir).WithReadOnly(true),
+func podVolumeMounts(c *v1alpha1.EtcdCluster) []any {
+	mounts := []any{
+		object{"name": volumeData, "mountPath": dataVolumeDir},
+		object{"name": volumeTools, "mountPath": toolDir},
+		object{"name": volumeJoin, "mountPath": joinDir, "readOnly": true},
 	}
 	if serverTLS(c) {
-		mounts = append(mounts, corev1ac.VolumeMount().WithName(volumeServerTLS).WithMountPath(tlsDir+"/server").WithReadOnly(true))
+		mounts = append(mounts, object{"name": volumeServerTLS, "mountPath": tlsDir + "/server", "readOnly": true})
 	}
 	if peerTLS(c) {
-		mounts = append(mounts, corev1ac.VolumeMount().WithName(volumePeerTLS).WithMountPath(tlsDir+"/peer").WithReadOnly(true))
+		mounts = append(mounts, object{"name": volumePeerTLS, "mountPath": tlsDir + "/peer", "readOnly": true})
 	}
 	return mounts
 }
 
-func podVolumes(c *v1alpha1.EtcdCluster) []*corev1ac.VolumeApplyConfiguration {
-	vols := []*corev1ac.VolumeApplyConfiguration{
-		corev1ac.Volume().WithName(volumeTools).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
-		corev1ac.Volume().WithName(volumeJoin).WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(JoinConfigMapName(c.Name))),
+func podVolumes(c *v1alpha1.EtcdCluster) []any {
+	vols := []any{
+		object{"name": volumeTools, "emptyDir": object{}},
+		object{"name": volumeJoin, "configMap": object{"name": JoinConfigMapName(c.Name)}},
 	}
 	// Without a storageSpec the member's data lives as long as its pod.
 	if c.Spec.StorageSpec == nil {
-		vols = append(vols, corev1ac.Volume().WithName(volumeData).WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
+		vols = append(vols, object{"name": volumeData, "emptyDir": object{}})
 	}
 	if serverTLS(c) {
-		vols = append(vols, corev1ac.Volume().WithName(volumeServerTLS).WithSecret(corev1ac.SecretVolumeSource().WithSecretName(c.Spec.TLS.ServerSecret)))
+		vols = append(vols, object{"name": volumeServerTLS, "secret": object{"secretName": c.Spec.TLS.ServerSecret}})
 	}
 	if peerTLS(c) {
-		vols = append(vols, corev1ac.Volume().WithName(volumePeerTLS).WithSecret(corev1ac.SecretVolumeSource().WithSecretName(c.Spec.TLS.PeerSecret)))
+		vols = append(vols, object{"name": volumePeerTLS, "secret": object{"secretName": c.Spec.TLS.PeerSecret}})
 	}
 	return vols
 }
 
-func resources(r corev1.ResourceRequirements) *corev1ac.ResourceRequirementsApplyConfiguration {
-	out := corev1ac.ResourceRequirements()
-	if len(r.Requests) > 0 {
-		out = out.WithRequests(r.Requests)
-	}
-	if len(r.Limits) > 0 {
-		out = out.WithLimits(r.Limits)
-	}
-	return out
-}
-
-// convert copies a user-supplied API value into its apply configuration through JSON: both
-// have the same wire shape, and the user's value carries only what the user wrote.
-func convert(in, out any) {
-	b, err := json.Marshal(in)
-	if err == nil {
-		err = json.Unmarshal(b, out)
-	}
-	if err != nil {
-		panic(fmt.Sprintf("sync: converting %T: %v", in, err))
-	}
-}
-
 // statefulSet renders the StatefulSet with the replicas and partition the planner chose.
-func statefulSet(c *v1alpha1.EtcdCluster, ps podSpec, replicas, partition int32) Child {
+func statefulSet(c *v1alpha1.EtcdCluster, ps podSpec, replicas, partition int) Child {
 	name := StatefulSetName(c.Name)
-	whenDeleted := appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+	whenDeleted := "Retain"
 	if c.Spec.StorageSpec != nil && c.Spec.StorageSpec.WhenDeleted == v1alpha1.PVCDelete {
-		whenDeleted = appsv1.DeletePersistentVolumeClaimRetentionPolicyType
+		whenDeleted = "Delete"
 	}
-	spec := appsv1ac.StatefulSetSpec().
-		WithReplicas(replicas).
-		WithServiceName(HeadlessServiceName(c.Name)).
-		WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(c))).
+	spec := object{
+		"replicas":    replicas,
+		"serviceName": HeadlessServiceName(c.Name),
+		"selector":    object{"matchLabels": selectorLabels(c)},
 		// Members start together: the planner, not the StatefulSet, orders membership.
-		WithPodManagementPolicy(appsv1.ParallelPodManagement).
-		WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().
-			WithType(appsv1.RollingUpdateStatefulSetStrategyType).
-			WithRollingUpdate(appsv1ac.RollingUpdateStatefulSetStrategy().WithPartition(partition))).
+		"podManagementPolicy": "Parallel",
+		"updateStrategy": object{
+			"type":          "RollingUpdate",
+			"rollingUpdate": object{"partition": partition},
+		},
 		// A scaled-away ordinal loses its claim, so it can never come back with stale data.
-		WithPersistentVolumeClaimRetentionPolicy(appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicy().
-			WithWhenScaled(appsv1.DeletePersistentVolumeClaimRetentionPolicyType).
-			WithWhenDeleted(whenDeleted)).
-		WithTemplate(ps.template)
-	if s := c.Spec.StorageSpec; s != nil {
-		spec = spec.WithVolumeClaimTemplates(volumeClaimTemplate(s))
+		"persistentVolumeClaimRetentionPolicy": object{"whenScaled": "Delete", "whenDeleted": whenDeleted},
+		"template":                             ps.template,
 	}
-	sts := appsv1ac.StatefulSet(name, c.Namespace).WithLabels(commonLabels(c)).WithSpec(spec)
-	return Child{APIVersion: "apps/v1", Kind: "StatefulSet", Name: name, Object: sts}
+	if s := c.Spec.StorageSpec; s != nil {
+		spec["volumeClaimTemplates"] = []any{volumeClaimTemplate(s)}
+	}
+	return Child{APIVersion: "apps/v1", Kind: "StatefulSet", Name: name, Object: object{
+		"apiVersion": "apps/v1",
+		"kind":       "StatefulSet",
+		"metadata":   metadata(c, name, commonLabels(c)),
+		"spec":       spec,
+	}}
 }
 
-func volumeClaimTemplate(s *v1alpha1.StorageSpec) *corev1ac.PersistentVolumeClaimApplyConfiguration {
-	mode := s.AccessModes
+func volumeClaimTemplate(s *v1alpha1.StorageSpec) object {
+	mode := string(s.AccessModes)
 	if mode == "" {
-		mode = corev1.ReadWriteOnce
+		mode = "ReadWriteOnce"
 	}
-	res := corev1ac.VolumeResourceRequirements().
-		WithRequests(corev1.ResourceList{corev1.ResourceStorage: s.VolumeSizeRequest})
+	res := object{"requests": object{"storage": s.VolumeSizeRequest.String()}}
 	if s.VolumeSizeLimit != nil {
-		res = res.WithLimits(corev1.ResourceList{corev1.ResourceStorage: *s.VolumeSizeLimit})
+		res["limits"] = object{"storage": s.VolumeSizeLimit.String()}
 	}
-	spec := corev1ac.PersistentVolumeClaimSpec().WithAccessModes(mode).WithResources(res)
+	spec := object{"accessModes": []string{mode}, "resources": res}
 	if s.StorageClassName != "" {
-		spec = spec.WithStorageClassName(s.StorageClassName)
+		spec["storageClassName"] = s.StorageClassName
 	}
-	// Built bare: a claim template carries neither kind nor namespace.
-	return (&corev1ac.PersistentVolumeClaimApplyConfiguration{}).WithName(volumeData).WithSpec(spec)
+	return object{"metadata": object{"name": volumeData}, "spec": spec}
 }
