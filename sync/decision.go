@@ -93,14 +93,20 @@ func (v *view) hold(reason, degraded string) step {
 }
 
 // report answers a sync that must change nothing (invalid spec, paused): the observed
-// children unchanged and a status that says why.
-func report(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a Action, degraded string) Decision {
-	st := newStatus(obs, c, phase, a, 0)
-	setCondition(&st, obs, c, v1alpha1.ConditionProgressing, false, "NoChange", a.Reason)
-	if degraded != "" {
-		setCondition(&st, obs, c, v1alpha1.ConditionDegraded, true, "InvalidSpec", degraded)
+// children exactly as they are (not even a missing Service is added) and a status that says
+// why, with membership as far as etcd answered. degradedBy, when set, makes the reason a
+// Degraded one.
+func report(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, reason, degradedBy string) Decision {
+	v := newView(cfg, obs, c)
+	s := v.hold(reason, "")
+	if degradedBy != "" {
+		s.degraded, s.degradedBy = reason, degradedBy
 	}
-	return Decision{Children: observedChildren(obs.Children), Status: st, Action: a, ResyncAfterSeconds: resyncSteady}
+	s.resync = resyncSteady
+	d := v.decision(s)
+	d.Children = observedChildren(obs.Children)
+	d.Status.Phase = phase
+	return d
 }
 
 // 1. finalize tears down in order: member Jobs first (no membership change may run into the

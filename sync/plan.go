@@ -44,11 +44,11 @@ func Plan(cfg Config, obs Observed) Decision {
 	}
 	if err := v1alpha1.Validate(c); err != nil {
 		// An invalid spec must not change a running cluster: what exists stays as it is.
-		return report(&obs, &c, v1alpha1.PhaseInvalid, Action{Type: Hold, Reason: err.Error()}, err.Error())
+		return report(cfg, &obs, &c, v1alpha1.PhaseInvalid, err.Error(), "InvalidSpec")
 	}
 	if c.Spec.Paused {
 		// Paused means no change of any kind, only status.
-		return report(&obs, &c, v1alpha1.PhasePaused, Action{Type: Hold, Reason: "paused by spec.paused"}, "")
+		return report(cfg, &obs, &c, v1alpha1.PhasePaused, "paused by spec.paused", "")
 	}
 	if isBootstrapping(&obs) {
 		return bootstrap(cfg, &obs, &c)
@@ -151,6 +151,8 @@ type step struct {
 	hold     bool
 	resync   float64
 	degraded string // why the cluster is Degraded, beyond unhealthy members
+	// degradedBy is the Degraded condition's reason when degraded is set; "Blocked" if empty.
+	degradedBy string
 }
 
 func (p *planner) decide() step {

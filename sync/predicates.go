@@ -66,15 +66,6 @@ func hasAlarm(m etcdstate.Member, alarm string) bool {
 
 func isTerminating(p *corev1.Pod) bool { return p.DeletionTimestamp != nil }
 
-func isReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // isCrashLooping: the etcd container is in crash-loop back-off after restarting again and
 // again; waiting longer will not help.
 func isCrashLooping(p *corev1.Pod) bool {

@@ -129,7 +129,11 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	}
 	switch {
 	case s.degraded != "":
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, "Blocked", s.degraded)
+		reason := s.degradedBy
+		if reason == "" {
+			reason = "Blocked"
+		}
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, reason, s.degraded)
 	case asked && len(unhealthy) > 0:
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, "MemberUnhealthy", "unhealthy: "+strings.Join(unhealthy, ", "))
 	default:
