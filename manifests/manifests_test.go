@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"reflect"
 	"slices"
@@ -110,6 +111,8 @@ func typedObject(apiVersion, kind string) any {
 	switch apiVersion + ", " + kind {
 	case "v1, Namespace":
 		return &corev1.Namespace{}
+	case "v1, Pod":
+		return &corev1.Pod{}
 	case "v1, ServiceAccount":
 		return &corev1.ServiceAccount{}
 	case "v1, Service":
@@ -657,5 +660,44 @@ func TestSamplesValidateInGo(t *testing.T) {
 		if !sizes[n] {
 			t.Errorf("no sample with %d members", n)
 		}
+	}
+}
+
+// The YAML shown in the operator's docs parses, and every object of a kind with a Go type
+// here decodes strictly into it.
+func TestDocsYAML(t *testing.T) {
+	for _, file := range []string{"../docs/install.md", "../docs/operate.md", "../docs/runbooks.md"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := 0
+		rest := string(data)
+		for {
+			_, after, found := strings.Cut(rest, "```yaml\n")
+			if !found {
+				break
+			}
+			block, tail, _ := strings.Cut(after, "```")
+			rest = tail
+			blocks++
+			docs, err := splitDocs(file, []byte(block))
+			if err != nil {
+				// A fragment without apiVersion and kind: it must still be YAML.
+				var v any
+				if err := yaml.Unmarshal([]byte(block), &v); err != nil {
+					t.Errorf("%s: block %d: %v", file, blocks, err)
+				}
+				continue
+			}
+			for _, d := range docs {
+				if obj := typedObject(d.obj.GetAPIVersion(), d.obj.GetKind()); obj != nil {
+					if err := yaml.UnmarshalStrict(d.raw, obj); err != nil {
+						t.Errorf("%s: block %d: %v", file, blocks, err)
+					}
+				}
+			}
+		}
+		t.Logf("%s: %d YAML blocks", file, blocks)
 	}
 }
