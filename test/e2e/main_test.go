@@ -61,11 +61,11 @@ func printFigures(w io.Writer) {
 		return
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "%-34s %6s %8s %8s %7s %7s %9s %9s %5s %7s\n",
+	fmt.Fprintf(w, "%-40s %6s %8s %8s %7s %7s %9s %9s %5s %7s\n",
 		"scenario", "syncs", "members±", "leaders±", "failed", "acked", "worst", "converge", "lost", "opQloss")
-	fmt.Fprintln(w, strings.Repeat("-", 104))
+	fmt.Fprintln(w, strings.Repeat("-", 110))
 	for _, f := range figures {
-		fmt.Fprintf(w, "%-34s %6d %8d %8d %7d %7d %9s %9s %5d %7d\n",
+		fmt.Fprintf(w, "%-40s %6d %8d %8d %7d %7d %9s %9s %5d %7d\n",
 			f.Scenario, f.Syncs, f.MembershipChanges, f.LeaderChanges, f.FailedWrites, f.AckedWrites,
 			f.WorstLatency.Round(time.Millisecond), f.Converge.Round(10*time.Millisecond), f.Lost, f.OperatorQuorum)
 	}

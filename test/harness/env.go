@@ -108,6 +108,7 @@ func Start(opts Options) (*Env, error) {
 	e.Store = NewStore(opts.Namespace)
 	e.STS = NewStatefulSets(e.Store, filepath.Join(opts.Root, "volumes"))
 	e.Kubelet = NewKubelet(e.Store, e.STS, dns, opts.Tools, opts.Domain, opts.Root, opts.TimeScale)
+	e.Kubelet.Logf = opts.Logf
 	e.Jobs = NewJobs(e.Store, opts.Tools, opts.TimeScale)
 	e.Monitor = newMonitor(e)
 	e.Jobs.OnRun = func(job string, args []string, started bool, err error) {

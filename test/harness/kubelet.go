@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -49,9 +50,12 @@ type Kubelet struct {
 	TimeScale float64
 	// Root holds per-pod directories (emptyDir, projected ConfigMaps and Secrets).
 	Root string
+	// Logf receives container starts and exits.
+	Logf func(format string, args ...any)
 
 	mu      gosync.Mutex
-	nextIP  int
+	closed  bool
+	work    gosync.WaitGroup // container starts and stops in flight
 	pods    map[types.UID]*podRuntime
 	dnsKeys map[string]bool
 	probe   *http.Client
@@ -76,7 +80,7 @@ type podRuntime struct {
 
 // NewKubelet returns a kubelet for the store's pods.
 func NewKubelet(s *Store, sts *StatefulSets, dns *DNS, tools Tools, domain, root string, timeScale float64) *Kubelet {
-	return &Kubelet{Store: s, STS: sts, DNS: dns, Tools: tools, Domain: domain, Root: root, TimeScale: timeScale,
+	return &Kubelet{Store: s, STS: sts, DNS: dns, Tools: tools, Domain: domain, Root: root, TimeScale: timeScale, Logf: func(string, ...any) {},
 		pods: map[types.UID]*podRuntime{}, dnsKeys: map[string]bool{},
 		probe: &http.Client{Timeout: 500 * time.Millisecond}}
 }
@@ -85,6 +89,10 @@ func NewKubelet(s *Store, sts *StatefulSets, dns *DNS, tools Tools, domain, root
 // every member.
 func (k *Kubelet) Run(ctx context.Context) {
 	runOnChange(ctx, k.Store, k.scaled(time.Second), func() { k.syncPods(ctx) })
+	k.mu.Lock()
+	k.closed = true
+	k.mu.Unlock()
+	k.work.Wait()
 	k.mu.Lock()
 	var procs []*etcdProcess
 	for _, rt := range k.pods {
@@ -102,11 +110,14 @@ func (k *Kubelet) scaled(d time.Duration) time.Duration {
 	return max(time.Duration(float64(d)*k.TimeScale), 10*time.Millisecond)
 }
 
-// allocateIP hands out 127.0.x.y, a fresh address per pod incarnation, as a CNI would.
-func (k *Kubelet) allocateIPLocked() string {
-	k.nextIP++
-	n := k.nextIP
-	return fmt.Sprintf("127.0.%d.%d", 1+n/250, 1+n%250)
+// lastIP numbers the pod addresses handed out in this process.
+var lastIP atomic.Int64
+
+// allocateIP hands out 127.x.y.z, a fresh address per pod incarnation in this process (as a
+// CNI would hand out a new pod IP), so that no address is ever reused by another member.
+func allocateIP() string {
+	n := lastIP.Add(1)
+	return fmt.Sprintf("127.%d.%d.%d", 1+n/62500, 1+n/250%250, 1+n%250)
 }
 
 func isJobPod(p *corev1.Pod) bool { return p.Labels[batchv1.JobNameLabel] != "" }
@@ -124,8 +135,12 @@ func (k *Kubelet) syncPods(ctx context.Context) {
 	k.mu.Lock()
 	for uid, rt := range k.pods {
 		if !seen[uid] && !rt.stopping {
-			if rt.proc != nil {
-				go rt.proc.Kill()
+			if proc := rt.proc; proc != nil {
+				k.work.Add(1)
+				go func() {
+					defer k.work.Done()
+					proc.Kill()
+				}()
 			}
 			delete(k.pods, uid)
 		}
@@ -138,7 +153,7 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 	k.mu.Lock()
 	rt, ok := k.pods[p.UID]
 	if !ok {
-		rt = &podRuntime{name: p.Name, ip: k.allocateIPLocked()}
+		rt = &podRuntime{name: p.Name, ip: allocateIP()}
 		rt.dir = filepath.Join(k.Root, "pods", p.Name+"-"+string(p.UID)[len(p.UID)-6:])
 		k.pods[p.UID] = rt
 	}
@@ -156,19 +171,22 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 	if rt.proc != nil && rt.proc.Exited() {
 		// The container exited on its own: restartPolicy Always, with back-off.
 		rt.lastErr = rt.proc.exitReason()
+		k.Logf("pod %s (%s): %s", rt.name, rt.ip, rt.lastErr)
 		rt.proc = nil
 		rt.ready = false
 		rt.restarts++
 		rt.next = time.Now().Add(k.backoff(rt.restarts))
 		startNow = false
 	}
-	if startNow {
+	if startNow && !k.closed {
 		rt.starting = true
+		k.work.Add(1)
+		go func() {
+			defer k.work.Done()
+			k.start(ctx, p, rt)
+		}()
 	}
 	k.mu.Unlock()
-	if startNow {
-		go k.start(ctx, p, rt)
-	}
 	k.probePod(p, rt)
 	k.writeStatus(p, rt)
 }
@@ -196,6 +214,7 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, rt *podRuntime) {
 	rt.starting = false
 	if err != nil {
 		rt.lastErr = err.Error()
+		k.Logf("pod %s (%s): container failed: %s", rt.name, rt.ip, rt.lastErr)
 		rt.restarts++
 		rt.next = time.Now().Add(k.backoff(rt.restarts))
 		return
@@ -206,6 +225,7 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, rt *podRuntime) {
 		return
 	}
 	rt.proc = proc
+	k.Logf("pod %s (%s): etcd started", rt.name, rt.ip)
 	rt.lastErr = ""
 	rt.liveFail = 0
 	rt.started = time.Now()
@@ -482,8 +502,10 @@ func (k *Kubelet) terminate(p *corev1.Pod, rt *podRuntime) {
 		return
 	}
 	rt.stopping = true
+	k.work.Add(1)
 	k.mu.Unlock()
 	go func() {
+		defer k.work.Done()
 		for {
 			k.mu.Lock()
 			starting, proc := rt.starting, rt.proc
