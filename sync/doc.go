@@ -1,4 +1,40 @@
 // Package sync is the operator's functional core: from one observation of an EtcdCluster, its
 // children, its pods and its etcd membership, it decides the one next step and renders the
-// complete set of desired children. It does no I/O and reads no clock.
+// complete set of desired children. It does no I/O and reads no clock: time comes in as
+// Observed.Now.
+//
+// # The loop
+//
+// Metacontroller calls the hook on every change and periodically; the hook observes etcd and
+// calls Plan. Plan derives everything from that one observation, so a replayed or repeated
+// sync gives the same answer, byte for byte. It runs the workflow's phases in order (see Plan)
+// and the first phase that decides wins: problems are fixed before any normal operation.
+//
+// # One change per sync
+//
+// A sync makes at most one change that moves the cluster: one member Job (add a learner,
+// promote it, remove a member, move leadership), or one StatefulSet change (grow or shrink
+// by following membership, or lower the partition so exactly one pod is recreated). The next
+// sync observes the result before anything else happens. Membership is never changed here:
+// Jobs running etcdops-member do it, and each of their operations is idempotent.
+//
+// Member Jobs are named after their content and never change under a name; a Job in flight
+// is returned unchanged and waited for, a succeeded one is dropped once membership shows its
+// effect, a failed one is retried under a new name after a back-off, a bounded number of
+// times.
+//
+// # Safety
+//
+// Every decision is checked against the invariants before it is returned (checkInvariants):
+// at most one change, never a second learner, never a removal or pod replacement that leaves
+// the voters without a healthy quorum, never a shrink below a member, never two pods exposed
+// to the StatefulSet's rolling update at once, and disturbing a healthy member only when every
+// other member answered. A violation becomes a hold whose reason starts with "internal:".
+// When etcd's state is unknown (not asked, inconsistent, a stranger in the member list) the
+// observed children are returned unchanged.
+//
+// The join state (ConfigMap <cluster>-join) lists every member as etcd's membership has it,
+// with an incarnation per member name that changes whenever the name is reused by a new member
+// (kept in the ConfigMap's ledger annotation), and marks members seen as started voters as
+// established, so their launcher refuses an empty data dir.
 package sync

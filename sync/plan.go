@@ -257,7 +257,7 @@ func (p *planner) quorumLost() (step, bool) {
 	if hasQuorum(voters, healthy) {
 		return step{}, false
 	}
-	reason := fmt.Sprintf("quorum lost: %d of %d voters healthy; recover manually (docs: quorum loss runbook)", healthy, voters)
+	reason := fmt.Sprintf("quorum lost: %d of %d voters healthy; no membership change can commit: restore from a snapshot, or restart the most up-to-date member once with --force-new-cluster", healthy, voters)
 	return p.hold(reason, reason), true
 }
 
@@ -266,7 +266,7 @@ func (p *planner) quorumLost() (step, bool) {
 func (p *planner) noSpace() (step, bool) {
 	for _, m := range p.members {
 		if hasAlarm(m.Member, "NOSPACE") {
-			reason := "NOSPACE alarm raised by " + m.name + ": compact, defragment and disarm (docs: NOSPACE runbook)"
+			reason := "NOSPACE alarm raised by " + m.name + ": compact, defragment each member, then disarm the alarm"
 			s := p.wait(m.name, reason, resyncHold)
 			s.degraded = reason
 			return s, true
@@ -334,9 +334,9 @@ func (p *planner) podWithoutMember() (step, bool) {
 	return p.scaleTo(keep, PodName(p.c.Name, keep), fmt.Sprintf("pods from %s on hold no member: shrinking the StatefulSet to %d", PodName(p.c.Name, keep), keep)), true
 }
 
-// 7f. A failed voter is replaced while quorum holds: a pod running an outdated spec is first
-// recreated from the current one (that alone may fix it, and its volume keeps the data);
-// otherwise leadership is moved away and the member removed. It then has a pod but no member,
+// 7f. An unhealthy voter on an outdated pod is first recreated from the current spec (that
+// alone may fix it, and its volume keeps the data). A failed voter is replaced while quorum
+// holds: leadership is moved away and the member removed. It then has a pod but no member,
 // and scale-out adds it back as a learner with a new incarnation, which starts from an empty
 // data dir. An unhealthy member that may still recover is waited for.
 func (p *planner) failedMember() (step, bool) {
@@ -347,20 +347,26 @@ func (p *planner) failedMember() (step, bool) {
 		if m.Healthy {
 			continue
 		}
+		if p.c.Spec.StorageSpec != nil && m.pod != nil && !isTerminating(m.pod) && p.outdated(m.pod) && p.protectivePartition(m.ordinal) <= m.ordinal {
+			// Config update early: it is down anyway, and the current spec may be its fix.
+			return p.replacePod(m.ordinal, m.name, "member "+m.name+" unhealthy on an outdated pod: recreating it from the current spec"), true
+		}
 		why := p.failed(m)
 		if why == "" {
 			if waiting == nil {
 				reason := "member " + m.name + " unhealthy: waiting for it to recover"
-				if m.pod == nil || isTerminating(m.pod) {
-					reason = "member " + m.name + " unhealthy: its pod is being recreated"
-				}
 				s := p.wait(m.name, reason, resyncHold)
+				switch {
+				case m.pod == nil || isTerminating(m.pod):
+					s.action.Reason = "member " + m.name + " unhealthy: its pod is being recreated"
+				case cannotStart(m.pod) != "":
+					// A replacement would fail the same way: the spec or the nodes must change.
+					s.action.Reason = "member " + m.name + " unhealthy: its pod cannot start (" + cannotStart(m.pod) + ")"
+					s.degraded = s.action.Reason
+				}
 				waiting = &s
 			}
 			continue
-		}
-		if p.c.Spec.StorageSpec != nil && m.pod != nil && p.outdated(m.pod) && p.protectivePartition(m.ordinal) <= m.ordinal {
-			return p.replacePod(m.ordinal, m.name, "member "+m.name+" failed ("+why+") on an outdated pod: recreating it from the current spec"), true
 		}
 		if m == p.leader {
 			if s, ok := p.moveLeader(m, "failed member "+m.name+" leads"); ok {
@@ -383,8 +389,9 @@ func (p *planner) failed(m *member) string {
 	switch {
 	case hasAlarm(m.Member, "CORRUPT"):
 		return "CORRUPT alarm"
-	case m.pod == nil || isTerminating(m.pod):
-		// Its pod is being (re)created; a new pod gets the same volume and identity.
+	case m.pod == nil || isTerminating(m.pod) || cannotStart(m.pod) != "":
+		// Its pod is being (re)created, with the same volume and identity; or it cannot start,
+		// and neither could a replacement.
 		return ""
 	case isCrashLooping(m.pod):
 		return "its pod keeps crashing"

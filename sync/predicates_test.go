@@ -198,3 +198,23 @@ func TestUpgradePath(t *testing.T) {
 		}
 	}
 }
+
+func TestCannotStart(t *testing.T) {
+	waiting := func(reason string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: "etcd", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}
+	}
+	for _, tc := range []struct {
+		name string
+		pod  corev1.Pod
+		want string
+	}{
+		{"image cannot be pulled", corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{waiting("ImagePullBackOff")}}}, "etcd container: ImagePullBackOff"},
+		{"crash-looping: it did start", corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{waiting("CrashLoopBackOff")}}}, ""},
+		{"no node fits", corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes"}}}}, "unschedulable: 0/3 nodes"},
+		{"running", corev1.Pod{}, ""},
+	} {
+		if got := cannotStart(&tc.pod); got != tc.want {
+			t.Errorf("%s: cannotStart = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -37,6 +37,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	fault POD crash|down|corrupt|nospace|gone|heal
 //	member-add POD                       a learner added behind the planner's back
 //	member-remove POD                    a member removed behind the planner's back
+//	bad-image VERSION                    pods of that etcd version cannot pull their image
 //	allow-quorum-loss                    the story breaks quorum on purpose
 //	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
 //	etcd unreachable|inconsistent|stranger  the next observation of etcd
@@ -226,6 +227,8 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			}
 		}
 		w.elect()
+	case "bad-image":
+		w.badImage = arg(0)
 	case "allow-quorum-loss":
 		w.faulty = true
 	case "fail-jobs":

@@ -59,6 +59,8 @@ type simPod struct {
 	down bool
 	// crash: a fault makes this pod's etcd exit on every start until healed.
 	crash bool
+	// noImage: its etcd image cannot be pulled; it never starts.
+	noImage bool
 }
 
 type simSTS struct {
@@ -109,6 +111,8 @@ type simWorld struct {
 	failJobs int
 	// hideJobs hides Job outcomes from the next observation (informer lag).
 	hideJobs bool
+	// badImage is an etcd version whose image cannot be pulled.
+	badImage string
 	// faulty tolerates broken quorum (a scenario that injects it on purpose).
 	faulty bool
 	// etcdOverride, when set, changes the next observation of etcd.
@@ -229,9 +233,12 @@ func (w *simWorld) observe() Observed {
 		}
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
 		cs := corev1.ContainerStatus{Name: "etcd", RestartCount: int32(p.restarts)}
-		if p.running {
+		switch {
+		case p.running:
 			cs.State.Running = &corev1.ContainerStateRunning{}
-		} else if p.restarts > 0 {
+		case p.noImage:
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}
+		case p.restarts > 0:
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
 		}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
@@ -558,6 +565,7 @@ func (w *simWorld) statefulSetController() {
 		if ord < s.partition {
 			p.spec, p.config, p.version = s.currentSpec, s.currentConfig, s.currentVersion
 		}
+		p.noImage = p.version == w.badImage
 		w.pods[ord] = p
 	}
 	all := true
@@ -597,6 +605,10 @@ func (w *simWorld) kubelet() {
 
 // launch is the launcher's decision for a starting pod; "" when etcd runs.
 func (w *simWorld) launch(p *simPod, m *simMember) string {
+	if p.noImage {
+		p.restarts-- // never started, so never restarted
+		return "image cannot be pulled"
+	}
 	if p.crash {
 		return "crashes"
 	}
