@@ -333,6 +333,7 @@ func testValidation(t *testing.T, s *apiServer) {
 		{"more members than etcd handles well", func(c *v1alpha1.EtcdCluster) { *c.Spec.Size = 10 }, "spec.size"},
 		{"a version that is not a release", func(c *v1alpha1.EtcdCluster) { c.Spec.Version = "latest" }, "spec.version"},
 		{"a registry with a digest", func(c *v1alpha1.EtcdCluster) { c.Spec.ImageRegistry = "quay.io/coreos/etcd@sha256" }, "spec.imageRegistry"},
+		{"a registry with a tag", func(c *v1alpha1.EtcdCluster) { c.Spec.ImageRegistry = "registry.local:5000/etcd:v3" }, "must not carry a tag"},
 		{"an option that is not a flag", func(c *v1alpha1.EtcdCluster) { c.Spec.EtcdOptions = []string{"quota-backend-bytes=1"} }, "spec.etcdOptions[0]"},
 		{"a read-only volume", func(c *v1alpha1.EtcdCluster) { c.Spec.StorageSpec.AccessModes = "ReadOnlyMany" }, "spec.storageSpec.accessModes"},
 		{"an unknown retention", func(c *v1alpha1.EtcdCluster) { c.Spec.StorageSpec.WhenDeleted = "Keep" }, "spec.storageSpec.whenDeleted"},
@@ -356,6 +357,12 @@ func testValidation(t *testing.T, s *apiServer) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error mentioning %q", c.story, err, c.want)
 		}
+	}
+
+	withPort := sampleCluster("registry-port")
+	withPort.Spec.ImageRegistry = "registry.local:5000/etcd"
+	if _, err := s.clusters().Create(t.Context(), toUnstructured(t, withPort), strictCreate); err != nil {
+		t.Errorf("a registry with a port: %v", err)
 	}
 
 	u := toUnstructured(t, sampleCluster("unknown-field"))

@@ -88,6 +88,7 @@ type EtcdClusterSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^[^\s@]+$`
+	// +kubebuilder:validation:XValidation:rule="!self.substring(self.lastIndexOf('/') + 1).contains(':')",message="imageRegistry must not carry a tag: the image is imageRegistry:version"
 	// +optional
 	ImageRegistry string `json:"imageRegistry,omitempty"`
 	// StorageSpec gives each member a PersistentVolumeClaim. Absent, data lives in an
