@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,7 @@ var simScenarios = []simScenario{
 	}},
 	{"interrupted: Job done, not yet observed (scale 1→3)", func(t *testing.T) []simStats {
 		w, _ := created(t, 1, true)
+		w.lag = nil // the story controls what is seen
 		w.cluster.Spec.Size = ptrTo(int32(3))
 		before := w.stats
 		w.step() // the add-learner Job is created and runs
@@ -217,4 +219,19 @@ func TestQuorumLostHolds(t *testing.T) {
 	w.pods[1].down, w.pods[2].down = false, false
 	w.faulty = false
 	w.run(50)
+}
+
+// TestScenariosWithLaggingCaches replays the scenarios with a third of the observations
+// seeing the children as they were a sync earlier: every decision stays safe and the
+// scenarios still converge.
+func TestScenariosWithLaggingCaches(t *testing.T) {
+	for seed := int64(1); seed <= 2; seed++ {
+		for _, sc := range simScenarios {
+			t.Run(sc.name, func(t *testing.T) {
+				simLag = rand.New(rand.NewSource(seed))
+				defer func() { simLag = nil }()
+				sc.run(t)
+			})
+		}
+	}
 }

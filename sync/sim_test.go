@@ -3,6 +3,7 @@ package sync
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand"
 	"sort"
 	"strings"
 	"testing"
@@ -29,6 +30,9 @@ import (
 var simConfig = Config{ClusterDomain: "cluster.local", ToolImage: "etcdops:test"}
 
 var simStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// simLag, when set, makes every new world's caches lag (TestScenariosWithLaggingCaches).
+var simLag *rand.Rand
 
 const simTick = 10 * time.Second
 
@@ -115,6 +119,10 @@ type simWorld struct {
 	badImage string
 	// faulty tolerates broken quorum (a scenario that injects it on purpose).
 	faulty bool
+	// lag, when set, makes some observations see the children of the sync before the last
+	// one, as a lagging informer cache would; stale holds them.
+	lag   *rand.Rand
+	stale map[string][]byte
 	// etcdOverride, when set, changes the next observation of etcd.
 	etcdOverride func(*etcdstate.Snapshot)
 	// onTick, when set, runs at the end of every tick: a fault that heals on a condition.
@@ -134,6 +142,7 @@ func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 	return &simWorld{
 		t: t, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
 		pods: map[int]*simPod{}, data: map[int]*simData{}, applied: map[string][]byte{}, jobs: map[string]*simJob{},
+		lag: simLag,
 	}
 }
 
@@ -185,8 +194,12 @@ func (w *simWorld) hasQuorum() bool {
 // observe renders the world as the hook sees it.
 func (w *simWorld) observe() Observed {
 	obs := Observed{Cluster: w.cluster, Now: w.now, Finalizing: w.cluster.DeletionTimestamp != nil}
-	for _, key := range sortedKeysOf(w.applied) {
-		raw := w.withLastApplied(w.applied[key])
+	children := w.applied
+	if w.lag != nil && w.stale != nil && w.lag.Intn(3) == 0 {
+		children = w.stale
+	}
+	for _, key := range sortedKeysOf(children) {
+		raw := w.withLastApplied(children[key])
 		kind, name, _ := strings.Cut(key, "/")
 		switch kind {
 		case "StatefulSet":
@@ -336,6 +349,10 @@ func (w *simWorld) sync() Decision {
 // child, delete every observed child that was left out, write the status.
 func (w *simWorld) apply(d Decision) {
 	w.t.Helper()
+	w.stale = map[string][]byte{}
+	for k, v := range w.applied {
+		w.stale[k] = v
+	}
 	desired := map[string][]byte{}
 	for _, c := range d.Children {
 		b, err := json.Marshal(c.Object)
