@@ -64,10 +64,17 @@ func Plan(cfg Config, obs Observed) Decision {
 
 // isBootstrapping: no cluster has answered yet and nothing beyond the seed was ever asked
 // for. Bootstrap is repeated until the seed answers, so a partly applied first answer is
-// completed and the seed's children always follow the current spec.
+// completed and the seed's children always follow the current spec. A join state that says
+// "existing" means a cluster did answer once, even if status has lost its ID: bootstrapping
+// again would forget that its seed is established.
 func isBootstrapping(obs *Observed) bool {
 	if obs.Cluster.Status.ClusterID != "" || obs.Etcd.Asked {
 		return false
+	}
+	for _, cm := range obs.Children.ConfigMaps {
+		if st, err := joinstate.Decode([]byte(cm.Data[joinstate.ConfigMapKey])); err == nil && st.ClusterState == joinstate.StateExisting {
+			return false
+		}
 	}
 	for _, s := range obs.Children.StatefulSets {
 		if s.Spec.Replicas != nil && *s.Spec.Replicas > 1 {

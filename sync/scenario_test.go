@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
 )
@@ -37,6 +38,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	fault POD crash|down|corrupt|nospace|gone|heal
 //	member-add POD                       a learner added behind the planner's back
 //	member-remove POD                    a member removed behind the planner's back
+//	status-reset                         the parent's status is lost
 //	bad-image VERSION                    pods of that etcd version cannot pull their image
 //	allow-quorum-loss                    the story breaks quorum on purpose
 //	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
@@ -227,6 +229,8 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			}
 		}
 		w.elect()
+	case "status-reset":
+		w.cluster.Status = v1alpha1.EtcdClusterStatus{}
 	case "bad-image":
 		w.badImage = arg(0)
 	case "allow-quorum-loss":
