@@ -637,7 +637,10 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 		return "not in the join state"
 	}
 	d := w.data[p.ord]
-	if d != nil && d.inc != rec.Incarnation {
+	if d != nil && d.inc > rec.Incarnation {
+		return "volume of a newer incarnation than the join state says"
+	}
+	if d != nil && d.inc < rec.Incarnation {
 		d = nil // stale incarnation: wiped
 		delete(w.data, p.ord)
 	}
