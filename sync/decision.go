@@ -1,11 +1,5 @@
 package sync
 
-import (
-	"fmt"
-
-	"etcdops.dev/etcdops/api/v1alpha1"
-)
-
 // decision renders a step: the complete children, the status and the resync, after checking
 // the step against the invariants. A violation is a bug; it becomes a hold with an
 // "internal:" reason, so the cluster is left alone and the bug is visible in status.
@@ -90,57 +84,4 @@ func missingChildren(observed Children, desired []Child) string {
 // hold changes nothing: the observed children are returned as they are.
 func (v *view) hold(reason, degraded string) step {
 	return step{action: Action{Type: Hold, Reason: reason}, hold: true, resync: resyncHold, degraded: degraded}
-}
-
-// report answers a sync that must change nothing (invalid spec, paused): the observed
-// children exactly as they are (not even a missing Service is added) and a status that says
-// why, with membership as far as etcd answered. degradedBy, when set, makes the reason a
-// Degraded one.
-func report(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, reason, degradedBy string) Decision {
-	v := newView(cfg, obs, c)
-	s := v.hold(reason, "")
-	if degradedBy != "" {
-		s.degraded, s.degradedBy = reason, degradedBy
-	}
-	s.resync = resyncSteady
-	d := v.decision(s)
-	d.Children = observedChildren(obs.Children)
-	d.Status.Phase = phase
-	return d
-}
-
-// 1. finalize tears down in order: member Jobs first (no membership change may run into the
-// teardown), then the StatefulSet until its pods are gone, then the Services, the join
-// ConfigMap and the PodDisruptionBudget. Finalized only once nothing is observed. Volume
-// claims follow spec.storageSpec.whenDeleted through the StatefulSet's retention policy.
-func finalize(obs *Observed, c *v1alpha1.EtcdCluster) Decision {
-	ch := obs.Children
-	pods := 0
-	for i := range obs.Pods {
-		if _, ok := ownPod(c, &obs.Pods[i]); ok {
-			pods++
-		}
-	}
-	var keep Children
-	var reason string
-	switch {
-	case len(ch.Jobs) > 0:
-		keep = Children{StatefulSets: ch.StatefulSets, Services: ch.Services, ConfigMaps: ch.ConfigMaps, PDBs: ch.PDBs}
-		reason = fmt.Sprintf("deleting %d member Job(s)", len(ch.Jobs))
-	case len(ch.StatefulSets) > 0 || pods > 0:
-		keep = Children{Services: ch.Services, ConfigMaps: ch.ConfigMaps, PDBs: ch.PDBs}
-		reason = fmt.Sprintf("deleting the StatefulSet; %d pod(s) left", pods)
-	case len(ch.Services)+len(ch.ConfigMaps)+len(ch.PDBs) > 0:
-		reason = "deleting the Services, the join ConfigMap and the PodDisruptionBudget"
-	default:
-		a := Action{Type: Teardown, Reason: "teardown complete"}
-		return Decision{Status: newStatus(obs, c, v1alpha1.PhaseDeleting, a, 0), Action: a, Finalized: true}
-	}
-	a := Action{Type: Teardown, Reason: reason}
-	return Decision{
-		Children:           observedChildren(keep),
-		Status:             newStatus(obs, c, v1alpha1.PhaseDeleting, a, 0),
-		Action:             a,
-		ResyncAfterSeconds: resyncSoon,
-	}
 }

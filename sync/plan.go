@@ -40,26 +40,82 @@ const (
 func Plan(cfg Config, obs Observed) Decision {
 	c := v1alpha1.Defaulted(obs.Cluster)
 	if obs.Finalizing {
+		// 1. Deletion overrides everything, whatever state the cluster is in.
 		return finalize(&obs, &c)
 	}
 	if err := v1alpha1.Validate(c); err != nil {
-		// An invalid spec must not change a running cluster: what exists stays as it is.
+		// 2. An invalid spec must not change a running cluster: what exists stays as it is.
 		return report(cfg, &obs, &c, v1alpha1.PhaseInvalid, err.Error(), "InvalidSpec")
 	}
 	if c.Spec.Paused {
-		// Paused means no change of any kind, only status.
+		// 3. Paused means no change of any kind, only status.
 		return report(cfg, &obs, &c, v1alpha1.PhasePaused, "paused by spec.paused", "")
 	}
 	if isBootstrapping(&obs) {
+		// 4. No cluster yet: there is no membership to observe, only a seed to start.
 		return bootstrap(cfg, &obs, &c)
 	}
 	v := newView(cfg, &obs, &c)
 	if reason := unknownState(v); reason != "" {
-		// Nothing can be concluded about membership: never shrink, remove or replace on it.
+		// 5. Nothing can be concluded about membership: never shrink, remove or replace on it.
 		return v.decision(v.hold(reason, reason))
 	}
+	// 6 to 11: one step on a cluster whose state is known.
 	p := &planner{view: v}
 	return v.decision(p.decide())
+}
+
+// report answers a sync that must change nothing (invalid spec, paused): the observed
+// children exactly as they are (not even a missing Service is added) and a status that says
+// why, with membership as far as etcd answered. degradedBy, when set, makes the reason a
+// Degraded one.
+func report(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, reason, degradedBy string) Decision {
+	v := newView(cfg, obs, c)
+	s := v.hold(reason, "")
+	if degradedBy != "" {
+		s.degraded, s.degradedBy = reason, degradedBy
+	}
+	s.resync = resyncSteady
+	d := v.decision(s)
+	d.Children = observedChildren(obs.Children)
+	d.Status.Phase = phase
+	return d
+}
+
+// 1. finalize tears down in order: member Jobs first (no membership change may run into the
+// teardown), then the StatefulSet until its pods are gone, then the Services, the join
+// ConfigMap and the PodDisruptionBudget. Finalized only once nothing is observed. Volume
+// claims follow spec.storageSpec.whenDeleted through the StatefulSet's retention policy.
+func finalize(obs *Observed, c *v1alpha1.EtcdCluster) Decision {
+	ch := obs.Children
+	pods := 0
+	for i := range obs.Pods {
+		if _, ok := ownPod(c, &obs.Pods[i]); ok {
+			pods++
+		}
+	}
+	var keep Children
+	var reason string
+	switch {
+	case len(ch.Jobs) > 0:
+		keep = Children{StatefulSets: ch.StatefulSets, Services: ch.Services, ConfigMaps: ch.ConfigMaps, PDBs: ch.PDBs}
+		reason = fmt.Sprintf("deleting %d member Job(s)", len(ch.Jobs))
+	case len(ch.StatefulSets) > 0 || pods > 0:
+		keep = Children{Services: ch.Services, ConfigMaps: ch.ConfigMaps, PDBs: ch.PDBs}
+		reason = fmt.Sprintf("deleting the StatefulSet; %d pod(s) left", pods)
+	case len(ch.Services)+len(ch.ConfigMaps)+len(ch.PDBs) > 0:
+		reason = "deleting the Services, the join ConfigMap and the PodDisruptionBudget"
+	default:
+		a := Action{Type: Teardown, Reason: "teardown complete"}
+		return Decision{Status: newStatus(obs, c, v1alpha1.PhaseDeleting, a, 0), Action: a, Finalized: true}
+	}
+	a := Action{Type: Teardown, Reason: reason}
+	return Decision{
+		Children:           observedChildren(keep),
+		Status:             newStatus(obs, c, v1alpha1.PhaseDeleting, a, 0),
+		Action:             a,
+		ResyncAfterSeconds: resyncSoon,
+	}
 }
 
 // isBootstrapping: no cluster has answered yet and nothing beyond the seed was ever asked
