@@ -107,6 +107,8 @@ type EtcdClusterSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=1024
 	// +kubebuilder:validation:items:Pattern=`^--[a-z0-9._][a-z0-9._-]*(=.*)?$`
+	// +kubebuilder:validation:XValidation:rule="self.all(o, !(o.substring(2).split('=')[0] in ['name', 'data-dir', 'wal-dir', 'initial-cluster', 'initial-cluster-state', 'initial-cluster-token', 'initial-advertise-peer-urls', 'cert-file', 'key-file', 'trusted-ca-file', 'client-cert-auth', 'auto-tls', 'force-new-cluster', 'config-file']))",message="etcdOptions must not set a flag the operator owns: names, data dirs, the initial cluster, TLS files, --force-new-cluster, --config-file"
+	// +kubebuilder:validation:XValidation:rule="self.all(o, !['listen-', 'advertise-', 'peer-', 'discovery'].exists(p, o.substring(2).startsWith(p)))",message="etcdOptions must not set listen, advertise, peer or discovery flags: the operator owns them"
 	// +listType=atomic
 	// +optional
 	EtcdOptions []string `json:"etcdOptions,omitempty"`
