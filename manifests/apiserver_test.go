@@ -657,7 +657,8 @@ func readJSON(t *testing.T, file string, v any) {
 	}
 }
 
-// The table kubectl get prints has the columns users look for, filled from the status.
+// The table kubectl get prints has the columns users look for, filled from the status. It
+// reads cluster "status", which testStatus left with a full status and a waiting action.
 func testPrinterColumns(t *testing.T, s *apiServer) {
 	client, err := rest.HTTPClientFor(s.config)
 	if err != nil {
