@@ -42,7 +42,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	bad-image VERSION                    pods of that etcd version cannot pull their image
 //	allow-quorum-loss                    the story breaks quorum on purpose
 //	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
-//	etcd unreachable|inconsistent|stranger  the next observation of etcd
+//	etcd unreachable|inconsistent|stranger|without POD  the next observation of etcd
 //	age DURATION                         time passes without anything happening
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
@@ -248,6 +248,17 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		case "stranger":
 			w.etcdOverride = func(s *etcdstate.Snapshot) {
 				s.Members = append(s.Members, etcdstate.Member{ID: 0xbad, Name: "other-0", PeerURLs: []string{"http://other-0.other.default.svc.cluster.local:2380"}})
+			}
+		case "without":
+			// etcd's answer lags a change a Job just made.
+			ord := w.ordinalOf(arg(1))
+			w.etcdOverride = func(s *etcdstate.Snapshot) {
+				for i, m := range s.Members {
+					if w.memberByID(m.ID).ord == ord {
+						s.Members = append(s.Members[:i], s.Members[i+1:]...)
+						return
+					}
+				}
 			}
 		default:
 			t.Fatalf("%q: unknown etcd state", line)

@@ -121,8 +121,9 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	default:
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, false, "QuorumLost", fmt.Sprintf("%d of %d voters healthy", healthy, voters))
 	}
-	switch s.action.Type {
-	case Steady, Hold:
+	switch {
+	case s.action.Type == Steady || s.action.Type == Hold || s.degraded != "":
+		// Blocked is not progressing, even while it waits.
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionProgressing, false, s.action.Type.String(), s.action.Reason)
 	default:
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionProgressing, true, s.action.Type.String(), s.action.Reason)
