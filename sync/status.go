@@ -16,7 +16,7 @@ import (
 // stays).
 
 // newStatus starts from what the last status knew of etcd and reports the action.
-func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a Action, failures int) v1alpha1.EtcdClusterStatus {
+func newStatus(obs *Observed, phase v1alpha1.Phase, a Action) v1alpha1.EtcdClusterStatus {
 	prev := obs.Cluster.Status
 	since := metav1.NewTime(obs.Now)
 	if p := prev.Action; p != nil && p.Type == a.Type.String() && p.Member == a.Member && !p.Since.IsZero() {
@@ -30,7 +30,6 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		ClusterID:      prev.ClusterID,
 		CurrentVersion: prev.CurrentVersion,
 		Action:         &v1alpha1.Action{Type: a.Type.String(), Member: a.Member, Reason: a.Reason, Since: since},
-		JobFailures:    int32(failures),
 	}
 }
 
@@ -83,7 +82,7 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 		// Still growing to its first full size.
 		phase = v1alpha1.PhaseCreating
 	}
-	st := newStatus(v.obs, v.c, phase, s.action, 0)
+	st := newStatus(v.obs, phase, s.action)
 	if len(s.keep) > 0 {
 		st.JobFailures = int32(attemptOf(s.keep[0]))
 		if state, _ := stateOf(s.keep[0]); state == jobFailed {
