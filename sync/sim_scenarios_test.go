@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"math/rand"
 	"strings"
 	"testing"
@@ -233,5 +234,54 @@ func TestScenariosWithLaggingCaches(t *testing.T) {
 				sc.run(t)
 			})
 		}
+	}
+}
+
+// TestRandomSingleFaults runs scale and rolling changes while single members crash or hang
+// at random moments and recover later. A fault may strike right after a pod was taken down
+// on purpose, so availability may dip; the data must survive every step, and the cluster
+// must converge once the fault heals.
+func TestRandomSingleFaults(t *testing.T) {
+	for seed := int64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			w, _ := created(t, 3, true)
+			w.faulty = true
+			changes := []func(){
+				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },
+				func() { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} },
+				func() { w.cluster.Spec.Version = "v3.6.17" },
+				func() { w.cluster.Spec.Size = ptrTo(int32(3)) },
+			}
+			for _, change := range changes {
+				change()
+				w.cluster.Generation++
+				faulted, healAt := -1, 0
+				for i := 0; i < 60; i++ {
+					if faulted < 0 && rng.Intn(8) == 0 {
+						if ords := sortedInts(w.pods); len(ords) > 0 {
+							faulted = ords[rng.Intn(len(ords))]
+							if rng.Intn(2) == 0 {
+								w.pods[faulted].crash = true
+							} else {
+								w.pods[faulted].down = true
+							}
+							healAt = i + 3 + rng.Intn(10)
+						}
+					}
+					if faulted >= 0 && i == healAt {
+						if p := w.pods[faulted]; p != nil {
+							p.crash, p.down = false, false
+						}
+						faulted = -1
+					}
+					w.step()
+				}
+				if faulted >= 0 && w.pods[faulted] != nil {
+					w.pods[faulted].crash, w.pods[faulted].down = false, false
+				}
+				w.run(400)
+			}
+		})
 	}
 }

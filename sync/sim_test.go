@@ -117,7 +117,8 @@ type simWorld struct {
 	hideJobs bool
 	// badImage is an etcd version whose image cannot be pulled.
 	badImage string
-	// faulty tolerates broken quorum (a scenario that injects it on purpose).
+	// faulty tolerates lost availability (a scenario that breaks quorum on purpose); the
+	// data must survive regardless.
 	faulty bool
 	// lag, when set, makes some observations see the children of the sync before the last
 	// one, as a lagging informer cache would; stale holds them.
@@ -753,7 +754,7 @@ func (w *simWorld) checkWorld() {
 		}
 	}
 	// Acknowledged writes survive: a quorum of the voters holds the cluster's data.
-	if v, _ := w.voters(); v > 0 && !w.faulty {
+	if v, _ := w.voters(); v > 0 {
 		holders := 0
 		for _, m := range w.members {
 			if d := w.data[m.ord]; !m.learner && d != nil && d.id == m.id {
