@@ -64,6 +64,9 @@ type Env struct {
 
 	stopMC context.CancelFunc
 
+	jobMu     gosync.Mutex
+	afterJobs func(job string)
+
 	hookMu   gosync.Mutex
 	hookURL  string
 	hookStop func()
@@ -123,12 +126,21 @@ func Start(opts Options) (*Env, error) {
 			e.logf("job %s done", job)
 		}
 	}
+	e.Jobs.AfterJob = func(job string) {
+		e.jobMu.Lock()
+		f := e.afterJobs
+		e.jobMu.Unlock()
+		if f != nil {
+			f(job)
+		}
+	}
 	if !opts.NoOperator {
 		if err := e.StartHook(); err != nil {
 			cancel()
 			return nil, err
 		}
 		e.MC = NewMetacontroller(e.Store, opts.Controller, e.currentHookURL, opts.TimeScale)
+		e.MC.EtcdState = func() string { return fmt.Sprintf("%+v", e.Monitor.View()) }
 		e.MC.OnSync = func(rec SyncRecord) {
 			e.Monitor.afterSync(rec)
 			if opts.OnSync != nil {
@@ -202,6 +214,14 @@ func (e *Env) Create(spec v1alpha1.EtcdClusterSpec) {
 			e.MC.Run(ctx)
 		}()
 	}
+}
+
+// AfterJob makes f run each time a Job's attempt has finished and its status is written,
+// before the Job controller moves on; nil removes it.
+func (e *Env) AfterJob(f func(job string)) {
+	e.jobMu.Lock()
+	e.afterJobs = f
+	e.jobMu.Unlock()
 }
 
 // StopOperator stops Metacontroller's loop: nothing syncs the cluster any more, the

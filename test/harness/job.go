@@ -22,6 +22,8 @@ type Jobs struct {
 	TimeScale float64
 	// OnRun sees every attempt when it starts and when it ends (err is nil on success).
 	OnRun func(job string, args []string, started bool, err error)
+	// AfterJob runs once an attempt's outcome is in the Job's status.
+	AfterJob func(job string)
 
 	mu       gosync.Mutex
 	running  map[string]bool // Job name → an attempt is running
@@ -156,6 +158,9 @@ func (c *Jobs) attempt(ctx context.Context, j *batchv1.Job, seq int) {
 		_ = c.Store.UpdateStatus(p)
 	}
 	c.finishAttempt(j.Name, err)
+	if c.AfterJob != nil {
+		c.AfterJob(j.Name)
+	}
 }
 
 func (c *Jobs) finishAttempt(name string, runErr error) {
