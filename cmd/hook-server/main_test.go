@@ -89,6 +89,58 @@ func TestRunServesHealthAndStopsGracefully(t *testing.T) {
 	}
 }
 
+func TestShutdownLetsAnInFlightSyncFinish(t *testing.T) {
+	// An "etcd" that accepts connections and never answers keeps the sync in its etcd
+	// observation until --observe-timeout; shutdown begins meanwhile and must wait for it.
+	// The hook dials a pod's IP on the client port, so the listener takes 2379 on a loopback
+	// address of its own.
+	silent, err := net.Listen("tcp", "127.0.53.79:2379")
+	if err != nil {
+		t.Skipf("no loopback address for a silent etcd: %v", err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	base, stop, done := startServer(t, []string{"--observe-timeout=1s", "--sync-timeout=3s"}, nil)
+
+	host, _, _ := net.SplitHostPort(silent.Addr().String())
+	body := `{"parent":{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","uid":"u"},"spec":{}},` +
+		`"children":{"StatefulSet.apps/v1":{}},"related":{"Pod.v1":{"etcd-0":{"metadata":{"name":"etcd-0","namespace":"default"},"status":{"podIP":"` + host + `"}}}}}`
+	answered := make(chan int, 1)
+	started := time.Now()
+	go func() {
+		resp, err := http.Post(base+"/sync", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Errorf("in-flight sync: %v", err)
+			answered <- 0
+			return
+		}
+		resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	if got := <-answered; got != http.StatusOK {
+		t.Errorf("in-flight sync answered %d after shutdown began, want 200", got)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+	switch took := time.Since(started); {
+	case took < 200*time.Millisecond:
+		t.Errorf("the sync took %s: it ended before shutdown began, so this proves nothing", took)
+	case took > 3*time.Second:
+		t.Errorf("the sync took %s; the observe timeout is 1s", took)
+	}
+}
+
 func TestRunRequiresTheAuthTokenFromTheFile(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
