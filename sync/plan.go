@@ -383,13 +383,13 @@ func (p *planner) learner() (step, bool) {
 // removal and the shrink, or a learner was given up (undo: shrink to the members, keeping the
 // slot a missing member is added back into).
 func (p *planner) podWithoutMember() (step, bool) {
-	missing := len(p.members) < p.size
-	if free := p.lowestFreeOrdinal(); missing && p.pods[free] != nil {
+	free, missing := p.freeOrdinal()
+	if missing && p.pods[free] != nil {
 		return p.addLearner(free, fmt.Sprintf("pod %s has no member: adding it back as a learner", PodName(p.c.Name, free))), true
 	}
 	keep := p.maxMemberOrdinal() + 1
 	if missing {
-		keep = max(keep, p.lowestFreeOrdinal()+1)
+		keep = max(keep, free+1)
 	}
 	if p.replicas <= keep {
 		return step{}, false
@@ -540,14 +540,22 @@ func (p *planner) roll(why string) (step, bool) {
 	return p.replacePod(target, name, why+": recreating "+name+" from the current spec"), true
 }
 
-// 9. Scale out: a learner for the lowest free ordinal; the StatefulSet grows once etcd has it
-// (7c), and it is promoted once caught up (7d).
+// 9. Scale out: a learner for the lowest free ordinal below the size; the StatefulSet grows
+// once etcd has it (7c), and it is promoted once caught up (7d). A free ordinal below the
+// size with enough members means one sits beyond the size (a replacement met a scale-in):
+// its slot is filled first and the member beyond is removed after (10), so redundancy never
+// drops, and no pod is left over without a member, failing and counting against the
+// disruption budget.
 func (p *planner) scaleOut() (step, bool) {
-	if len(p.members) >= p.size {
+	ord, missing := p.freeOrdinal()
+	if !missing {
 		return step{}, false
 	}
-	ord := p.lowestFreeOrdinal()
-	return p.addLearner(ord, fmt.Sprintf("%d of %d members: adding %s as a learner", len(p.members), p.size, PodName(p.c.Name, ord))), true
+	reason := fmt.Sprintf("%d of %d members: adding %s as a learner", len(p.members), p.size, PodName(p.c.Name, ord))
+	if len(p.members) >= p.size {
+		reason = fmt.Sprintf("ordinal %d is free below the size: adding %s before removing the member beyond the size", ord, PodName(p.c.Name, ord))
+	}
+	return p.addLearner(ord, reason), true
 }
 
 func (p *planner) addLearner(ord int, reason string) step {
@@ -555,11 +563,11 @@ func (p *planner) addLearner(ord int, reason string) step {
 	return p.runJob(memberJob{verb: verbAddLearner, member: name, peerURL: PeerURL(p.c, name, p.cfg.ClusterDomain)}, AddLearner, reason)
 }
 
-// 10. Scale in: the highest member goes, leadership moved away first; the StatefulSet then
-// shrinks (7e).
+// 10. Scale in: a member beyond the size goes, the highest first, leadership moved away
+// first; the StatefulSet then shrinks (7e).
 func (p *planner) scaleIn() (step, bool) {
 	voters := p.voters()
-	if len(voters) <= p.size {
+	if len(voters) == 0 || voters[len(voters)-1].ordinal < p.size {
 		return step{}, false
 	}
 	m := voters[len(voters)-1]

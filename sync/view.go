@@ -147,14 +147,12 @@ func (v *view) maxMemberOrdinal() int {
 	return v.members[len(v.members)-1].ordinal
 }
 
-// lowestFreeOrdinal is where the next member goes: gaps are filled first, so ordinals stay
-// contiguous without ever renumbering a running member.
-func (v *view) lowestFreeOrdinal() int {
-	for i := 0; ; i++ {
-		if v.byOrd[i] == nil {
-			return i
-		}
+// freeOrdinal is where the next member goes: the lowest ordinal without one, so gaps are
+// filled first and no running member is ever renumbered. missing says it is below the size.
+func (v *view) freeOrdinal() (ord int, missing bool) {
+	for ord = 0; v.byOrd[ord] != nil; ord++ {
 	}
+	return ord, ord < v.size
 }
 
 // outdated reports whether a pod runs a template other than the one the spec asks for now.
