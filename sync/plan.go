@@ -65,23 +65,6 @@ func Plan(cfg Config, obs Observed) Decision {
 	return v.decision(p.decide())
 }
 
-// report answers a sync that must change nothing (invalid spec, paused): the observed
-// children exactly as they are (not even a missing Service is added) and a status that says
-// why, with membership as far as etcd answered. degradedBy, when set, makes the reason a
-// Degraded one.
-func report(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, reason, degradedBy string) Decision {
-	v := newView(cfg, obs, c)
-	s := v.hold(reason, "")
-	if degradedBy != "" {
-		s.degraded, s.degradedBy = reason, degradedBy
-	}
-	s.resync = resyncSteady
-	d := v.decision(s)
-	d.Children = observedChildren(obs.Children)
-	d.Status.Phase = phase
-	return d
-}
-
 // 1. finalize tears down in order: member Jobs first (no membership change may run into the
 // teardown), then the StatefulSet until its pods are gone, then the Services, the join
 // ConfigMap and the PodDisruptionBudget. Finalized only once nothing is observed. Volume
@@ -116,6 +99,23 @@ func finalize(obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		Action:             a,
 		ResyncAfterSeconds: resyncSoon,
 	}
+}
+
+// report answers a sync that must change nothing (invalid spec, paused): the observed
+// children exactly as they are (not even a missing Service is added) and a status that says
+// why, with membership as far as etcd answered. degradedBy, when set, makes the reason a
+// Degraded one.
+func report(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, reason, degradedBy string) Decision {
+	v := newView(cfg, obs, c)
+	s := v.hold(reason, "")
+	if degradedBy != "" {
+		s.degraded, s.degradedBy = reason, degradedBy
+	}
+	s.resync = resyncSteady
+	d := v.decision(s)
+	d.Children = observedChildren(obs.Children)
+	d.Status.Phase = phase
+	return d
 }
 
 // isBootstrapping: no cluster has answered yet and nothing beyond the seed was ever asked
