@@ -399,9 +399,9 @@ func (p *planner) podWithoutMember() (step, bool) {
 
 // 7f. An unhealthy voter on an outdated pod is first recreated from the current spec (that
 // alone may fix it, and its volume keeps the data). A failed voter is replaced while quorum
-// holds: leadership is moved away and the member removed. It then has a pod but no member,
-// and scale-out adds it back as a learner with a new incarnation, which starts from an empty
-// data dir. An unhealthy member that may still recover is waited for.
+// holds: leadership is moved away and the member removed. Its pod then has no member and is
+// added back as a learner (7e) with a new incarnation, so it starts from an empty data dir.
+// An unhealthy member that may still recover is waited for.
 func (p *planner) failedMember() (step, bool) {
 	var waiting *step
 	voters := p.voters()
