@@ -187,3 +187,14 @@ func TestHeldChildrenAreTheLastApplied(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPlanSteady5 is one sync of a healthy five-member cluster: the hook's common case.
+func BenchmarkPlanSteady5(b *testing.B) {
+	w := newSimWorld(b, 5, true)
+	w.run(100)
+	obs := w.observe()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		Plan(simConfig, obs)
+	}
+}
