@@ -213,7 +213,9 @@ func TestQuorumLoss(t *testing.T) {
 // corner cases: every request is sent twice and the answers compared byte for byte (while
 // etcd is unchanged in between); after each member Job completes, the last request from
 // before the Job existed is sent again (a lagging cache) and its answer applied, the next
-// answer is dropped, and the hook restarts before the next sync.
+// answer is dropped, and the hook restarts before the next sync. (Metacontroller only ever
+// applies the answer to the request it just sent, so an old answer reaches the cluster
+// exactly this way: as the fresh answer to a stale request.)
 func TestHookReplay(t *testing.T) {
 	run(t, 1, func(t *testing.T, env *harness.Env) int {
 		env.MC.SendTwice(true)

@@ -267,13 +267,6 @@ func (m *Metacontroller) Replay(ctx context.Context, rec SyncRecord) SyncRecord 
 	return m.send(ctx, rec.Request, true)
 }
 
-// ApplyOld applies an earlier answer again, as if a stale answer arrived late.
-func (m *Metacontroller) ApplyOld(rec SyncRecord) error {
-	m.one.Lock()
-	defer m.one.Unlock()
-	return m.apply(rec.Answer)
-}
-
 func (m *Metacontroller) send(ctx context.Context, req []byte, replayed bool) SyncRecord {
 	rec := SyncRecord{At: time.Now(), Request: req, Replayed: replayed}
 	before := m.EtcdState()
