@@ -73,8 +73,14 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	labels[LabelMember] = j.member
 	labels[LabelAttempt] = strconv.Itoa(j.attempt)
 
-	container := object{"name": "member", "image": cfg.ToolImage, "command": j.args(c)}
-	podSpec := object{"restartPolicy": "Never", "containers": []any{container}}
+	container := object{"name": "member", "image": cfg.ToolImage, "command": j.args(c), "securityContext": containerSecurityContext()}
+	// The member tool talks to etcd only, never to the Kubernetes API.
+	podSpec := object{
+		"restartPolicy":                "Never",
+		"containers":                   []any{container},
+		"securityContext":              podSecurityContext(),
+		"automountServiceAccountToken": false,
+	}
 	if clientTLS(c) {
 		container["volumeMounts"] = []any{object{"name": "client-tls", "mountPath": ClientTLSDir, "readOnly": true}}
 		podSpec["volumes"] = []any{object{"name": "client-tls", "secret": object{"secretName": c.Spec.TLS.ClientSecret}}}

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -197,4 +198,114 @@ func BenchmarkPlanSteady5(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		Plan(simConfig, obs)
 	}
+}
+
+// TestPodsMeetTheRestrictedStandard: etcd pods and member Job pods pass the "restricted" Pod
+// Security Standard, with and without volumes and TLS, and mount no API token.
+func TestPodsMeetTheRestrictedStandard(t *testing.T) {
+	for _, tc := range []struct {
+		story   string
+		storage bool
+		tls     bool
+	}{
+		{"volumes, plain HTTP", true, false},
+		{"no volumes: the data dir is an emptyDir", false, false},
+		{"TLS: Secrets mounted in the etcd pods and the Jobs", true, true},
+	} {
+		w := newSimWorld(t, 3, tc.storage)
+		if tc.tls {
+			w.cluster.Spec.TLS = &v1alpha1.TLSSpec{ServerSecret: "srv", PeerSecret: "peer", ClientSecret: "cli"}
+		}
+		w.run(100)
+		w.cluster.Spec.Size = ptrTo(int32(4))
+		children := childrenOf(t, Plan(simConfig, w.observe()))
+		pods := map[string]corev1.PodSpec{}
+		for key, js := range children {
+			switch {
+			case key == "StatefulSet/etcd":
+				var s appsv1.StatefulSet
+				if err := json.Unmarshal([]byte(js), &s); err != nil {
+					t.Fatal(err)
+				}
+				pods[key] = s.Spec.Template.Spec
+			case strings.HasPrefix(key, "Job/"):
+				var j batchv1.Job
+				if err := json.Unmarshal([]byte(js), &j); err != nil {
+					t.Fatal(err)
+				}
+				pods[key] = j.Spec.Template.Spec
+			}
+		}
+		if len(pods) != 2 {
+			t.Fatalf("%s: want the StatefulSet and one Job, got %v", tc.story, pods)
+		}
+		for key, spec := range pods {
+			for _, problem := range restrictedViolations(spec) {
+				t.Errorf("%s: %s: %s", tc.story, key, problem)
+			}
+		}
+		if sc := pods["StatefulSet/etcd"].SecurityContext; sc == nil || sc.FSGroup == nil || *sc.FSGroup != runAsID {
+			t.Errorf("%s: etcd pods need fsGroup %d to write their volume: %+v", tc.story, runAsID, sc)
+		}
+	}
+}
+
+// restrictedViolations lists what keeps a pod from the "restricted" Pod Security Standard
+// (baseline checks included), plus a mounted API token, which neither pod needs.
+func restrictedViolations(spec corev1.PodSpec) []string {
+	var out []string
+	fail := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		fail("mounts a service account token")
+	}
+	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		fail("shares a host namespace")
+	}
+	psc := spec.SecurityContext
+	if psc == nil {
+		return append(out, "no pod securityContext")
+	}
+	if psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+		fail("runAsNonRoot not set")
+	}
+	if psc.RunAsUser == nil || *psc.RunAsUser == 0 || psc.RunAsGroup == nil || *psc.RunAsGroup == 0 {
+		fail("no fixed non-root user and group: %+v", psc)
+	}
+	if psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		fail("seccomp profile %+v, want RuntimeDefault", psc.SeccompProfile)
+	}
+	for _, v := range spec.Volumes {
+		s := v.VolumeSource
+		if s.EmptyDir == nil && s.ConfigMap == nil && s.Secret == nil && s.PersistentVolumeClaim == nil && s.Projected == nil && s.DownwardAPI == nil {
+			fail("volume %s is of a type the standard does not allow", v.Name)
+		}
+	}
+	for _, c := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
+		for _, p := range c.Ports {
+			if p.HostPort != 0 {
+				fail("container %s uses host port %d", c.Name, p.HostPort)
+			}
+		}
+		sc := c.SecurityContext
+		if sc == nil {
+			fail("container %s has no securityContext", c.Name)
+			continue
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			fail("container %s is privileged", c.Name)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			fail("container %s may escalate privileges", c.Name)
+		}
+		if sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) > 0 {
+			fail("container %s capabilities %+v, want drop ALL and add none", c.Name, sc.Capabilities)
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			fail("container %s writes to its image's filesystem", c.Name)
+		}
+		if sc.RunAsUser != nil && *sc.RunAsUser == 0 || sc.RunAsNonRoot != nil && !*sc.RunAsNonRoot {
+			fail("container %s runs as root", c.Name)
+		}
+	}
+	return out
 }

@@ -39,6 +39,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	member-add POD                       a learner added behind the planner's back
 //	member-remove POD                    a member removed behind the planner's back
 //	status-reset                         the parent's status is lost
+//	older-template                       pods and StatefulSet rendered by an older hook
 //	bad-image VERSION                    pods of that etcd version cannot pull their image
 //	allow-quorum-loss                    the story breaks quorum on purpose
 //	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
@@ -231,6 +232,16 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w.elect()
 	case "status-reset":
 		w.cluster.Status = v1alpha1.EtcdClusterStatus{}
+	case "older-template":
+		// A hook upgrade that renders the pod template differently: every pod, and the
+		// StatefulSet's revisions, carry hashes the current hook never renders.
+		for _, p := range w.pods {
+			p.spec, p.config = "older", "older"
+		}
+		if w.sts != nil {
+			w.sts.currentSpec, w.sts.currentConfig = "older", "older"
+			w.sts.updateSpec, w.sts.updateConfig = "older", "older"
+		}
 	case "bad-image":
 		w.badImage = arg(0)
 	case "allow-quorum-loss":

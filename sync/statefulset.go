@@ -87,10 +87,11 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[s
 	}
 
 	install := object{
-		"name":         "install",
-		"image":        cfg.ToolImage,
-		"command":      []string{"/etcdops-member", "install", "--to=" + toolPath},
-		"volumeMounts": []any{object{"name": volumeTools, "mountPath": toolDir}},
+		"name":            "install",
+		"image":           cfg.ToolImage,
+		"command":         []string{"/etcdops-member", "install", "--to=" + toolPath},
+		"volumeMounts":    []any{object{"name": volumeTools, "mountPath": toolDir}},
+		"securityContext": containerSecurityContext(),
 	}
 	etcd := object{
 		"name":  "etcd",
@@ -114,15 +115,27 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[s
 		"readinessProbe": healthProbe(object{"periodSeconds": 5, "failureThreshold": 3}),
 		"livenessProbe":  healthProbe(object{"initialDelaySeconds": 15, "periodSeconds": 10, "failureThreshold": 8}),
 		"volumeMounts":   podVolumeMounts(c),
+		// The launcher writes only under /var/lib/etcd, and etcd only under its data dir
+		// (its temporary files too: snapshots and defragmentation write beside the data), so
+		// the image stays read-only and no /tmp is needed.
+		"securityContext": containerSecurityContext(),
 	}
 	if user != nil && user.Resources != nil {
 		etcd["resources"] = plain(user.Resources)
 	}
 
+	// fsGroup makes a member volume writable by etcd's user; ownership is changed only when
+	// the volume's root does not have it yet, not file by file on every start.
+	security := podSecurityContext()
+	security["fsGroup"] = runAsID
+	security["fsGroupChangePolicy"] = "OnRootMismatch"
 	spec := object{
-		"initContainers": []any{install},
-		"containers":     []any{etcd},
-		"volumes":        podVolumes(c),
+		"initContainers":  []any{install},
+		"containers":      []any{etcd},
+		"volumes":         podVolumes(c),
+		"securityContext": security,
+		// etcd never talks to the Kubernetes API.
+		"automountServiceAccountToken": false,
 	}
 	if user != nil {
 		if user.Affinity != nil {
