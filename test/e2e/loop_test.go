@@ -88,23 +88,6 @@ func emptyDirSpec(size int32) v1alpha1.EtcdClusterSpec {
 	return v1alpha1.EtcdClusterSpec{Size: &size, Version: baseVersion}
 }
 
-// run is one scenario: a cluster of size is created and left steady, a workload starts, act
-// does the change or fault and returns the size to converge to; then the figures are taken
-// and every safety property checked.
-func run(t *testing.T, size int32, act func(t *testing.T, env *harness.Env) int) {
-	runSpec(t, spec(size), act)
-}
-
-func runSpec(t *testing.T, s v1alpha1.EtcdClusterSpec, act func(t *testing.T, env *harness.Env) int) {
-	size := *s.Size
-	env := newEnv(t, false)
-	env.Create(s)
-	if _, err := env.WaitSteady(int(size), createBound); err != nil {
-		t.Fatalf("creating %d members: %v", size, err)
-	}
-	measure(t, env, func() int { return act(t, env) })
-}
-
 // measure runs f under a workload, waits until the cluster is steady at the size f returns,
 // and records and checks the figures.
 func measure(t *testing.T, env *harness.Env, f func() int) {
@@ -115,13 +98,14 @@ func measure(t *testing.T, env *harness.Env, f func() int) {
 	}
 	syncs0 := syncs(env)
 	counts0 := env.Monitor.Counts()
+	marks := safetyMarks(env)
 	start := time.Now()
 	size := f()
 	converge := time.Since(start)
 	if size > 0 {
 		if _, err := env.WaitSteady(size, changeBound); err != nil {
 			w.Stop()
-			t.Fatalf("not steady at %d members: %v", size, err)
+			t.Fatalf("not steady at %d members: %v\n%s", size, err, env.Describe())
 		}
 		converge = time.Since(start)
 	}
@@ -144,7 +128,7 @@ func measure(t *testing.T, env *harness.Env, f func() int) {
 		OperatorQuorum:    counts.OperatorQuorumLoss - counts0.OperatorQuorumLoss,
 	}
 	record(fig)
-	checkSafety(t, env, fig, lost)
+	checkSafety(t, env, fig, lost, marks)
 }
 
 func syncs(env *harness.Env) int {
@@ -154,8 +138,20 @@ func syncs(env *harness.Env) int {
 	return env.MC.Syncs()
 }
 
-// checkSafety fails the test on any broken invariant.
-func checkSafety(t *testing.T, env *harness.Env, fig Figure, lost []string) {
+// marks are how many violations of each kind were known when a scenario started, so that a
+// scenario on a shared cluster reports only its own.
+type marks struct{ violations, jobChanges, nonIdempotent int }
+
+func safetyMarks(env *harness.Env) marks {
+	m := marks{violations: len(env.Monitor.Violations())}
+	if env.MC != nil {
+		m.jobChanges, m.nonIdempotent = len(env.MC.JobChanges()), len(env.MC.NonIdempotent())
+	}
+	return m
+}
+
+// checkSafety fails the test on any invariant broken during the scenario.
+func checkSafety(t *testing.T, env *harness.Env, fig Figure, lost []string, since marks) {
 	t.Helper()
 	if len(lost) > 0 {
 		t.Errorf("%d acknowledged writes lost, first %s", len(lost), lost[0])
@@ -163,23 +159,20 @@ func checkSafety(t *testing.T, env *harness.Env, fig Figure, lost []string) {
 	if fig.AckedWrites == 0 {
 		t.Errorf("the workload got no write acknowledged")
 	}
-	if env.MC == nil {
-		return
-	}
 	if fig.OperatorQuorum > 0 {
 		t.Errorf("quorum lost %d time(s) by the operator's own action", fig.OperatorQuorum)
 	}
-	for _, v := range env.Monitor.Violations() {
+	for _, v := range env.Monitor.Violations()[since.violations:] {
 		t.Errorf("invariant: %s", v)
 	}
-	for _, c := range env.MC.JobChanges() {
+	if env.MC == nil {
+		return
+	}
+	for _, c := range env.MC.JobChanges()[since.jobChanges:] {
 		t.Errorf("immutable Job changed: %s", c)
 	}
-	for _, c := range env.MC.NonIdempotent() {
+	for _, c := range env.MC.NonIdempotent()[since.nonIdempotent:] {
 		t.Errorf("not idempotent: %s", c)
-	}
-	if n := env.Jobs.MaxConcurrent(); n > 1 {
-		t.Errorf("%d member Jobs ran at once", n)
 	}
 }
 
@@ -192,7 +185,7 @@ func scaleTo(env *harness.Env, size int32) {
 func waitSteady(t *testing.T, env *harness.Env, size int) {
 	t.Helper()
 	if _, err := env.WaitSteady(size, changeBound); err != nil {
-		t.Fatalf("not steady at %d members: %v", size, err)
+		t.Fatalf("not steady at %d members: %v\n%s", size, err, env.Describe())
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 var (
 	soak     = flag.Bool("soak", false, "also run the soak: random faults and changes for -soak-time")
 	soakTime = flag.Duration("soak-time", 3*time.Minute, "how long the soak injects faults")
+	soakSeed = flag.Uint64("soak-seed", 0, "the soak's random seed; 0 picks one and logs it")
 	verbose  = flag.Bool("e2e.log", false, "log every sync, Job and fault")
 )
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -13,140 +14,165 @@ import (
 	"etcdops.dev/etcdops/test/harness"
 )
 
-func TestCreate(t *testing.T) {
-	for _, size := range []int32{1, 3, 5} {
-		t.Run(sizeName(size), func(t *testing.T) {
-			env := newEnv(t, false)
-			env.Create(spec(size))
-			// The workload starts as soon as the seed serves, and writes while the rest join.
-			if _, err := env.WaitFor(createBound, func() (bool, string) {
-				return env.Monitor.View().Leader != "", "no leader yet"
-			}); err != nil {
-				t.Fatal(err)
+// scenario is one change or fault on a steady cluster; it returns the size the cluster must
+// settle at afterwards (0: do not wait for the operator).
+type scenario struct {
+	name string
+	act  func(t *testing.T, env *harness.Env) int
+}
+
+// onCluster creates one cluster from s (the "create" row) and runs the scenarios on it in
+// turn, each a subtest with its own figures, each starting from the steady cluster the one
+// before left. Sharing the cluster keeps the default run within its time budget.
+func onCluster(t *testing.T, s v1alpha1.EtcdClusterSpec, scenarios ...scenario) {
+	size := int(*s.Size)
+	env := newEnv(t, false)
+	t.Run("create", func(t *testing.T) {
+		env.Create(s)
+		// The workload starts as soon as the seed serves, and writes while the rest join.
+		if _, err := env.WaitFor(createBound, func() (bool, string) {
+			return env.Monitor.View().Leader != "", "no leader yet"
+		}); err != nil {
+			t.Fatal(err)
+		}
+		measure(t, env, func() int { return size })
+	})
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			if _, err := env.WaitSteady(size, changeBound); err != nil {
+				t.Fatalf("the cluster is not steady before the scenario: %v\n%s", err, env.Describe())
 			}
-			measure(t, env, func() int { return int(size) })
+			measure(t, env, func() int { return sc.act(t, env) })
 		})
 	}
 }
 
-func sizeName(n int32) string { return "size=" + string(rune('0'+n)) }
-
 func TestScale(t *testing.T) {
-	run(t, 1, func(t *testing.T, env *harness.Env) int {
+	onCluster(t, spec(1), scenario{"1-3-5-3-1", func(t *testing.T, env *harness.Env) int {
 		for _, size := range []int32{3, 5, 3} {
 			scaleTo(env, size)
 			waitSteady(t, env, int(size))
 		}
 		scaleTo(env, 1)
 		return 1
-	})
+	}})
 }
 
-// rollingChange is the config change every rolling scenario makes: a harmless etcd flag.
-func rollingChange(s *v1alpha1.EtcdClusterSpec) {
-	s.EtcdOptions = append(s.EtcdOptions, "--snapshot-count=20000")
+// TestThreeMembers runs the single-member faults, the rolling changes and the baseline on
+// one 3-member cluster.
+func TestThreeMembers(t *testing.T) {
+	onCluster(t, spec(3),
+		scenario{"kill-follower", killFollower},
+		scenario{"kill-leader", killLeader},
+		scenario{"partition-member", partitionMember},
+		scenario{"quorum-loss", quorumLoss},
+		scenario{"wipe-member", wipeMember},
+		scenario{"rolling-config-change", rollingConfigChange(20000)},
+		scenario{"patch-upgrade", patchUpgrade},
+		scenario{"invalid-spec-mid-rollout", invalidSpecMidRollout},
+		scenario{"baseline-statefulset-rolling-update", baselineRollingUpdate(30000)},
+	)
 }
 
-func TestRollingConfigChange(t *testing.T) {
-	for _, size := range []int32{3, 5} {
-		t.Run(sizeName(size), func(t *testing.T) {
-			run(t, size, func(t *testing.T, env *harness.Env) int {
-				env.Store.EditParentSpec(rollingChange)
-				return int(size)
-			})
-		})
+func TestFiveMembers(t *testing.T) {
+	onCluster(t, spec(5),
+		scenario{"rolling-config-change", rollingConfigChange(20000)},
+		scenario{"baseline-statefulset-rolling-update", baselineRollingUpdate(30000)},
+	)
+}
+
+// TestEmptyDir rolls a change on members without a storageSpec: a recreated pod starts
+// with an empty data dir, so each member is replaced through a learner.
+func TestEmptyDir(t *testing.T) {
+	onCluster(t, emptyDirSpec(3), scenario{"rolling-config-change", rollingConfigChange(20000)})
+}
+
+// setSnapshotCount is the config change every rolling scenario makes: a harmless etcd flag.
+func setSnapshotCount(s *v1alpha1.EtcdClusterSpec, n int) {
+	flag := fmt.Sprintf("--snapshot-count=%d", n)
+	for i, o := range s.EtcdOptions {
+		if strings.HasPrefix(o, "--snapshot-count=") {
+			s.EtcdOptions[i] = flag
+			return
+		}
 	}
-	// Without a storageSpec a recreated pod starts with an empty data dir, so each member
-	// is replaced through a learner.
-	t.Run("size=3/emptyDir", func(t *testing.T) {
-		runSpec(t, emptyDirSpec(3), func(t *testing.T, env *harness.Env) int {
-			env.Store.EditParentSpec(rollingChange)
-			return 3
-		})
-	})
+	s.EtcdOptions = append(s.EtcdOptions, flag)
 }
 
-// TestBaselineRollingUpdate makes the same change the way a plain StatefulSet does: the
-// operator creates the cluster, then steps aside (Metacontroller stops), and the template is
-// edited directly with partition 0. The StatefulSet controller recreates pods from the
-// highest ordinal down, each once the one above is Ready; no leadership is moved first and
-// no learner is used. Pods are deleted gracefully in both runs, so etcd's own leadership
-// hand-off on SIGTERM happens in both.
-func TestBaselineRollingUpdate(t *testing.T) {
-	for _, size := range []int32{3, 5} {
-		t.Run(sizeName(size), func(t *testing.T) {
-			env := newEnv(t, false)
-			env.Create(spec(size))
-			waitSteady(t, env, int(size))
-			env.StopOperator()
-			measure(t, env, func() int {
-				o, _ := env.Store.Get("StatefulSet", env.Cluster)
-				sts := o.(*appsv1.StatefulSet)
-				c := &sts.Spec.Template.Spec.Containers[0]
-				c.Args = append(c.Args, "--snapshot-count=20000")
-				zero := int32(0)
-				sts.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{Partition: &zero}
-				if err := env.Store.Update(sts); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := env.WaitFor(changeBound, func() (bool, string) {
-					return env.RolledOut(int(size))
-				}); err != nil {
-					t.Fatal(err)
-				}
-				return 0
-			})
-		})
+func rollingConfigChange(n int) func(t *testing.T, env *harness.Env) int {
+	return func(t *testing.T, env *harness.Env) int {
+		env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { setSnapshotCount(s, n) })
+		return int(*env.Store.Parent().Spec.Size)
 	}
 }
 
-func TestPatchUpgrade(t *testing.T) {
-	run(t, 3, func(t *testing.T, env *harness.Env) int {
-		env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.Version = upgradeVersion })
-		return 3
-	})
-}
-
-func TestKillFollower(t *testing.T) {
-	run(t, 3, func(t *testing.T, env *harness.Env) int {
-		if err := env.Kill(followerOf(t, env)); err != nil {
+// baselineRollingUpdate makes the same kind of change the way a plain StatefulSet does: the
+// operator steps aside for good (Metacontroller stops; run it last on a cluster) and the
+// template is edited directly, with partition 0. The StatefulSet controller recreates pods
+// from the highest ordinal down, each once the one above is Ready; no leadership is moved
+// first and no learner is used. Pods are deleted gracefully in both runs, so etcd's own
+// leadership hand-off on SIGTERM happens in both.
+func baselineRollingUpdate(n int) func(t *testing.T, env *harness.Env) int {
+	return func(t *testing.T, env *harness.Env) int {
+		size := int(*env.Store.Parent().Spec.Size)
+		env.StopOperator()
+		o, _ := env.Store.Get("StatefulSet", env.Cluster)
+		sts := o.(*appsv1.StatefulSet)
+		c := &sts.Spec.Template.Spec.Containers[0]
+		c.Args = append(c.Args, fmt.Sprintf("--snapshot-count=%d", n))
+		zero := int32(0)
+		sts.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{Partition: &zero}
+		if err := env.Store.Update(sts); err != nil {
 			t.Fatal(err)
 		}
-		return 3
-	})
-}
-
-func TestKillLeader(t *testing.T) {
-	run(t, 3, func(t *testing.T, env *harness.Env) int {
-		if err := env.Kill(leaderOf(t, env)); err != nil {
+		if _, err := env.WaitFor(changeBound, func() (bool, string) { return env.RolledOut(size) }); err != nil {
 			t.Fatal(err)
 		}
-		return 3
-	})
+		return 0
+	}
 }
 
-// TestWipeMember deletes a member's data dir: the launcher refuses to start an established
+func patchUpgrade(t *testing.T, env *harness.Env) int {
+	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.Version = upgradeVersion })
+	return 3
+}
+
+func killFollower(t *testing.T, env *harness.Env) int {
+	if err := env.Kill(followerOf(t, env)); err != nil {
+		t.Fatal(err)
+	}
+	return 3
+}
+
+func killLeader(t *testing.T, env *harness.Env) int {
+	if err := env.Kill(leaderOf(t, env)); err != nil {
+		t.Fatal(err)
+	}
+	return 3
+}
+
+// wipeMember deletes a member's data dir: the launcher refuses to start an established
 // voter on an empty data dir, and the operator replaces the member through a learner.
-func TestWipeMember(t *testing.T) {
-	run(t, 3, func(t *testing.T, env *harness.Env) int {
-		victim := followerOf(t, env)
-		before := memberID(env, victim)
-		if err := env.Wipe(victim); err != nil {
-			t.Fatal(err)
-		}
-		waitSteady(t, env, 3)
-		if after := memberID(env, victim); after == before {
-			t.Errorf("%s still has member ID %s: it was not replaced", victim, before)
-		}
-		if !sawLearner(env, victim) {
-			t.Errorf("%s did not come back through a learner", victim)
-		}
-		return 3
-	})
+func wipeMember(t *testing.T, env *harness.Env) int {
+	victim := followerOf(t, env)
+	before := memberID(env, victim)
+	syncs0 := env.MC.Syncs()
+	if err := env.Wipe(victim); err != nil {
+		t.Fatal(err)
+	}
+	waitSteady(t, env, 3)
+	if after := memberID(env, victim); after == before {
+		t.Errorf("%s still has member ID %s: it was not replaced", victim, before)
+	}
+	if !sawLearner(env, victim, syncs0) {
+		t.Errorf("%s did not come back through a learner", victim)
+	}
+	return 3
 }
 
-func sawLearner(env *harness.Env, pod string) bool {
-	for _, rec := range env.MC.History() {
+// sawLearner reports whether a sync after the first n reported pod as a learner.
+func sawLearner(env *harness.Env, pod string, n int) bool {
+	for _, rec := range env.MC.History()[n:] {
 		for _, m := range rec.Answer.Status.Members {
 			if m.Name == pod && m.IsLearner {
 				return true
@@ -156,57 +182,53 @@ func sawLearner(env *harness.Env, pod string) bool {
 	return false
 }
 
-// TestPartitionMember cuts one follower's peer traffic both ways for a while, then mends it.
-func TestPartitionMember(t *testing.T) {
-	run(t, 3, func(t *testing.T, env *harness.Env) int {
-		victim := followerOf(t, env)
-		if err := env.Partition(victim); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(3 * time.Second)
-		env.Mend(victim)
-		return 3
-	})
+// partitionMember cuts one follower's peer traffic both ways for a while, then mends it.
+func partitionMember(t *testing.T, env *harness.Env) int {
+	victim := followerOf(t, env)
+	if err := env.Partition(victim); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	env.Mend(victim)
+	return 3
 }
 
-// TestQuorumLoss takes two of three members down: the operator must hold, report, and start
+// quorumLoss takes two of three members down: the operator must hold, report, and start
 // no membership change; when they return the cluster recovers by itself.
-func TestQuorumLoss(t *testing.T) {
-	run(t, 3, func(t *testing.T, env *harness.Env) int {
-		leader := leaderOf(t, env)
-		var down []string
-		for _, m := range env.Monitor.View().Members {
-			if m.Name != leader {
-				down = append(down, m.Name)
-			}
+func quorumLoss(t *testing.T, env *harness.Env) int {
+	leader := leaderOf(t, env)
+	var down []string
+	for _, m := range env.Monitor.View().Members {
+		if m.Name != leader {
+			down = append(down, m.Name)
 		}
-		for _, p := range down {
-			if err := env.Isolate(p); err != nil {
-				t.Fatal(err)
-			}
-		}
-		jobs0 := len(env.Store.List("Job"))
-		syncs0 := env.MC.Syncs()
-		if _, err := env.WaitFor(changeBound, func() (bool, string) {
-			return env.MC.Syncs() >= syncs0+5, "waiting for syncs"
-		}); err != nil {
+	}
+	for _, p := range down {
+		if err := env.Isolate(p); err != nil {
 			t.Fatal(err)
 		}
-		p := env.Store.Parent()
-		if p.Status.Phase == v1alpha1.PhaseRunning {
-			t.Errorf("status says Running with 2 of 3 members down")
-		}
-		if n := len(env.Store.List("Job")); n != jobs0 {
-			t.Errorf("a member Job was created while quorum was lost (%d → %d Jobs)", jobs0, n)
-		}
-		if v := env.Monitor.View(); v.Voters() != 3 {
-			t.Errorf("membership changed while quorum was lost: %+v", v.Members)
-		}
-		for _, p := range down {
-			env.Heal(p)
-		}
-		return 3
-	})
+	}
+	jobs0 := len(env.Store.List("Job"))
+	syncs0 := env.MC.Syncs()
+	if _, err := env.WaitFor(changeBound, func() (bool, string) {
+		return env.MC.Syncs() >= syncs0+5, "waiting for syncs"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := env.Store.Parent()
+	if p.Status.Phase == v1alpha1.PhaseRunning {
+		t.Errorf("status says Running with 2 of 3 members down")
+	}
+	if n := len(env.Store.List("Job")); n != jobs0 {
+		t.Errorf("a member Job was created while quorum was lost (%d → %d Jobs)", jobs0, n)
+	}
+	if v := env.Monitor.View(); v.Voters() != 3 {
+		t.Errorf("membership changed while quorum was lost: %+v", v.Members)
+	}
+	for _, p := range down {
+		env.Heal(p)
+	}
+	return 3
 }
 
 // TestHookReplay drives a scale-out with the hook's answers tested against Metacontroller's
@@ -217,7 +239,7 @@ func TestQuorumLoss(t *testing.T) {
 // applies the answer to the request it just sent, so an old answer reaches the cluster
 // exactly this way: as the fresh answer to a stale request.)
 func TestHookReplay(t *testing.T) {
-	run(t, 1, func(t *testing.T, env *harness.Env) int {
+	onCluster(t, spec(1), scenario{"scale-out-with-replays", func(t *testing.T, env *harness.Env) int {
 		env.MC.SendTwice(true)
 		var mu gosync.Mutex
 		var done []string
@@ -236,7 +258,7 @@ func TestHookReplay(t *testing.T) {
 			t.Error("no member Job completed during the scale-out")
 		}
 		return 3
-	})
+	}})
 }
 
 // replayBefore sends again the last request that did not yet contain job, applies the
@@ -258,56 +280,56 @@ func replayBefore(t *testing.T, env *harness.Env, job string) {
 	}
 }
 
-// TestInvalidSpecMidRollout starts a rolling change, makes the spec invalid as soon as the
+// invalidSpecMidRollout starts a rolling change, makes the spec invalid as soon as the
 // first pod was replaced, checks that nothing destructive happens while it is invalid, and
 // then fixes the spec.
-func TestInvalidSpecMidRollout(t *testing.T) {
-	run(t, 3, func(t *testing.T, env *harness.Env) int {
-		env.Store.EditParentSpec(rollingChange)
-		if _, err := env.WaitFor(changeBound, func() (bool, string) {
-			o, _ := env.Store.Get("StatefulSet", env.Cluster)
-			sts := o.(*appsv1.StatefulSet)
-			return sts.Status.UpdatedReplicas >= 1, "no pod replaced yet"
-		}); err != nil {
-			t.Fatal(err)
-		}
-		env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) {
-			s.EtcdOptions = append(s.EtcdOptions, "--data-dir=/elsewhere")
-		})
-		jobs0 := jobNames(env)
-		syncs0 := env.MC.Syncs()
-		if _, err := env.WaitFor(changeBound, func() (bool, string) {
-			return env.MC.Syncs() >= syncs0+3 && env.Store.Parent().Status.Phase == v1alpha1.PhaseInvalid, "waiting for the hook to report Invalid"
-		}); err != nil {
-			t.Fatal(err)
-		}
-		// A pod whose replacement was already under way when the spec broke may finish; after
-		// that, nothing may move.
-		if _, err := env.WaitFor(changeBound, func() (bool, string) { return env.PodsSettled(3) }); err != nil {
-			t.Fatal(err)
-		}
-		pods0 := podUIDs(env)
-		syncs0 = env.MC.Syncs()
-		if _, err := env.WaitFor(changeBound, func() (bool, string) {
-			return env.MC.Syncs() >= syncs0+5, "waiting for syncs"
-		}); err != nil {
-			t.Fatal(err)
-		}
-		for name := range jobNames(env) {
-			if !jobs0[name] {
-				t.Errorf("Job %s created while the spec was invalid", name)
-			}
-		}
-		for name, uid := range podUIDs(env) {
-			if pods0[name] != uid {
-				t.Errorf("pod %s replaced while the spec was invalid", name)
-			}
-		}
-		env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) {
-			s.EtcdOptions = s.EtcdOptions[:len(s.EtcdOptions)-1]
-		})
-		return 3
+func invalidSpecMidRollout(t *testing.T, env *harness.Env) int {
+	o, _ := env.Store.Get("StatefulSet", env.Cluster)
+	rev0 := o.(*appsv1.StatefulSet).Status.UpdateRevision
+	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { setSnapshotCount(s, 25000) })
+	if _, err := env.WaitFor(changeBound, func() (bool, string) {
+		o, _ := env.Store.Get("StatefulSet", env.Cluster)
+		sts := o.(*appsv1.StatefulSet)
+		return sts.Status.UpdateRevision != rev0 && sts.Status.UpdatedReplicas >= 1, "no pod replaced yet"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) {
+		s.EtcdOptions = append(s.EtcdOptions, "--data-dir=/elsewhere")
 	})
+	syncs0 := env.MC.Syncs()
+	if _, err := env.WaitFor(changeBound, func() (bool, string) {
+		return env.MC.Syncs() >= syncs0+3 && env.Store.Parent().Status.Phase == v1alpha1.PhaseInvalid, "waiting for the hook to report Invalid"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	jobs0 := jobNames(env)
+	// A pod whose replacement was already under way when the spec broke may finish; after
+	// that, nothing may move.
+	if _, err := env.WaitFor(changeBound, func() (bool, string) { return env.PodsSettled(3) }); err != nil {
+		t.Fatal(err)
+	}
+	pods0 := podUIDs(env)
+	syncs0 = env.MC.Syncs()
+	if _, err := env.WaitFor(changeBound, func() (bool, string) {
+		return env.MC.Syncs() >= syncs0+5, "waiting for syncs"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for name := range jobNames(env) {
+		if !jobs0[name] {
+			t.Errorf("Job %s created while the spec was invalid", name)
+		}
+	}
+	for name, uid := range podUIDs(env) {
+		if pods0[name] != uid {
+			t.Errorf("pod %s replaced while the spec was invalid", name)
+		}
+	}
+	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) {
+		s.EtcdOptions = s.EtcdOptions[:len(s.EtcdOptions)-1]
+	})
+	return 3
 }
 
 func jobNames(env *harness.Env) map[string]bool {

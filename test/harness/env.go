@@ -114,16 +114,25 @@ func Start(opts Options) (*Env, error) {
 	e.Kubelet.Logf = opts.Logf
 	e.Jobs = NewJobs(e.Store, opts.Tools, opts.TimeScale)
 	e.Monitor = newMonitor(e)
+	var jobStart gosync.Map
 	e.Jobs.OnRun = func(job string, args []string, started bool, err error) {
 		if started {
+			jobStart.Store(job, time.Now())
+			if running := e.Jobs.Running(); len(running) > 1 {
+				e.Monitor.violate("member Jobs running at once: %v", running)
+			}
 			e.Monitor.beforeJob(job, args)
 			e.logf("job %s runs %s", job, strings.Join(args[1:], " "))
 			return
 		}
+		took := time.Duration(0)
+		if at, ok := jobStart.Load(job); ok {
+			took = time.Since(at.(time.Time)).Round(time.Millisecond)
+		}
 		if err != nil {
-			e.logf("job %s failed: %v", job, err)
+			e.logf("job %s failed after %s: %v", job, took, err)
 		} else {
-			e.logf("job %s done", job)
+			e.logf("job %s done in %s", job, took)
 		}
 	}
 	e.Jobs.AfterJob = func(job string) {
@@ -444,4 +453,32 @@ func (e *Env) PodsSettled(n int) (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// Describe summarises the pods, the StatefulSet and the membership, for failure messages.
+func (e *Env) Describe() string {
+	var b strings.Builder
+	for _, p := range e.Pods() {
+		rev := p.Labels[appsv1.ControllerRevisionHashLabelKey]
+		var restarts int32
+		var waiting string
+		if cs := p.Status.ContainerStatuses; len(cs) > 0 {
+			restarts = cs[0].RestartCount
+			if w := cs[0].State.Waiting; w != nil {
+				waiting = w.Reason + ": " + w.Message
+			}
+		}
+		fmt.Fprintf(&b, "pod %s ip=%s ready=%v deleting=%v rev=%s restarts=%d %s\n",
+			p.Name, p.Status.PodIP, podReady(p), p.DeletionTimestamp != nil, rev, restarts, waiting)
+	}
+	if o, ok := e.Store.Get("StatefulSet", e.Cluster); ok {
+		sts := o.(*appsv1.StatefulSet)
+		partition := int32(0)
+		if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+			partition = *ru.Partition
+		}
+		fmt.Fprintf(&b, "statefulset replicas=%d partition=%d status=%+v\n", *sts.Spec.Replicas, partition, sts.Status)
+	}
+	fmt.Fprintf(&b, "etcd %+v\n", e.Monitor.View())
+	return b.String()
 }

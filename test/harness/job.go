@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"sort"
 	gosync "sync"
 	"time"
 
@@ -30,7 +31,6 @@ type Jobs struct {
 	attempts map[string]int
 	retryAt  map[string]time.Time
 	finished map[string]time.Time
-	maxBusy  int
 	seq      int
 }
 
@@ -40,11 +40,18 @@ func NewJobs(s *Store, tools Tools, timeScale float64) *Jobs {
 		retryAt: map[string]time.Time{}, finished: map[string]time.Time{}}
 }
 
-// MaxConcurrent is the largest number of Jobs seen running at once.
-func (c *Jobs) MaxConcurrent() int {
+// Running lists the Jobs with an attempt running.
+func (c *Jobs) Running() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.maxBusy
+	var out []string
+	for name, r := range c.running {
+		if r {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Run reconciles Jobs on every change until ctx ends.
@@ -76,13 +83,6 @@ func (c *Jobs) reconcile(ctx context.Context) {
 		start := !c.running[j.Name] && !time.Now().Before(c.retryAt[j.Name])
 		if start {
 			c.running[j.Name] = true
-			busy := 0
-			for _, r := range c.running {
-				if r {
-					busy++
-				}
-			}
-			c.maxBusy = max(c.maxBusy, busy)
 			c.seq++
 		}
 		seq := c.seq
