@@ -477,6 +477,7 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 			{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, ObservedGeneration: 1, LastTransitionTime: since, Reason: "PromoteLearner", Message: "promoting status-2"},
 			{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, ObservedGeneration: 1, LastTransitionTime: since, Reason: "MembersHealthy", Message: ""},
 		},
+		Warnings:    []string{v1alpha1.EvenSizeWarning(4)},
 		Action:      &v1alpha1.Action{Type: "PromoteLearner", Member: "status-2", Reason: "learner caught up", Since: since},
 		JobFailures: 1,
 	}

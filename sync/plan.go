@@ -90,12 +90,12 @@ func finalize(obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		reason = "deleting the Services, the join ConfigMap and the PodDisruptionBudget"
 	default:
 		a := Action{Type: Teardown, Reason: "teardown complete"}
-		return Decision{Status: newStatus(obs, v1alpha1.PhaseDeleting, a), Action: a, Finalized: true}
+		return Decision{Status: newStatus(obs, c, v1alpha1.PhaseDeleting, a), Action: a, Finalized: true}
 	}
 	a := Action{Type: Teardown, Reason: reason}
 	return Decision{
 		Children:           observedChildren(keep),
-		Status:             newStatus(obs, v1alpha1.PhaseDeleting, a),
+		Status:             newStatus(obs, c, v1alpha1.PhaseDeleting, a),
 		Action:             a,
 		ResyncAfterSeconds: resyncSoon,
 	}
@@ -163,7 +163,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	}
 	sortChildren(children)
 	action := Action{Type: Bootstrap, Member: seed, Reason: "no cluster yet: starting seed " + seed}
-	st := newStatus(obs, v1alpha1.PhaseCreating, action)
+	st := newStatus(obs, c, v1alpha1.PhaseCreating, action)
 	setCondition(&st, obs, c, v1alpha1.ConditionProgressing, true, Bootstrap.String(), action.Reason)
 	return Decision{Children: children, Status: st, Action: action, ResyncAfterSeconds: resyncSoon}
 }

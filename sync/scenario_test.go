@@ -376,5 +376,8 @@ func decisionText(t *testing.T, d Decision) string {
 		b.WriteString(" finalized")
 	}
 	b.WriteString("\n")
+	for _, w := range st.Warnings {
+		fmt.Fprintf(&b, "  warning: %s\n", w)
+	}
 	return b.String()
 }

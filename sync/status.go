@@ -15,8 +15,25 @@ import (
 // Since while its type and member stay; a condition's LastTransitionTime while its status
 // stays).
 
-// newStatus starts from what the last status knew of etcd and reports the action.
-func newStatus(obs *Observed, phase v1alpha1.Phase, a Action) v1alpha1.EtcdClusterStatus {
+// noStorageWarning is the status warning of a cluster without a storageSpec.
+const noStorageWarning = "no storageSpec: member data lives in emptyDir volumes and does not survive the loss of a pod; " +
+	"a lost member is replaced from the others, but losing a majority of the pods at once loses the data"
+
+// warnings are the status warnings the spec alone calls for, in a fixed order.
+func warnings(c *v1alpha1.EtcdCluster) []string {
+	var out []string
+	if w := v1alpha1.EvenSizeWarning(*c.Spec.Size); w != "" {
+		out = append(out, w)
+	}
+	if c.Spec.StorageSpec == nil {
+		out = append(out, noStorageWarning)
+	}
+	return out
+}
+
+// newStatus starts from what the last status knew of etcd, reports the action and warns
+// about the spec (c is defaulted).
+func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a Action) v1alpha1.EtcdClusterStatus {
 	prev := obs.Cluster.Status
 	since := metav1.NewTime(obs.Now)
 	if p := prev.Action; p != nil && p.Type == a.Type.String() && p.Member == a.Member && !p.Since.IsZero() {
@@ -30,6 +47,7 @@ func newStatus(obs *Observed, phase v1alpha1.Phase, a Action) v1alpha1.EtcdClust
 		ClusterID:      prev.ClusterID,
 		CurrentVersion: prev.CurrentVersion,
 		Action:         &v1alpha1.Action{Type: a.Type.String(), Member: a.Member, Reason: a.Reason, Since: since},
+		Warnings:       warnings(c),
 	}
 }
 
@@ -82,7 +100,7 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 		// Still growing to its first full size.
 		phase = v1alpha1.PhaseCreating
 	}
-	st := newStatus(v.obs, phase, s.action)
+	st := newStatus(v.obs, v.c, phase, s.action)
 	if len(s.keep) > 0 {
 		st.JobFailures = int32(attemptOf(s.keep[0]))
 		if state, _ := stateOf(s.keep[0]); state == jobFailed {

@@ -292,6 +292,13 @@ type EtcdClusterStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Warnings name what the spec allows but whoever runs the cluster should know: an even
+	// size, no storageSpec. They follow from the spec alone and change only with it; they do
+	// not make the cluster Degraded.
+	//
+	// +listType=atomic
+	// +optional
+	Warnings []string `json:"warnings,omitempty"`
 	// Action is what the operator is doing or waiting for.
 	//
 	// +optional
