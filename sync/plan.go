@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -270,8 +271,11 @@ func (p *planner) memberJob() (step, bool) {
 			}
 			// The reason names the retry time, not the time left, so status stays the same
 			// from sync to sync while waiting.
+			// The resync is rounded up to whole seconds: never before the retry time (that sync
+			// would only wait again), and never 0, which Metacontroller reads as its default.
 			if retryAt := at.Add(jobBackoff(failures - 1)); retryAt.After(p.obs.Now) {
-				s = p.wait(who, fmt.Sprintf("%s %s: Job %s failed (%d of %d), retrying at %s", verb, who, j.Name, failures, maxJobAttempts, retryAt.UTC().Format(time.RFC3339)), retryAt.Sub(p.obs.Now).Seconds())
+				resync := math.Ceil(retryAt.Sub(p.obs.Now).Seconds())
+				s = p.wait(who, fmt.Sprintf("%s %s: Job %s failed (%d of %d), retrying at %s", verb, who, j.Name, failures, maxJobAttempts, retryAt.UTC().Format(time.RFC3339)), resync)
 				s.degraded = s.action.Reason
 				break
 			}
