@@ -14,6 +14,8 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/manifests"
 	"etcdops.dev/etcdops/sync"
@@ -84,7 +86,8 @@ func run(timeout time.Duration, verbose bool) error {
 	}
 	three := int32(3)
 	if err := step("create a 3-member cluster", 3, func() {
-		env.Create(v1alpha1.EtcdClusterSpec{Size: &three, Version: "v3.7.3"})
+		env.Create(v1alpha1.EtcdClusterSpec{Size: &three, Version: "v3.7.3",
+			StorageSpec: &v1alpha1.StorageSpec{VolumeSizeRequest: resource.MustParse("1Gi")}})
 	}); err != nil {
 		return err
 	}
