@@ -410,10 +410,10 @@ func (k *Kubelet) probePod(p *corev1.Pod, rt *podRuntime) {
 		k.mu.Unlock()
 		return
 	}
-	ready := k.probeOK(rt, c.ReadinessProbe, true)
+	ready := k.probeOK(rt, c.ReadinessProbe)
 	live := true
 	if lp := c.LivenessProbe; lp != nil && time.Since(started) > k.scaled(time.Duration(lp.InitialDelaySeconds)*time.Second) {
-		live = k.probeOK(rt, lp, true)
+		live = k.probeOK(rt, lp)
 	}
 	k.mu.Lock()
 	rt.ready = ready
@@ -436,9 +436,10 @@ func (k *Kubelet) probePod(p *corev1.Pod, rt *podRuntime) {
 	}
 }
 
-func (k *Kubelet) probeOK(rt *podRuntime, pr *corev1.Probe, deflt bool) bool {
+// probeOK runs one HTTP GET probe; a container without one passes, as with the kubelet.
+func (k *Kubelet) probeOK(rt *podRuntime, pr *corev1.Probe) bool {
 	if pr == nil || pr.HTTPGet == nil {
-		return deflt
+		return true
 	}
 	scheme := strings.ToLower(string(pr.HTTPGet.Scheme))
 	if scheme == "" {

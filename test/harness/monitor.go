@@ -64,6 +64,7 @@ type Monitor struct {
 	leaderSeen string
 	counts     Counts
 	violations []string
+	seen       map[string]bool // violations already reported, without their time
 	inLoss     bool
 }
 
@@ -75,7 +76,7 @@ type Counts struct {
 }
 
 func newMonitor(env *Env) *Monitor {
-	return &Monitor{env: env, faults: map[string]time.Time{}, cut: map[string]bool{}}
+	return &Monitor{env: env, faults: map[string]time.Time{}, cut: map[string]bool{}, seen: map[string]bool{}}
 }
 
 // Counts returns the figures so far.
@@ -92,10 +93,16 @@ func (m *Monitor) Violations() []string {
 	return append([]string(nil), m.violations...)
 }
 
+// violate records a broken invariant once: the sampler would otherwise repeat it every tick.
 func (m *Monitor) violate(format string, args ...any) {
+	what := fmt.Sprintf(format, args...)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	msg := fmt.Sprintf("%s: ", time.Now().Format("15:04:05.000")) + fmt.Sprintf(format, args...)
+	if m.seen[what] {
+		return
+	}
+	m.seen[what] = true
+	msg := time.Now().Format("15:04:05.000") + ": " + what
 	m.violations = append(m.violations, msg)
 	m.env.logf("VIOLATION %s", msg)
 }
