@@ -1,0 +1,79 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+)
+
+// Metacontroller's apply: create, update in place, never update an OnDelete child (and say
+// so for a Job), delete what the answer leaves out, replace status with observedGeneration.
+func TestMetacontrollerAppliesAnswers(t *testing.T) {
+	answers := []string{
+		`{"status":{"phase":"Creating","readyMembers":0},"children":[
+			{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"k":"1"}},
+			{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"j"},"spec":{"backoffLimit":1}},
+			{"apiVersion":"v1","kind":"Service","metadata":{"name":"s"}}],"resyncAfterSeconds":1}`,
+		`{"status":{"phase":"Running","readyMembers":3},"children":[
+			{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"k":"2"}},
+			{"kind":"Job","apiVersion":"batch/v1","metadata":{"name":"j"},"spec":{"backoffLimit":2}}]}`,
+	}
+	var requests []map[string]json.RawMessage
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req map[string]json.RawMessage
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			t.Error(err)
+		}
+		requests = append(requests, req)
+		w.Write([]byte(answers[len(requests)-1]))
+	}))
+	defer hook.Close()
+
+	s := NewStore("ns")
+	s.CreateParent(&v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c"}})
+	ctrl := Controller{Paths: map[string]string{"sync": "/sync"}, Version: "v1", Children: []ChildResource{
+		child("v1", "configmaps", "InPlace"), child("v1", "services", "InPlace"), child("batch/v1", "jobs", "OnDelete")}}
+	mc := NewMetacontroller(s, ctrl, func() string { return hook.URL }, 1)
+
+	for i := range answers {
+		if rec := mc.Sync(context.Background()); rec.Err != nil || !rec.Applied {
+			t.Fatalf("sync %d: applied=%v err=%v", i+1, rec.Applied, rec.Err)
+		}
+	}
+	var children map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(requests[1]["children"], &children); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"ConfigMap.v1", "Service.v1", "Job.batch/v1"} {
+		if len(children[key]) != 1 {
+			t.Errorf("second request: children[%q] = %d objects, want 1", key, len(children[key]))
+		}
+	}
+	o, ok := s.Get("ConfigMap", "a")
+	if !ok || o.(*corev1.ConfigMap).Data["k"] != "2" {
+		t.Errorf("ConfigMap not updated in place: %v", o)
+	}
+	if _, ok := s.Get("Service", "s"); ok {
+		t.Error("a child left out of the answer was not deleted")
+	}
+	if len(mc.JobChanges()) != 1 {
+		t.Errorf("a changed Job under the same name was not reported: %v", mc.JobChanges())
+	}
+	p := s.Parent()
+	if p.Status.Phase != v1alpha1.PhaseRunning || p.Status.ObservedGeneration != p.Generation {
+		t.Errorf("status = %+v, want Running at generation %d", p.Status, p.Generation)
+	}
+}
+
+func child(apiVersion, resource, method string) ChildResource {
+	c := ChildResource{APIVersion: apiVersion, Resource: resource}
+	c.UpdateStrategy.Method = method
+	return c
+}

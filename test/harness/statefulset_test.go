@@ -1,0 +1,103 @@
+package harness
+
+import (
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The rolling update recreates outdated pods at or above the partition one at a time, from
+// the highest ordinal down, each only once the one above is Ready on the new revision.
+func TestStatefulSetRollsOnePodAtATimeAbovePartition(t *testing.T) {
+	s := NewStore("ns")
+	c := NewStatefulSets(s, t.TempDir())
+	three, one := int32(3), int32(1)
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "e"}, Spec: appsv1.StatefulSetSpec{
+		Replicas:            &three,
+		PodManagementPolicy: appsv1.ParallelPodManagement,
+		UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: &one}},
+		Template:             corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: "v1"}}}},
+		VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}}},
+	}}
+	if err := s.Create(sts); err != nil {
+		t.Fatal(err)
+	}
+	c.reconcileAll()
+	if n := len(s.List("Pod")); n != 3 {
+		t.Fatalf("Parallel created %d pods, want 3 at once", n)
+	}
+	if c.VolumeDir("data-e-2") == "" {
+		t.Fatal("no volume for data-e-2")
+	}
+	readyAll(t, s)
+
+	o, _ := s.Get("StatefulSet", "e")
+	sts = o.(*appsv1.StatefulSet)
+	sts.Spec.Template.Spec.Containers[0].Image = "v2"
+	if err := s.Update(sts); err != nil {
+		t.Fatal(err)
+	}
+	c.reconcileAll()
+	assertDeleting(t, s, "e-2")
+	s.Remove("Pod", "e-2")
+	c.reconcileAll()
+	assertDeleting(t, s) // e-2 is back on the new revision but not Ready: e-1 waits
+	readyAll(t, s)
+	c.reconcileAll()
+	assertDeleting(t, s, "e-1")
+	s.Remove("Pod", "e-1")
+	c.reconcileAll()
+	readyAll(t, s)
+	c.reconcileAll()
+	assertDeleting(t, s) // e-0 is below the partition and keeps the old revision
+
+	// Scaling in deletes the surplus pod and, with whenScaled Delete, its claim once it is gone.
+	o, _ = s.Get("StatefulSet", "e")
+	sts = o.(*appsv1.StatefulSet)
+	two := int32(2)
+	sts.Spec.Replicas = &two
+	sts.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+		WhenScaled: appsv1.DeletePersistentVolumeClaimRetentionPolicyType, WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType}
+	if err := s.Update(sts); err != nil {
+		t.Fatal(err)
+	}
+	c.reconcileAll()
+	assertDeleting(t, s, "e-2")
+	s.Remove("Pod", "e-2")
+	c.reconcileAll()
+	if _, ok := s.Get("PersistentVolumeClaim", "data-e-2"); ok {
+		t.Error("the claim of a scaled-away ordinal survived whenScaled: Delete")
+	}
+	if _, ok := s.Get("PersistentVolumeClaim", "data-e-1"); !ok {
+		t.Error("the claim of a kept ordinal was deleted")
+	}
+}
+
+func readyAll(t *testing.T, s *Store) {
+	t.Helper()
+	for _, o := range s.List("Pod") {
+		p := o.(*corev1.Pod)
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		if err := s.UpdateStatus(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// assertDeleting checks that exactly the named pods are marked for deletion.
+func assertDeleting(t *testing.T, s *Store, names ...string) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	for _, o := range s.List("Pod") {
+		if deleting := o.GetDeletionTimestamp() != nil; deleting != want[o.GetName()] {
+			t.Errorf("pod %s deleting=%v, want %v", o.GetName(), deleting, want[o.GetName()])
+		}
+	}
+}
