@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"go.etcd.io/etcd/server/v3/etcdserver"
 
@@ -66,6 +67,7 @@ type Monitor struct {
 	violations []string
 	seen       map[string]bool // violations already reported, without their time
 	inLoss     bool
+	partition  int32 // the StatefulSet's partition after the last sync, -1 before it exists
 }
 
 // Counts are the figures the monitor accumulates.
@@ -76,7 +78,7 @@ type Counts struct {
 }
 
 func newMonitor(env *Env) *Monitor {
-	return &Monitor{env: env, faults: map[string]time.Time{}, cut: map[string]bool{}, seen: map[string]bool{}}
+	return &Monitor{env: env, faults: map[string]time.Time{}, cut: map[string]bool{}, seen: map[string]bool{}, partition: -1}
 }
 
 // Counts returns the figures so far.
@@ -291,6 +293,50 @@ func (m *Monitor) afterSync(rec SyncRecord) {
 		m.violate("sync %d: %d member Jobs in flight: %v", rec.N, inFlight, names)
 	}
 	m.checkStatefulSet(m.View())
+	m.checkOneReplacement(rec)
+}
+
+// checkOneReplacement: pods are replaced one at a time. When a sync lowers the partition onto
+// an outdated pod (starting its replacement), every pod above must already run the new
+// revision with its member up again; otherwise the StatefulSet controller, not the planner,
+// decides when the next pod goes, without the planner's quorum and leadership checks at
+// that moment.
+func (m *Monitor) checkOneReplacement(rec SyncRecord) {
+	o, ok := m.env.Store.Get("StatefulSet", m.env.Cluster)
+	if !ok {
+		return
+	}
+	sts := o.(*appsv1.StatefulSet)
+	p := int32(0)
+	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+		p = *ru.Partition
+	}
+	m.mu.Lock()
+	prev := m.partition
+	m.partition = p
+	m.mu.Unlock()
+	if prev < 0 || p >= prev || sts.Spec.Replicas == nil {
+		return
+	}
+	update := revision(sts)
+	pods := map[string]*corev1.Pod{}
+	for _, pod := range m.env.Pods() {
+		pods[pod.Name] = pod
+	}
+	if target := pods[fmt.Sprintf("%s-%d", sts.Name, p)]; target == nil || target.Labels[appsv1.ControllerRevisionHashLabelKey] == update {
+		return
+	}
+	up := map[string]bool{}
+	for _, mem := range m.View().Members {
+		up[mem.Name] = mem.Running
+	}
+	for k := p + 1; k < *sts.Spec.Replicas; k++ {
+		name := fmt.Sprintf("%s-%d", sts.Name, k)
+		pod := pods[name]
+		if pod == nil || pod.DeletionTimestamp != nil || pod.Labels[appsv1.ControllerRevisionHashLabelKey] != update || !up[name] {
+			m.violate("sync %d lowered the partition to %d while %s was still being replaced", rec.N, p, name)
+		}
+	}
 }
 
 // beforeJob checks a member Job's command before it runs: a remove must leave the remaining
