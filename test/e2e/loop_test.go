@@ -126,6 +126,10 @@ func measure(t *testing.T, env *harness.Env, f func() int) {
 		Converge:          converge,
 		Lost:              len(lost),
 		OperatorQuorum:    counts.OperatorQuorumLoss - counts0.OperatorQuorumLoss,
+		Panics:            counts.Panics - counts0.Panics,
+	}
+	for _, p := range env.Monitor.Panics()[counts0.Panics:] {
+		t.Logf("etcd panicked on %s", p)
 	}
 	record(fig)
 	checkSafety(t, env, fig, lost, marks)

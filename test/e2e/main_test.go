@@ -35,6 +35,7 @@ type Figure struct {
 	Converge          time.Duration
 	Lost              int
 	OperatorQuorum    int
+	Panics            int
 }
 
 var (
@@ -62,12 +63,15 @@ func printFigures(w io.Writer) {
 		return
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "%-40s %6s %8s %8s %7s %7s %9s %9s %5s %7s\n",
-		"scenario", "syncs", "members±", "leaders±", "failed", "acked", "worst", "converge", "lost", "opQloss")
-	fmt.Fprintln(w, strings.Repeat("-", 110))
+	fmt.Fprintf(w, "%-52s %6s %8s %8s %7s %7s %9s %9s %5s %7s %7s\n",
+		"scenario", "syncs", "members±", "leaders±", "failed", "acked", "worst", "converge", "lost", "opQloss", "panics")
+	fmt.Fprintln(w, strings.Repeat("-", 130))
 	for _, f := range figures {
-		fmt.Fprintf(w, "%-40s %6d %8d %8d %7d %7d %9s %9s %5d %7d\n",
+		fmt.Fprintf(w, "%-52s %6d %8d %8d %7d %7d %9s %9s %5d %7d %7d\n",
 			f.Scenario, f.Syncs, f.MembershipChanges, f.LeaderChanges, f.FailedWrites, f.AckedWrites,
-			f.WorstLatency.Round(time.Millisecond), f.Converge.Round(10*time.Millisecond), f.Lost, f.OperatorQuorum)
+			f.WorstLatency.Round(time.Millisecond), f.Converge.Round(10*time.Millisecond), f.Lost, f.OperatorQuorum, f.Panics)
 	}
+	fmt.Fprintln(w, "members±: membership changes; leaders±: leader changes; failed: write attempts that failed (each is retried);")
+	fmt.Fprintln(w, "worst: longest time to acknowledge a write; lost: acknowledged writes missing at the end; opQloss: quorum")
+	fmt.Fprintln(w, "losses not explained by injected faults; panics: etcd members that crashed in a panic of etcd itself.")
 }

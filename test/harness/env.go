@@ -112,6 +112,12 @@ func Start(opts Options) (*Env, error) {
 	e.STS = NewStatefulSets(e.Store, filepath.Join(opts.Root, "volumes"))
 	e.Kubelet = NewKubelet(e.Store, e.STS, dns, opts.Tools, opts.Domain, opts.Root, opts.TimeScale)
 	e.Kubelet.Logf = opts.Logf
+	e.Kubelet.OnPanic = func(pod, msg string) {
+		e.Monitor.mu.Lock()
+		e.Monitor.counts.Panics++
+		e.Monitor.panics = append(e.Monitor.panics, pod+": "+msg)
+		e.Monitor.mu.Unlock()
+	}
 	e.Jobs = NewJobs(e.Store, opts.Tools, opts.TimeScale)
 	e.Monitor = newMonitor(e)
 	var jobStart gosync.Map

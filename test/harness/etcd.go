@@ -197,15 +197,23 @@ func (p *etcdProcess) Kill() { p.end(true) }
 
 // exitReason says why the process ended on its own, as a container's termination message.
 func (p *etcdProcess) exitReason() string {
-	select {
-	case <-p.panicked:
-		return "etcd panicked: " + p.panicMsg
-	default:
+	if msg, ok := p.panicMessage(); ok {
+		return "etcd panicked: " + msg
 	}
 	if p.e.Server.IsIDRemoved(uint64(p.e.Server.MemberID())) {
 		return "etcd exited: the member has been permanently removed from the cluster"
 	}
 	return "etcd exited"
+}
+
+// panicMessage returns etcd's panic message if the process ended in a panic.
+func (p *etcdProcess) panicMessage() (string, bool) {
+	select {
+	case <-p.panicked:
+		return p.panicMsg, true
+	default:
+		return "", false
+	}
 }
 
 // Exited reports whether the process has ended.

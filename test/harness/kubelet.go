@@ -52,6 +52,8 @@ type Kubelet struct {
 	Root string
 	// Logf receives container starts and exits.
 	Logf func(format string, args ...any)
+	// OnPanic hears of every etcd member that panicked, with etcd's message.
+	OnPanic func(pod, msg string)
 
 	mu      gosync.Mutex
 	closed  bool
@@ -80,7 +82,7 @@ type podRuntime struct {
 
 // NewKubelet returns a kubelet for the store's pods.
 func NewKubelet(s *Store, sts *StatefulSets, dns *DNS, tools Tools, domain, root string, timeScale float64) *Kubelet {
-	return &Kubelet{Store: s, STS: sts, DNS: dns, Tools: tools, Domain: domain, Root: root, TimeScale: timeScale, Logf: func(string, ...any) {},
+	return &Kubelet{Store: s, STS: sts, DNS: dns, Tools: tools, Domain: domain, Root: root, TimeScale: timeScale, Logf: func(string, ...any) {}, OnPanic: func(string, string) {},
 		pods: map[types.UID]*podRuntime{}, dnsKeys: map[string]bool{},
 		probe: &http.Client{Timeout: 500 * time.Millisecond}}
 }
@@ -172,6 +174,9 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 		// The container exited on its own: restartPolicy Always, with back-off.
 		rt.lastErr = rt.proc.exitReason()
 		k.Logf("pod %s (%s): %s", rt.name, rt.ip, rt.lastErr)
+		if msg, ok := rt.proc.panicMessage(); ok {
+			k.OnPanic(rt.name, msg)
+		}
 		rt.proc = nil
 		rt.ready = false
 		rt.restarts++

@@ -66,12 +66,15 @@ type Monitor struct {
 	counts     Counts
 	violations []string
 	seen       map[string]bool // violations already reported, without their time
+	panics     []string
 	inLoss     bool
 	partition  int32 // the StatefulSet's partition after the last sync, -1 before it exists
 }
 
 // Counts are the figures the monitor accumulates.
 type Counts struct {
+	// Panics counts members that ended in a panic of etcd itself (not a harness fault).
+	Panics             int
 	MembershipChanges  int
 	LeaderChanges      int
 	OperatorQuorumLoss int
@@ -86,6 +89,13 @@ func (m *Monitor) Counts() Counts {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.counts
+}
+
+// Panics lists the etcd panics so far, as "pod: message".
+func (m *Monitor) Panics() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.panics...)
 }
 
 // Violations returns every invariant broken so far.
