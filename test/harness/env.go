@@ -121,7 +121,7 @@ func Start(opts Options) (*Env, error) {
 	e.Jobs = NewJobs(e.Store, opts.Tools, opts.TimeScale)
 	e.Monitor = newMonitor(e)
 	var jobStart gosync.Map
-	e.Jobs.OnRun = func(job string, args []string, started bool, err error) {
+	e.Jobs.OnRun = func(job string, args []string, started bool, out string, err error) {
 		if started {
 			jobStart.Store(job, time.Now())
 			if running := e.Jobs.Running(); len(running) > 1 {
@@ -137,9 +137,10 @@ func Start(opts Options) (*Env, error) {
 		}
 		if err != nil {
 			e.logf("job %s failed after %s: %v", job, took, err)
-		} else {
-			e.logf("job %s done in %s", job, took)
+			return
 		}
+		e.logf("job %s done in %s: %s", job, took, out)
+		e.Monitor.jobDone(args, out)
 	}
 	e.Jobs.AfterJob = func(job string) {
 		e.jobMu.Lock()

@@ -21,8 +21,9 @@ type Jobs struct {
 	Store     *Store
 	Tools     Tools
 	TimeScale float64
-	// OnRun sees every attempt when it starts and when it ends (err is nil on success).
-	OnRun func(job string, args []string, started bool, err error)
+	// OnRun sees every attempt when it starts and when it ends, with the tool's output
+	// (err is nil on success).
+	OnRun func(job string, args []string, started bool, out string, err error)
 	// AfterJob runs once an attempt's outcome is in the Job's status.
 	AfterJob func(job string)
 
@@ -134,16 +135,17 @@ func (c *Jobs) attempt(ctx context.Context, j *batchv1.Job, seq int) {
 
 	args, err := jobArgs(j)
 	if c.OnRun != nil {
-		c.OnRun(j.Name, args, true, nil)
+		c.OnRun(j.Name, args, true, "", nil)
 	}
+	var out string
 	if err == nil {
-		err = c.Tools.Member(ctx, args[1:])
+		out, err = c.Tools.Member(ctx, args[1:])
 	}
 	if ctx.Err() != nil {
 		return
 	}
 	if c.OnRun != nil {
-		c.OnRun(j.Name, args, false, err)
+		c.OnRun(j.Name, args, false, out, err)
 	}
 	phase := corev1.PodSucceeded
 	if err != nil {

@@ -28,8 +28,9 @@ type Tools struct {
 	// Launch is `etcdops-member launch` up to the point where it would exec etcd: it takes the
 	// arguments after the binary name and returns etcd's arguments.
 	Launch func(ctx context.Context, args []string) ([]string, error)
-	// Member runs one member Job subcommand (the arguments after the binary name).
-	Member func(ctx context.Context, args []string) error
+	// Member runs one member Job subcommand (the arguments after the binary name) and
+	// returns what it printed on success.
+	Member func(ctx context.Context, args []string) (string, error)
 }
 
 // toolBinary is the basename of the member tool in images.

@@ -61,7 +61,6 @@ type Monitor struct {
 	mu         gosync.Mutex
 	faults     map[string]time.Time // pod → when the scenario broke it
 	cut        map[string]bool      // pods whose peer traffic is cut
-	last       View
 	leaderSeen string
 	counts     Counts
 	violations []string
@@ -74,7 +73,8 @@ type Monitor struct {
 // Counts are the figures the monitor accumulates.
 type Counts struct {
 	// Panics counts members that ended in a panic of etcd itself (not a harness fault).
-	Panics             int
+	Panics int
+	// MembershipChanges counts member Jobs that added, promoted or removed a member.
 	MembershipChanges  int
 	LeaderChanges      int
 	OperatorQuorumLoss int
@@ -205,15 +205,12 @@ func (m *Monitor) sample() {
 			delete(m.faults, pod)
 		}
 	}
-	prev := m.last
-	m.last = v
 	if v.Leader != "" && v.Leader != m.leaderSeen {
 		if m.leaderSeen != "" {
 			m.counts.LeaderChanges++
 		}
 		m.leaderSeen = v.Leader
 	}
-	m.counts.MembershipChanges += membershipDiff(prev, v)
 	voters, avail, faulted := 0, 0, 0
 	var down []string
 	for _, mem := range v.Members {
@@ -248,27 +245,18 @@ func (m *Monitor) sample() {
 	m.checkStatefulSet(v)
 }
 
-// membershipDiff counts adds, removes and promotions between two views.
-func membershipDiff(a, b View) int {
-	if len(a.Members) == 0 {
-		return 0
+// jobDone counts a membership change when a member Job changed the membership: the member
+// tool says "done" then, and "already done" when a retry found it done.
+func (m *Monitor) jobDone(args []string, out string) {
+	if len(args) < 2 || !(args[1] == "add-learner" || args[1] == "promote" || args[1] == "remove") {
+		return
 	}
-	old := map[uint64]bool{}
-	for _, m := range a.Members {
-		old[m.ID] = m.IsLearner
+	if !strings.Contains(out, ": done") {
+		return
 	}
-	n := 0
-	for _, m := range b.Members {
-		learner, ok := old[m.ID]
-		switch {
-		case !ok:
-			n++
-		case learner && !m.IsLearner:
-			n++
-		}
-		delete(old, m.ID)
-	}
-	return n + len(old)
+	m.mu.Lock()
+	m.counts.MembershipChanges++
+	m.mu.Unlock()
 }
 
 // checkStatefulSet: the StatefulSet never shrinks below a member that is still a voter.

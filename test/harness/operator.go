@@ -68,12 +68,12 @@ func OperatorTools() Tools {
 			}
 			return argv[1:], nil
 		},
-		Member: func(ctx context.Context, args []string) error {
+		Member: func(ctx context.Context, args []string) (string, error) {
 			var stdout, stderr bytes.Buffer
 			if code := membertool.Run(ctx, args, &stdout, &stderr); code != membertool.ExitOK {
-				return fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr.String()))
+				return "", fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr.String()))
 			}
-			return nil
+			return strings.TrimSpace(stdout.String()), nil
 		},
 	}
 }
