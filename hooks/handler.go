@@ -20,6 +20,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/membership"
 	"etcdops.dev/etcdops/sync"
 )
 
@@ -31,32 +32,17 @@ const (
 )
 
 // Observer reads one snapshot of an etcd cluster under the context's deadline. It never
-// fails: what it could not learn is in the snapshot (Asked false, Err). The membership
-// package provides the real one; tests pass an ObserverFunc.
+// fails: what it could not learn is in the snapshot (Asked false, Err). *membership.Observer
+// is the real one; tests pass an ObserverFunc.
 type Observer interface {
-	Observe(ctx context.Context, req ObserveRequest) etcdstate.Snapshot
-}
-
-// ObserveRequest says which cluster to observe and how to reach it.
-type ObserveRequest struct {
-	// Key identifies the cluster ("namespace/name/uid"), so clients are cached per cluster and
-	// a cluster recreated under the same name does not reuse the old one's.
-	Key       string
-	Endpoints []etcdstate.Endpoint
-	// TLS is the client certificate from spec.tls.clientSecret; nil for plain HTTP.
-	TLS *TLS
-}
-
-// TLS is PEM material of a client certificate and the CA that signed the servers'.
-type TLS struct {
-	CA, Cert, Key []byte
+	Observe(ctx context.Context, req membership.Request) etcdstate.Snapshot
 }
 
 // ObserverFunc is an Observer made of a function.
-type ObserverFunc func(ctx context.Context, req ObserveRequest) etcdstate.Snapshot
+type ObserverFunc func(ctx context.Context, req membership.Request) etcdstate.Snapshot
 
 // Observe calls f.
-func (f ObserverFunc) Observe(ctx context.Context, req ObserveRequest) etcdstate.Snapshot {
+func (f ObserverFunc) Observe(ctx context.Context, req membership.Request) etcdstate.Snapshot {
 	return f(ctx, req)
 }
 

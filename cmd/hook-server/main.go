@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/hooks"
 	"etcdops.dev/etcdops/membership"
 	"etcdops.dev/etcdops/sync"
@@ -153,7 +152,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	var ready atomic.Bool
 	handler := hooks.NewHandler(hooks.Deps{
 		Config:         sync.Config{ClusterDomain: c.clusterDomain, ToolImage: c.toolImage},
-		Etcd:           membershipObserver{observer},
+		Etcd:           observer,
 		Log:            log,
 		MaxBodyBytes:   c.maxBodyBytes,
 		SyncTimeout:    c.syncTimeout,
@@ -203,15 +202,4 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	log.Info("stopped")
 	return nil
-}
-
-// membershipObserver adapts the membership package's Observer to the hook's.
-type membershipObserver struct{ o *membership.Observer }
-
-func (m membershipObserver) Observe(ctx context.Context, req hooks.ObserveRequest) etcdstate.Snapshot {
-	mreq := membership.Request{Key: req.Key, Endpoints: req.Endpoints}
-	if req.TLS != nil {
-		mreq.TLS = &membership.TLS{CA: req.TLS.CA, Cert: req.TLS.Cert, Key: req.TLS.Key}
-	}
-	return m.o.Observe(ctx, mreq)
 }

@@ -10,21 +10,19 @@ import (
 	"strings"
 
 	"etcdops.dev/etcdops/cmd/etcdops-member/membertool"
-	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/hooks"
 	"etcdops.dev/etcdops/membership"
 	"etcdops.dev/etcdops/sync"
 )
 
 // InProcessHook starts the real hook handler (hooks.NewHandler with the real membership
-// Observer, as cmd/hook-server wires them) on an ephemeral port of 127.0.0.1. cmd/hook-server
-// is a main package and cannot be imported, so its few lines of wiring are repeated here.
+// Observer, as cmd/hook-server wires them) on an ephemeral port of 127.0.0.1.
 // Stopping it closes the server and the Observer at once, as a crash would: the next start
 // has no state from the last.
 func InProcessHook(cfg sync.Config, log *slog.Logger) HookStarter {
 	return func(context.Context) (string, func(), error) {
 		obs := membership.NewObserver(membership.ObserverOptions{})
-		h := hooks.NewHandler(hooks.Deps{Config: cfg, Etcd: observer{obs}, Log: log})
+		h := hooks.NewHandler(hooks.Deps{Config: cfg, Etcd: obs, Log: log})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			obs.Close()
@@ -37,17 +35,6 @@ func InProcessHook(cfg sync.Config, log *slog.Logger) HookStarter {
 			obs.Close()
 		}, nil
 	}
-}
-
-// observer adapts membership.Observer to the hook's Observer.
-type observer struct{ o *membership.Observer }
-
-func (m observer) Observe(ctx context.Context, req hooks.ObserveRequest) etcdstate.Snapshot {
-	mreq := membership.Request{Key: req.Key, Endpoints: req.Endpoints}
-	if req.TLS != nil {
-		mreq.TLS = &membership.TLS{CA: req.TLS.CA, Cert: req.TLS.Cert, Key: req.TLS.Key}
-	}
-	return m.o.Observe(ctx, mreq)
 }
 
 // OperatorTools runs the real member tool in-process: Jobs through membertool.Run, exactly
