@@ -34,8 +34,9 @@
 // Every decision is checked against the invariants before it is returned (checkInvariants):
 // at most one change, never a second learner, never a removal or pod replacement that leaves
 // the voters without a healthy quorum, never a shrink below a member, never two pods exposed
-// to the StatefulSet's rolling update at once, and disturbing a healthy member only when every
-// other member answered. A violation becomes a hold whose reason starts with "internal:".
+// to the StatefulSet's rolling update at once, the partition lowered onto a pod only once the
+// pods above it are replaced and up (the StatefulSet controller would otherwise replace it
+// later, unchecked), and disturbing a healthy member only when every other member answered. A violation becomes a hold whose reason starts with "internal:".
 // When etcd's state is unknown (not asked, inconsistent, a stranger in the member list) the
 // observed children are returned unchanged.
 //

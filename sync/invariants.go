@@ -76,6 +76,9 @@ func checkInvariants(v *view, s step) error {
 		return fmt.Errorf("partition %d would replace %d pods at once", s.partition, len(exposed))
 	case len(exposed) == 1:
 		changes++
+		if _, why := v.replacing(exposed[0]); why != "" {
+			return fmt.Errorf("partition %d exposes %s while %s", s.partition, PodName(v.c.Name, exposed[0]), why)
+		}
 		if m := v.byOrd[exposed[0]]; m != nil && !m.IsLearner && m.Healthy {
 			if !canDisruptVoter(voters, healthy-1) {
 				return fmt.Errorf("replacing %s would leave %d healthy of %d voters", m.name, healthy-1, voters)

@@ -55,6 +55,28 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 			"would replace 2 pods at once",
 		},
 		{
+			"replacing the next pod while the one above is still being replaced",
+			func(w *simWorld) {
+				w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=1"}
+				w.pods[2].terminating = true
+			},
+			func(p *planner) step { return p.replacePod(1, "etcd-1", "") },
+			"exposes etcd-1 while pod etcd-2 is terminating",
+		},
+		{
+			"replacing the next pod while the one above is back but not ready",
+			func(w *simWorld) {
+				w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=1"}
+				w.pods[2].running = false
+			},
+			func(p *planner) step {
+				// etcd-2 was recreated from the current spec and is starting.
+				p.pods[2].Annotations[AnnotationSpecHash] = p.spec.specHash
+				return p.replacePod(1, "etcd-1", "")
+			},
+			"exposes etcd-1 while pod etcd-2 is not ready",
+		},
+		{
 			"a new Job while one is outstanding",
 			nil,
 			func(p *planner) step {

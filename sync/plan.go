@@ -32,7 +32,8 @@ const (
 //  6. member Job          wait for the one in flight; back off after a failure
 //  7. fix                 quorum lost or NOSPACE (report only), a member without its pod,
 //     a learner (promote or remove), a pod without its member, a failed member (replace)
-//  8. config drift        roll the highest outdated pod, leader moved away first
+//  8. config drift        roll the highest outdated pod once the pods above are up, leader
+//     moved away first
 //  9. scale out           add a learner at the lowest free ordinal
 //  10. scale in           remove the highest member, leader moved away first
 //  11. upgrade            roll the highest outdated pod, like config drift
@@ -360,7 +361,7 @@ func (p *planner) learner() (step, bool) {
 		return step{}, false
 	}
 	l := ls[0]
-	if l.pod != nil && !isTerminating(l.pod) && p.outdated(l.pod) && p.protectivePartition(l.ordinal) <= l.ordinal {
+	if l.pod != nil && !isTerminating(l.pod) && p.outdated(l.pod) && p.canReplace(l.ordinal) {
 		// Config update early: the joining member starts from the current spec rather than
 		// being replaced again right after it joined. A learner does not vote: safe.
 		return p.replacePod(l.ordinal, l.name, "learner "+l.name+" runs an outdated pod: recreating it from the current spec"), true
@@ -414,7 +415,7 @@ func (p *planner) failedMember() (step, bool) {
 		if m.Healthy {
 			continue
 		}
-		if p.c.Spec.StorageSpec != nil && m.pod != nil && !isTerminating(m.pod) && p.outdated(m.pod) && p.protectivePartition(m.ordinal) <= m.ordinal {
+		if p.c.Spec.StorageSpec != nil && m.pod != nil && !isTerminating(m.pod) && p.outdated(m.pod) && p.canReplace(m.ordinal) {
 			// Config update early: it is down anyway, and the current spec may be its fix.
 			return p.replacePod(m.ordinal, m.name, "member "+m.name+" unhealthy on an outdated pod: recreating it from the current spec"), true
 		}
@@ -501,9 +502,11 @@ func (p *planner) upgrade() (step, bool) {
 	return p.roll("upgrade to " + p.c.Spec.Version)
 }
 
-// roll replaces the highest-ordinal outdated pod: leadership moved away first; with a volume
-// the pod is recreated and the member restarts on its data; without one the member is removed
-// and added back through a learner, because its data would not survive the pod.
+// roll replaces the highest-ordinal outdated pod, once the pods above it are replaced and
+// up: one pod at a time, each decided here with quorum and leadership checked, never left to
+// the StatefulSet controller. Leadership is moved away first; with a volume the pod is
+// recreated and the member restarts on its data; without one the member is removed and added
+// back through a learner, because its data would not survive the pod.
 func (p *planner) roll(why string) (step, bool) {
 	target := -1
 	for ord, pod := range p.pods {
@@ -515,6 +518,9 @@ func (p *planner) roll(why string) (step, bool) {
 		return step{}, false
 	}
 	name := PodName(p.c.Name, target)
+	if busy, state := p.replacing(target); state != "" {
+		return p.wait(busy, why+": "+name+" is next, waiting while "+state, resyncSoon), true
+	}
 	m := p.byOrd[target]
 	if m == nil {
 		// No member lives there: recreating the pod disturbs nobody.
@@ -603,7 +609,7 @@ func (p *planner) base(a Action, resync float64) step {
 	if p.sts == nil {
 		replicas = p.maxMemberOrdinal() + 1
 	}
-	return step{action: a, replicas: replicas, partition: p.protectivePartition(-1), resync: resync}
+	return step{action: a, replicas: replicas, partition: p.protectivePartition(), resync: resync}
 }
 
 func (p *planner) wait(member, reason string, resync float64) step {

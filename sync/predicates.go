@@ -66,6 +66,17 @@ func hasAlarm(m etcdstate.Member, alarm string) bool {
 
 func isTerminating(p *corev1.Pod) bool { return p.DeletionTimestamp != nil }
 
+// isReady: the pod's Ready condition is true. The StatefulSet controller replaces the next
+// pod once the ones above it are ready.
+func isReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // isCrashLooping: the etcd container is in crash-loop back-off after restarting again and
 // again; waiting longer will not help.
 func isCrashLooping(p *corev1.Pod) bool {

@@ -169,10 +169,11 @@ func (w *simWorld) memberByID(id uint64) *simMember {
 
 func (w *simWorld) podName(ord int) string { return PodName(w.cluster.Name, ord) }
 
-// healthy: the member's pod runs its etcd and nothing is wrong with it.
+// healthy: the member's pod runs its etcd and nothing is wrong with it. A terminating pod's
+// etcd answers until the pod is gone: it shuts down gracefully.
 func (w *simWorld) healthy(m *simMember) bool {
 	p := w.pods[m.ord]
-	return m.started && p != nil && p.running && !p.terminating && !p.down && len(m.alarms) == 0
+	return m.started && p != nil && p.running && !p.down && len(m.alarms) == 0
 }
 
 func (w *simWorld) voters() (voters, healthy int) {
@@ -289,7 +290,7 @@ func (w *simWorld) snapshot() etcdstate.Snapshot {
 			em.Name = w.podName(m.ord)
 		}
 		p := w.pods[m.ord]
-		if m.started && p != nil && p.running && !p.terminating {
+		if m.started && p != nil && p.running {
 			em.Reachable = true
 			em.RaftIndex = m.raft
 			em.Version = strings.TrimPrefix(p.version, "v")
@@ -536,11 +537,14 @@ func (w *simWorld) runJob(j *simJob) {
 }
 
 // statefulSetController does what Kubernetes does for a StatefulSet with Parallel pod
-// management and a partitioned RollingUpdate.
+// management and a partitioned RollingUpdate. A deleted pod takes a tick to terminate and
+// another to be recreated, so one sync sees it terminating and the next sees it missing.
 func (w *simWorld) statefulSetController() {
+	gone := map[int]bool{}
 	for ord, p := range w.pods {
 		if p.terminating {
 			delete(w.pods, ord)
+			gone[ord] = true
 			if !w.storage() {
 				delete(w.data, ord)
 			}
@@ -576,7 +580,7 @@ func (w *simWorld) statefulSetController() {
 		}
 	}
 	for ord := 0; ord < s.replicas; ord++ {
-		if w.pods[ord] != nil {
+		if w.pods[ord] != nil || gone[ord] {
 			continue
 		}
 		p := &simPod{ord: ord, spec: s.updateSpec, config: s.updateConfig, version: s.updateVersion}
@@ -588,7 +592,7 @@ func (w *simWorld) statefulSetController() {
 	}
 	all := true
 	for ord := 0; ord < s.replicas; ord++ {
-		all = all && w.pods[ord].spec == s.updateSpec
+		all = all && w.pods[ord] != nil && w.pods[ord].spec == s.updateSpec
 	}
 	if all {
 		s.currentSpec, s.currentConfig, s.currentVersion = s.updateSpec, s.updateConfig, s.updateVersion

@@ -165,17 +165,53 @@ func (v *view) drifted(p *corev1.Pod) bool {
 	return p.Annotations[AnnotationConfigHash] != v.spec.configHash
 }
 
-// protectivePartition keeps every live outdated pod other than except on its old template:
-// the StatefulSet only replaces pods at or above the partition, and the planner replaces
-// them one at a time. A pod that is gone or going is recreated from the current template.
-func (v *view) protectivePartition(except int) int {
+// protectivePartition keeps every live outdated pod on its old template: the StatefulSet
+// only replaces pods at or above the partition, and the planner replaces them one at a time.
+// A pod that is gone or going is recreated from the current template.
+func (v *view) protectivePartition() int {
 	partition := 0
 	for ord, p := range v.pods {
-		if ord != except && !isTerminating(p) && v.outdated(p) && ord+1 > partition {
+		if !isTerminating(p) && v.outdated(p) && ord+1 > partition {
 			partition = ord + 1
 		}
 	}
 	return partition
+}
+
+// replacing names the pod that keeps the partition from being lowered onto ord yet, and why;
+// "" when it may be. The
+// StatefulSet controller deletes the pod at the partition as soon as every pod above it is
+// ready, without the planner's quorum and leadership checks at that moment: so every pod
+// above ord must already run the current spec and be up, and every pod from the observed
+// partition up, which the StatefulSet may be replacing, must be up. Outdated pods below ord
+// are the ones still to roll.
+func (v *view) replacing(ord int) (name, why string) {
+	for o := min(v.partition, ord+1); o < v.replicas; o++ {
+		if o == ord {
+			continue
+		}
+		name = PodName(v.c.Name, o)
+		pod, m := v.pods[o], v.byOrd[o]
+		switch {
+		case pod == nil:
+			return name, "pod " + name + " is missing"
+		case isTerminating(pod):
+			return name, "pod " + name + " is terminating"
+		case o > ord && v.outdated(pod):
+			return name, "pod " + name + " still runs an outdated spec"
+		case !isReady(pod):
+			return name, "pod " + name + " is not ready"
+		case m == nil || m.IsLearner || !m.Started() || !m.Healthy:
+			return name, "member " + name + " is not a healthy voter"
+		}
+	}
+	return "", ""
+}
+
+// canReplace: the partition may be lowered onto ord now.
+func (v *view) canReplace(ord int) bool {
+	_, why := v.replacing(ord)
+	return why == ""
 }
 
 // leaderTarget is where leadership goes before the leader's pod is disrupted: the lowest
