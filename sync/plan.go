@@ -361,9 +361,10 @@ func (p *planner) learner() (step, bool) {
 		return step{}, false
 	}
 	l := ls[0]
-	if l.pod != nil && !isTerminating(l.pod) && p.outdated(l.pod) && p.canReplace(l.ordinal) {
+	if p.c.Spec.StorageSpec != nil && l.pod != nil && !isTerminating(l.pod) && p.outdated(l.pod) && p.canReplace(l.ordinal) {
 		// Config update early: the joining member starts from the current spec rather than
-		// being replaced again right after it joined. A learner does not vote: safe.
+		// being replaced again right after it joined. A learner does not vote: safe. Without a
+		// volume its data would not survive the pod (see 7e): it is rolled once promoted.
 		return p.replacePod(l.ordinal, l.name, "learner "+l.name+" runs an outdated pod: recreating it from the current spec"), true
 	}
 	if p.leader != nil && isCaughtUp(l.Member, p.leader.Member) {
@@ -383,14 +384,30 @@ func (p *planner) learner() (step, bool) {
 	return p.wait(l.name, "learner "+l.name+" catching up ("+progress+")", resyncSoon), true
 }
 
-// 7e. A pod without a member: a replacement was interrupted after the removal (finish it:
-// the member is added back as a learner, with a new incarnation), or a scale-in between the
+// 7e. A pod without a member: a member was removed to be replaced or rolled (finish it: the
+// member is added back as a learner, with a new incarnation), or a scale-in between the
 // removal and the shrink, or a learner was given up (undo: shrink to the members, keeping the
 // slot a missing member is added back into).
+//
+// A member's data may be started only once per incarnation: without a volume, a pod
+// recreated after its member started comes back empty, and the member would start again with
+// none of the log the cluster already sent it. So the pod comes first: one going away is
+// waited for, an outdated one is recreated from the current spec (its launcher waits, as the
+// join state does not list it), and only then is the member added back, once, on the pod it
+// keeps. An outdated pod that cannot be recreated yet gets its learner all the same; it is
+// rolled later like any member.
 func (p *planner) podWithoutMember() (step, bool) {
 	free, missing := p.freeOrdinal()
-	if missing && p.pods[free] != nil {
-		return p.addLearner(free, fmt.Sprintf("pod %s has no member: adding it back as a learner", PodName(p.c.Name, free))), true
+	if missing && free < p.replicas {
+		name := PodName(p.c.Name, free)
+		pod := p.pods[free]
+		switch {
+		case pod == nil || isTerminating(pod):
+			return p.wait(name, "pod "+name+" has no member and is being recreated: adding it back once the pod is there", resyncSoon), true
+		case p.outdated(pod) && p.canReplace(free):
+			return p.replacePod(free, name, "pod "+name+" has no member: recreating it from the current spec before adding it back"), true
+		}
+		return p.addLearner(free, fmt.Sprintf("pod %s has no member: adding it back as a learner", name)), true
 	}
 	keep := p.maxMemberOrdinal() + 1
 	if missing {
@@ -506,7 +523,8 @@ func (p *planner) upgrade() (step, bool) {
 // up: one pod at a time, each decided here with quorum and leadership checked, never left to
 // the StatefulSet controller. Leadership is moved away first; with a volume the pod is
 // recreated and the member restarts on its data; without one the member is removed and added
-// back through a learner, because its data would not survive the pod.
+// back through a learner on a pod recreated in between (7e), because its data would not
+// survive the pod.
 func (p *planner) roll(why string) (step, bool) {
 	target := -1
 	for ord, pod := range p.pods {

@@ -121,9 +121,11 @@ type simWorld struct {
 	// data must survive regardless.
 	faulty bool
 	// lag, when set, makes some observations see the children of the sync before the last
-	// one, as a lagging informer cache would; stale holds them.
+	// one, as a lagging informer cache would; stale holds them, seen is what the last
+	// observation saw.
 	lag   *rand.Rand
 	stale map[string][]byte
+	seen  map[string][]byte
 	// etcdOverride, when set, changes the next observation of etcd.
 	etcdOverride func(*etcdstate.Snapshot)
 	// onTick, when set, runs at the end of every tick: a fault that heals on a condition.
@@ -200,6 +202,7 @@ func (w *simWorld) observe() Observed {
 	if w.lag != nil && w.stale != nil && w.lag.Intn(3) == 0 {
 		children = w.stale
 	}
+	w.seen = children
 	for _, key := range sortedKeysOf(children) {
 		raw := w.withLastApplied(children[key])
 		kind, name, _ := strings.Cut(key, "/")
@@ -348,12 +351,24 @@ func (w *simWorld) sync() Decision {
 }
 
 // apply does what Metacontroller does with a response: create or update every returned
-// child, delete every observed child that was left out, write the status.
+// child, delete every observed child that was left out, write the status. A child that
+// changed or went since it was observed, or was not observed, is left alone: Metacontroller
+// updates what it merged from its cache, whose resourceVersion no longer matches, and
+// deletes only what it observed.
 func (w *simWorld) apply(d Decision) {
 	w.t.Helper()
 	w.stale = map[string][]byte{}
+	conflict := map[string]bool{}
 	for k, v := range w.applied {
 		w.stale[k] = v
+		if seen, ok := w.seen[k]; !ok || string(seen) != string(v) {
+			conflict[k] = true
+		}
+	}
+	for k := range w.seen {
+		if _, ok := w.applied[k]; !ok {
+			conflict[k] = true
+		}
 	}
 	desired := map[string][]byte{}
 	for _, c := range d.Children {
@@ -375,7 +390,7 @@ func (w *simWorld) apply(d Decision) {
 		desired[key] = b
 	}
 	for key := range w.applied {
-		if _, ok := desired[key]; !ok {
+		if _, ok := desired[key]; !ok && !conflict[key] {
 			kind, name, _ := strings.Cut(key, "/")
 			delete(w.applied, key)
 			switch kind {
@@ -389,6 +404,9 @@ func (w *simWorld) apply(d Decision) {
 		}
 	}
 	for key, b := range desired {
+		if conflict[key] {
+			continue
+		}
 		kind, name, _ := strings.Cut(key, "/")
 		w.applied[key] = b
 		switch kind {
@@ -664,8 +682,13 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 			w.data[p.ord] = &simData{inc: rec.Incarnation, id: m.id}
 			return ""
 		}
-		if m == nil || m.started {
-			return "no unstarted member to join as"
+		if m == nil {
+			return "no member to join as"
+		}
+		if m.started {
+			// etcd joins as the member whose log the cluster already sent it, with none of
+			// that log: it panics (tocommit out of range), in e2e and in production.
+			w.t.Fatalf("%s starts member %x a second time, on an empty data dir of incarnation %d", w.podName(p.ord), m.id, rec.Incarnation)
 		}
 		m.started = true
 		m.raft = 0
