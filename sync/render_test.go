@@ -309,3 +309,45 @@ func restrictedViolations(spec corev1.PodSpec) []string {
 	}
 	return out
 }
+
+// Each port gets TLS only when its Secret is named, and then requires client certificates
+// from the mounted Secret's CA.
+func TestEtcdFlagsTLS(t *testing.T) {
+	cases := []struct {
+		story    string
+		tls      *v1alpha1.TLSSpec
+		want     []string
+		wantNone []string
+	}{
+		{"no TLS: plain URLs and no certificate flags", nil,
+			[]string{"--listen-client-urls=http://0.0.0.0:2379", "--listen-peer-urls=http://0.0.0.0:2380"},
+			[]string{"--cert-file=", "--peer-cert-file="}},
+		{"client port only: server certificate, peers stay plain",
+			&v1alpha1.TLSSpec{ServerSecret: "srv", ClientSecret: "cli"},
+			[]string{"--cert-file=/etc/etcdops/tls/server/tls.crt", "--key-file=/etc/etcdops/tls/server/tls.key",
+				"--trusted-ca-file=/etc/etcdops/tls/server/ca.crt", "--client-cert-auth=true"},
+			[]string{"--peer-cert-file="}},
+		{"both ports: each from its own Secret",
+			&v1alpha1.TLSSpec{ServerSecret: "srv", ClientSecret: "cli", PeerSecret: "peer"},
+			[]string{"--cert-file=/etc/etcdops/tls/server/tls.crt", "--peer-cert-file=/etc/etcdops/tls/peer/tls.crt",
+				"--peer-key-file=/etc/etcdops/tls/peer/tls.key", "--peer-trusted-ca-file=/etc/etcdops/tls/peer/ca.crt",
+				"--peer-client-cert-auth=true"},
+			nil},
+	}
+	for _, tc := range cases {
+		c := v1alpha1.EtcdCluster{}
+		c.Name, c.Namespace = "etcd", "db"
+		c.Spec.TLS = tc.tls
+		got := strings.Join(etcdFlags(Config{ClusterDomain: "cluster.local"}, &c), " ") + " "
+		for _, w := range tc.want {
+			if !strings.Contains(got, w+" ") {
+				t.Errorf("%s: missing %s in %s", tc.story, w, got)
+			}
+		}
+		for _, n := range tc.wantNone {
+			if strings.Contains(got, " "+n) || strings.HasPrefix(got, n) {
+				t.Errorf("%s: unexpected %s in %s", tc.story, n, got)
+			}
+		}
+	}
+}

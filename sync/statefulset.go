@@ -171,20 +171,10 @@ func etcdFlags(cfg Config, c *v1alpha1.EtcdCluster) []string {
 		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", MetricsPort),
 	}
 	if serverTLS(c) {
-		dir := tlsDir + "/server"
-		flags = append(flags,
-			"--cert-file="+dir+"/tls.crt",
-			"--key-file="+dir+"/tls.key",
-			"--trusted-ca-file="+dir+"/ca.crt",
-			"--client-cert-auth=true")
+		flags = append(flags, tlsFlags("", tlsDir+"/server")...)
 	}
 	if peerTLS(c) {
-		dir := tlsDir + "/peer"
-		flags = append(flags,
-			"--peer-cert-file="+dir+"/tls.crt",
-			"--peer-key-file="+dir+"/tls.key",
-			"--peer-trusted-ca-file="+dir+"/ca.crt",
-			"--peer-client-cert-auth=true")
+		flags = append(flags, tlsFlags("peer-", tlsDir+"/peer")...)
 	}
 	return append(flags, c.Spec.EtcdOptions...)
 }
@@ -280,4 +270,15 @@ func volumeClaimTemplate(s *v1alpha1.StorageSpec) object {
 		spec["storageClassName"] = s.StorageClassName
 	}
 	return object{"metadata": object{"name": volumeData}, "spec": spec}
+}
+
+// tlsFlags points etcd at a mounted kubernetes.io/tls Secret and requires client
+// certificates; prefix is "" for the client port and "peer-" for the peer port.
+func tlsFlags(prefix, dir string) []string {
+	return []string{
+		"--" + prefix + "cert-file=" + dir + "/tls.crt",
+		"--" + prefix + "key-file=" + dir + "/tls.key",
+		"--" + prefix + "trusted-ca-file=" + dir + "/ca.crt",
+		"--" + prefix + "client-cert-auth=true",
+	}
 }
