@@ -20,8 +20,9 @@ import (
 	"etcdops.dev/etcdops/api/v1alpha1"
 )
 
-// HookStarter starts the hook server and returns its base URL and how to stop it.
-type HookStarter func(ctx context.Context) (baseURL string, stop func(), err error)
+// HookStarter starts the hook server on the given clock and returns its base URL and how to
+// stop it.
+type HookStarter func(ctx context.Context, clock *HookClock) (baseURL string, stop func(), err error)
 
 // Options configure one Env.
 type Options struct {
@@ -67,9 +68,10 @@ type Env struct {
 	jobMu     gosync.Mutex
 	afterJobs func(job string)
 
-	hookMu   gosync.Mutex
-	hookURL  string
-	hookStop func()
+	hookMu    gosync.Mutex
+	hookURL   string
+	hookStop  func()
+	hookClock HookClock
 }
 
 var (
@@ -156,6 +158,7 @@ func Start(opts Options) (*Env, error) {
 			return nil, err
 		}
 		e.MC = NewMetacontroller(e.Store, opts.Controller, e.currentHookURL, opts.TimeScale)
+		e.MC.Clock = &e.hookClock
 		e.MC.EtcdState = func() string { return fmt.Sprintf("%+v", e.Monitor.View()) }
 		e.MC.OnSync = func(rec SyncRecord) {
 			e.Monitor.afterSync(rec)
@@ -198,7 +201,7 @@ func (e *Env) currentHookURL() string {
 
 // StartHook starts the hook server (again).
 func (e *Env) StartHook() error {
-	url, stop, err := e.opts.Hook(e.ctx)
+	url, stop, err := e.opts.Hook(e.ctx, &e.hookClock)
 	if err != nil {
 		return fmt.Errorf("starting the hook: %w", err)
 	}

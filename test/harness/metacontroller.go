@@ -142,6 +142,9 @@ type Metacontroller struct {
 	// leader and member health). The same request must get the same answer only while it
 	// is unchanged: SendTwice compares answers only then.
 	EtcdState func() string
+	// Clock is the hook's clock, held still while a request is posted twice; nil when the
+	// hook runs on the wall clock.
+	Clock *HookClock
 
 	client *http.Client
 	// one holds one sync at a time: Metacontroller never syncs a parent concurrently.
@@ -269,12 +272,15 @@ func (m *Metacontroller) Replay(ctx context.Context, rec SyncRecord) SyncRecord 
 
 func (m *Metacontroller) send(ctx context.Context, req []byte, replayed bool) SyncRecord {
 	rec := SyncRecord{At: time.Now(), Request: req, Replayed: replayed}
-	before := m.EtcdState()
-	rec.Response, rec.Err = m.post(ctx, m.Ctrl.Paths["sync"], req)
-	rec.Took = time.Since(rec.At)
 	m.mu.Lock()
 	twice := m.twice
 	m.mu.Unlock()
+	if twice && m.Clock != nil {
+		defer m.Clock.Hold()()
+	}
+	before := m.EtcdState()
+	rec.Response, rec.Err = m.post(ctx, m.Ctrl.Paths["sync"], req)
+	rec.Took = time.Since(rec.At)
 	if rec.Err == nil && twice {
 		again, err := m.post(ctx, m.Ctrl.Paths["sync"], req)
 		if err == nil && m.EtcdState() == before && !bytes.Equal(again, rec.Response) {

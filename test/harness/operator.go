@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	gosync "sync"
+	"time"
 
 	"etcdops.dev/etcdops/cmd/etcdops-member/membertool"
 	"etcdops.dev/etcdops/hooks"
@@ -20,9 +22,9 @@ import (
 // Stopping it closes the server and the Observer at once, as a crash would: the next start
 // has no state from the last.
 func InProcessHook(cfg sync.Config, log *slog.Logger) HookStarter {
-	return func(context.Context) (string, func(), error) {
+	return func(_ context.Context, clock *HookClock) (string, func(), error) {
 		obs := membership.NewObserver(membership.ObserverOptions{})
-		h := hooks.NewHandler(hooks.Deps{Config: cfg, Etcd: obs, Log: log})
+		h := hooks.NewHandler(hooks.Deps{Config: cfg, Etcd: obs, Log: log, Now: clock.Now})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			obs.Close()
@@ -34,6 +36,37 @@ func InProcessHook(cfg sync.Config, log *slog.Logger) HookStarter {
 			srv.Close()
 			obs.Close()
 		}, nil
+	}
+}
+
+// HookClock is the hook's clock: the wall clock, except while Metacontroller holds it still
+// to post the same request twice. The hook stamps a transition (status.action.since) with its
+// clock, so two answers a second apart may rightly differ there; held, they must not differ
+// at all.
+type HookClock struct {
+	mu   gosync.Mutex
+	held time.Time
+}
+
+// Now is the held time, or the wall clock.
+func (c *HookClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.held.IsZero() {
+		return c.held
+	}
+	return time.Now()
+}
+
+// Hold stops the clock at the current time until the returned release is called.
+func (c *HookClock) Hold() (release func()) {
+	c.mu.Lock()
+	c.held = time.Now()
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.held = time.Time{}
+		c.mu.Unlock()
 	}
 }
 
