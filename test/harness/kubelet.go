@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -113,14 +114,38 @@ func (k *Kubelet) scaled(d time.Duration) time.Duration {
 	return max(time.Duration(float64(d)*k.TimeScale), 10*time.Millisecond)
 }
 
-// lastIP numbers the pod addresses handed out in this process.
-var lastIP atomic.Int64
+// lastIP numbers the pod addresses handed out in this process. It starts from a block drawn
+// from the process ID: test processes running side by side on one machine (several packages,
+// several checkouts) would otherwise hand out the same addresses, and one's hook would find
+// the other's members.
+var lastIP = func() *atomic.Int64 {
+	var n atomic.Int64
+	n.Store(int64(os.Getpid()%200) * 62500)
+	return &n
+}()
 
 // allocateIP hands out 127.x.y.z, a fresh address per pod incarnation in this process (as a
-// CNI would hand out a new pod IP), so that no address is ever reused by another member.
+// CNI would hand out a new pod IP), so that no address is ever reused by another member. An
+// address whose etcd ports another process holds is skipped.
 func allocateIP() string {
-	n := lastIP.Add(1)
-	return fmt.Sprintf("127.%d.%d.%d", 1+n/62500, 1+n/250%250, 1+n%250)
+	for {
+		n := lastIP.Add(1)
+		ip := fmt.Sprintf("127.%d.%d.%d", 1+n/62500, 1+n/250%250, 1+n%250)
+		if portsFree(ip) {
+			return ip
+		}
+	}
+}
+
+func portsFree(ip string) bool {
+	for _, port := range []string{"2379", "2380", "2381"} {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, port))
+		if err != nil {
+			return false
+		}
+		ln.Close()
+	}
+	return true
 }
 
 func isJobPod(p *corev1.Pod) bool { return p.Labels[batchv1.JobNameLabel] != "" }
