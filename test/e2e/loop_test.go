@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -88,11 +89,22 @@ func emptyDirSpec(size int32) v1alpha1.EtcdClusterSpec {
 	return v1alpha1.EtcdClusterSpec{Size: &size, Version: baseVersion}
 }
 
-// measure runs f under a workload, waits until the cluster is steady at the size f returns,
-// and records and checks the figures.
-func measure(t *testing.T, env *harness.Env, f func() int) {
+// measure runs a scenario's window and adds its row to the figures.
+func measure(t *testing.T, env *harness.Env, sc scenario) {
 	t.Helper()
-	w, err := env.StartWorkload("/e2e")
+	record(window(t, env, sc))
+}
+
+// window runs sc.act under a workload, waits until the cluster is steady at the size it
+// returns, checks the workload's history (linearizable, watch guarantees), looks for forks,
+// and checks and returns the figures.
+func window(t *testing.T, env *harness.Env, sc scenario) Figure {
+	t.Helper()
+	opts := harness.WorkloadOptions{}
+	if sc.workload != nil {
+		opts = sc.workload(t, env)
+	}
+	w, err := env.StartWorkloadWith("/e2e/"+namespaceOf(t.Name()), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +112,7 @@ func measure(t *testing.T, env *harness.Env, f func() int) {
 	counts0 := env.Monitor.Counts()
 	marks := safetyMarks(env)
 	start := time.Now()
-	size := f()
+	size := sc.act(t, env)
 	converge := time.Since(start)
 	if size > 0 {
 		if _, err := env.WaitSteady(size, changeBound); err != nil {
@@ -114,25 +126,64 @@ func measure(t *testing.T, env *harness.Env, f func() int) {
 	if err != nil {
 		t.Errorf("verifying writes: %v", err)
 	}
+	verdict := w.History().Check(filepath.Join(outDir(), namespaceOf(t.Name())))
+	var forks []string
+	if size > 0 {
+		forks = env.Forks(w.History())
+	}
 	counts := env.Monitor.Counts()
 	fig := Figure{
 		Scenario:          t.Name(),
 		Syncs:             syncs(env) - syncs0,
 		MembershipChanges: counts.MembershipChanges - counts0.MembershipChanges,
 		LeaderChanges:     counts.LeaderChanges - counts0.LeaderChanges,
-		FailedWrites:      stats.Failed,
+		FailedOps:         stats.Failed,
 		AckedWrites:       stats.Acked,
 		WorstLatency:      stats.Worst,
 		Converge:          converge,
 		Lost:              len(lost),
 		OperatorQuorum:    counts.OperatorQuorumLoss - counts0.OperatorQuorumLoss,
 		Panics:            counts.Panics - counts0.Panics,
+		ExpectedPanic:     sc.expectPanic,
+		Ops:               verdict.Ops,
+		Linearizable:      verdict.Linearizable,
+		Injected:          sc.injected != "",
+		WatchEvents:       verdict.WatchEvents,
+		CheckTime:         verdict.CheckTime,
+		Forks:             len(forks),
 	}
 	for _, p := range env.Monitor.Panics()[counts0.Panics:] {
 		t.Logf("etcd panicked on %s", p)
 	}
-	record(fig)
+	checkHistory(t, sc, verdict)
+	for _, f := range forks {
+		t.Errorf("fork: %s", f)
+	}
 	checkSafety(t, env, fig, lost, marks)
+	return fig
+}
+
+// checkHistory fails the test on every problem the checker found, or, where the scenario
+// injects a violation, when the checker found none.
+func checkHistory(t *testing.T, sc scenario, v harness.Verdict) {
+	t.Helper()
+	if v.Ops == 0 {
+		t.Errorf("no operation was checked")
+	}
+	if sc.injected != "" {
+		if v.Linearizable {
+			t.Errorf("injected violation (%s) not caught: the checker found %d operations linearizable", sc.injected, v.Ops)
+		} else {
+			t.Logf("injected violation (%s) caught: %s; history and visualisation in %s", sc.injected, v.Problems[len(v.Problems)-1], v.Written)
+		}
+		return
+	}
+	for _, p := range v.Problems {
+		t.Errorf("history: %s", p)
+	}
+	if v.Written != "" {
+		t.Errorf("history and visualisation written to %s", v.Written)
+	}
 }
 
 func syncs(env *harness.Env) int {
@@ -165,6 +216,9 @@ func checkSafety(t *testing.T, env *harness.Env, fig Figure, lost []string, sinc
 	}
 	if fig.OperatorQuorum > 0 {
 		t.Errorf("quorum lost %d time(s) by the operator's own action", fig.OperatorQuorum)
+	}
+	if fig.Panics > 0 && fig.ExpectedPanic == "" {
+		t.Errorf("etcd panicked %d time(s), and the scenario expects no panic", fig.Panics)
 	}
 	for _, v := range env.Monitor.Violations()[since.violations:] {
 		t.Errorf("invariant: %s", v)
@@ -221,4 +275,11 @@ func memberID(env *harness.Env, pod string) string {
 		}
 	}
 	return ""
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,8 +1,10 @@
 // Package e2e runs the operator's whole loop against real etcd members: the real hook over
 // HTTP, the real planner, membership operations and member tool, with Metacontroller,
 // Kubernetes' controllers and the kubelet played by test/harness. Each scenario injects a
-// change or a fault while a workload writes, checks the invariants after every sync, and
-// adds one row to the figures table printed at the end (go test -v shows it).
+// change or a fault while a recorded workload runs, checks the invariants after every sync,
+// checks the workload's history for linearizability and the watch guarantees, looks for a
+// fork once the cluster has settled, and adds one row to the figures table printed at the
+// end (go test -v shows it).
 package e2e
 
 import (
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -21,7 +24,16 @@ var (
 	soakTime = flag.Duration("soak-time", 3*time.Minute, "how long the soak injects faults")
 	soakSeed = flag.Uint64("soak-seed", 0, "the soak's random seed; 0 picks one and logs it")
 	verbose  = flag.Bool("e2e.log", false, "log every sync, Job and fault")
+	out      = flag.String("e2e.out", "", "where a history that fails its check is written, with its visualisation (default $TMPDIR/etcdops-e2e)")
 )
+
+// outDir is where failing histories go: they must outlive the test, so not t.TempDir.
+func outDir() string {
+	if *out != "" {
+		return *out
+	}
+	return filepath.Join(os.TempDir(), "etcdops-e2e")
+}
 
 // Figure is one row of the table.
 type Figure struct {
@@ -29,13 +41,41 @@ type Figure struct {
 	Syncs             int
 	MembershipChanges int
 	LeaderChanges     int
-	FailedWrites      int
+	FailedOps         int
 	AckedWrites       int
 	WorstLatency      time.Duration
 	Converge          time.Duration
 	Lost              int
 	OperatorQuorum    int
 	Panics            int
+	// ExpectedPanic is why the scenario expects etcd to panic; empty when it does not.
+	ExpectedPanic string
+	Ops           int
+	Linearizable  bool
+	// Injected: the scenario breaks linearizability on purpose, and the checker must say so.
+	Injected    bool
+	WatchEvents int
+	CheckTime   time.Duration
+	Forks       int
+}
+
+// add sums another window into f, as the soak does.
+func (f *Figure) add(g Figure) {
+	f.Syncs += g.Syncs
+	f.MembershipChanges += g.MembershipChanges
+	f.LeaderChanges += g.LeaderChanges
+	f.FailedOps += g.FailedOps
+	f.AckedWrites += g.AckedWrites
+	f.WorstLatency = max(f.WorstLatency, g.WorstLatency)
+	f.Converge += g.Converge
+	f.Lost += g.Lost
+	f.OperatorQuorum += g.OperatorQuorum
+	f.Panics += g.Panics
+	f.Ops += g.Ops
+	f.Linearizable = f.Linearizable && g.Linearizable
+	f.WatchEvents += g.WatchEvents
+	f.CheckTime += g.CheckTime
+	f.Forks += g.Forks
 }
 
 var (
@@ -63,15 +103,40 @@ func printFigures(w io.Writer) {
 		return
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "%-52s %6s %8s %8s %7s %7s %9s %9s %5s %7s %7s\n",
-		"scenario", "syncs", "members±", "leaders±", "failed", "acked", "worst", "converge", "lost", "opQloss", "panics")
-	fmt.Fprintln(w, strings.Repeat("-", 130))
+	fmt.Fprintf(w, "%-52s %5s %8s %8s %6s %6s %8s %8s %4s %7s %6s %6s %4s %6s %7s %5s\n",
+		"scenario", "syncs", "members±", "leaders±", "failed", "acked", "worst", "converge", "lost", "opQloss", "panics",
+		"ops", "lin", "watch", "checker", "forks")
+	fmt.Fprintln(w, strings.Repeat("-", 149))
+	var expected []string
 	for _, f := range figures {
-		fmt.Fprintf(w, "%-52s %6d %8d %8d %7d %7d %9s %9s %5d %7d %7d\n",
-			f.Scenario, f.Syncs, f.MembershipChanges, f.LeaderChanges, f.FailedWrites, f.AckedWrites,
-			f.WorstLatency.Round(time.Millisecond), f.Converge.Round(10*time.Millisecond), f.Lost, f.OperatorQuorum, f.Panics)
+		lin := "yes"
+		if !f.Linearizable {
+			lin = "no"
+		}
+		if f.Injected {
+			lin += "*"
+		}
+		panics := fmt.Sprint(f.Panics)
+		if f.ExpectedPanic != "" {
+			panics += "*"
+			expected = append(expected, fmt.Sprintf("  %s: %s", f.Scenario, f.ExpectedPanic))
+		}
+		fmt.Fprintf(w, "%-52s %5d %8d %8d %6d %6d %8s %8s %4d %7d %6s %6d %4s %6d %7s %5d\n",
+			f.Scenario, f.Syncs, f.MembershipChanges, f.LeaderChanges, f.FailedOps, f.AckedWrites,
+			f.WorstLatency.Round(time.Millisecond), f.Converge.Round(10*time.Millisecond), f.Lost, f.OperatorQuorum, panics,
+			f.Ops, lin, f.WatchEvents, f.CheckTime.Round(time.Millisecond), f.Forks)
 	}
-	fmt.Fprintln(w, "members±: membership changes; leaders±: leader changes; failed: write attempts that failed (each is retried);")
-	fmt.Fprintln(w, "worst: longest time to acknowledge a write; lost: acknowledged writes missing at the end; opQloss: quorum")
-	fmt.Fprintln(w, "losses not explained by injected faults; panics: etcd members that crashed in a panic of etcd itself.")
+	fmt.Fprintln(w, "members±: membership changes; leaders±: leader changes; failed: client operations that failed (each append is")
+	fmt.Fprintln(w, "retried); acked: appended keys acknowledged; worst: longest time to acknowledge an append; lost: acknowledged")
+	fmt.Fprintln(w, "appends missing at the end; opQloss: quorum losses not explained by injected faults; panics: etcd members that")
+	fmt.Fprintln(w, "crashed in a panic of etcd itself (* expected, see below); ops: client operations checked for linearizability;")
+	fmt.Fprintln(w, "lin: the history is linearizable (* a violation injected on purpose, which the checker must catch); watch: watch")
+	fmt.Fprintln(w, "events checked; checker: time porcupine took; forks: members that disagree on the cluster ID or the key space's")
+	fmt.Fprintln(w, "hash at one revision, or that answered from outside the ledger.")
+	if len(expected) > 0 {
+		fmt.Fprintln(w, "expected panics:")
+		for _, e := range expected {
+			fmt.Fprintln(w, e)
+		}
+	}
 }

@@ -14,11 +14,19 @@ import (
 	"etcdops.dev/etcdops/test/harness"
 )
 
-// scenario is one change or fault on a steady cluster; it returns the size the cluster must
+// scenario is one change or fault on a steady cluster; act returns the size the cluster must
 // settle at afterwards (0: do not wait for the operator).
 type scenario struct {
 	name string
 	act  func(t *testing.T, env *harness.Env) int
+	// workload, when set, shapes the workload that runs during the scenario.
+	workload func(t *testing.T, env *harness.Env) harness.WorkloadOptions
+	// injected says how the workload breaks linearizability on purpose: the checker must
+	// find the history not linearizable.
+	injected string
+	// expectPanic says why etcd is expected to panic in this scenario; a panic in a scenario
+	// without one fails it.
+	expectPanic string
 }
 
 // onCluster creates one cluster from s (the "create" row) and runs the scenarios on it in
@@ -35,20 +43,20 @@ func onCluster(t *testing.T, s v1alpha1.EtcdClusterSpec, scenarios ...scenario) 
 		}); err != nil {
 			t.Fatal(err)
 		}
-		measure(t, env, func() int { return size })
+		measure(t, env, scenario{act: func(*testing.T, *harness.Env) int { return size }})
 	})
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			if _, err := env.WaitSteady(size, changeBound); err != nil {
 				t.Fatalf("the cluster is not steady before the scenario: %v\n%s", err, env.Describe())
 			}
-			measure(t, env, func() int { return sc.act(t, env) })
+			measure(t, env, sc)
 		})
 	}
 }
 
 func TestScale(t *testing.T) {
-	onCluster(t, spec(1), scenario{"1-3-5-3-1", func(t *testing.T, env *harness.Env) int {
+	onCluster(t, spec(1), scenario{name: "1-3-5-3-1", act: func(t *testing.T, env *harness.Env) int {
 		for _, size := range []int32{3, 5, 3} {
 			scaleTo(env, size)
 			waitSteady(t, env, int(size))
@@ -62,29 +70,30 @@ func TestScale(t *testing.T) {
 // one 3-member cluster.
 func TestThreeMembers(t *testing.T) {
 	onCluster(t, spec(3),
-		scenario{"kill-follower", killFollower},
-		scenario{"kill-leader", killLeader},
-		scenario{"partition-member", partitionMember},
-		scenario{"quorum-loss", quorumLoss},
-		scenario{"wipe-member", wipeMember},
-		scenario{"rolling-config-change", rollingConfigChange(20000)},
-		scenario{"patch-upgrade", patchUpgrade},
-		scenario{"invalid-spec-mid-rollout", invalidSpecMidRollout},
-		scenario{"baseline-statefulset-rolling-update", baselineRollingUpdate(30000)},
+		scenario{name: "kill-follower", act: killFollower},
+		scenario{name: "kill-leader", act: killLeader},
+		scenario{name: "partition-member", act: partitionMember},
+		staleReads(),
+		scenario{name: "quorum-loss", act: quorumLoss},
+		scenario{name: "wipe-member", act: wipeMember},
+		scenario{name: "rolling-config-change", act: rollingConfigChange(20000)},
+		scenario{name: "patch-upgrade", act: patchUpgrade},
+		scenario{name: "invalid-spec-mid-rollout", act: invalidSpecMidRollout},
+		scenario{name: "baseline-statefulset-rolling-update", act: baselineRollingUpdate(30000)},
 	)
 }
 
 func TestFiveMembers(t *testing.T) {
 	onCluster(t, spec(5),
-		scenario{"rolling-config-change", rollingConfigChange(20000)},
-		scenario{"baseline-statefulset-rolling-update", baselineRollingUpdate(30000)},
+		scenario{name: "rolling-config-change", act: rollingConfigChange(20000)},
+		scenario{name: "baseline-statefulset-rolling-update", act: baselineRollingUpdate(30000)},
 	)
 }
 
 // TestEmptyDir rolls a change on members without a storageSpec: a recreated pod starts
 // with an empty data dir, so each member is replaced through a learner.
 func TestEmptyDir(t *testing.T) {
-	onCluster(t, emptyDirSpec(3), scenario{"rolling-config-change", rollingConfigChange(20000)})
+	onCluster(t, emptyDirSpec(3), scenario{name: "rolling-config-change", act: rollingConfigChange(20000)})
 }
 
 // setSnapshotCount is the config change every rolling scenario makes: a harmless etcd flag.
@@ -239,7 +248,7 @@ func quorumLoss(t *testing.T, env *harness.Env) int {
 // applies the answer to the request it just sent, so an old answer reaches the cluster
 // exactly this way: as the fresh answer to a stale request.)
 func TestHookReplay(t *testing.T) {
-	onCluster(t, spec(1), scenario{"scale-out-with-replays", func(t *testing.T, env *harness.Env) int {
+	onCluster(t, spec(1), scenario{name: "scale-out-with-replays", act: func(t *testing.T, env *harness.Env) int {
 		env.MC.SendTwice(true)
 		var mu gosync.Mutex
 		var done []string

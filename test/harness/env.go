@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"go.etcd.io/etcd/client/pkg/v3/types"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 )
@@ -72,6 +74,8 @@ type Env struct {
 	hookURL   string
 	hookStop  func()
 	hookClock HookClock
+
+	crash crasher
 }
 
 var (
@@ -109,7 +113,8 @@ func Start(opts Options) (*Env, error) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Env{Cluster: opts.Cluster, Namespace: opts.Namespace, Domain: opts.Domain, opts: opts, ctx: ctx, cancel: cancel}
+	e := &Env{Cluster: opts.Cluster, Namespace: opts.Namespace, Domain: opts.Domain, opts: opts, ctx: ctx, cancel: cancel,
+		crash: crasher{hits: map[string]int{}, killed: map[string]bool{}}}
 	e.Store = NewStore(opts.Namespace)
 	e.STS = NewStatefulSets(e.Store, filepath.Join(opts.Root, "volumes"))
 	e.Kubelet = NewKubelet(e.Store, e.STS, dns, opts.Tools, opts.Domain, opts.Root, opts.TimeScale)
@@ -120,7 +125,9 @@ func Start(opts Options) (*Env, error) {
 		e.Monitor.panics = append(e.Monitor.panics, pod+": "+msg)
 		e.Monitor.mu.Unlock()
 	}
-	e.Jobs = NewJobs(e.Store, opts.Tools, opts.TimeScale)
+	jobTools := opts.Tools
+	jobTools.Member = e.crash.killJob(opts.Tools.Member)
+	e.Jobs = NewJobs(e.Store, jobTools, opts.TimeScale)
 	e.Monitor = newMonitor(e)
 	var jobStart gosync.Map
 	e.Jobs.OnRun = func(job string, args []string, started bool, out string, err error) {
@@ -136,6 +143,11 @@ func Start(opts Options) (*Env, error) {
 		took := time.Duration(0)
 		if at, ok := jobStart.Load(job); ok {
 			took = time.Since(at.(time.Time)).Round(time.Millisecond)
+		}
+		var killed killedJob
+		if errors.As(err, &killed) {
+			// The change was made: it counts, though the Job never said so.
+			e.Monitor.jobDone(args, killed.out)
 		}
 		if err != nil {
 			e.logf("job %s failed after %s: %v", job, took, err)
@@ -160,10 +172,16 @@ func Start(opts Options) (*Env, error) {
 		e.MC = NewMetacontroller(e.Store, opts.Controller, e.currentHookURL, opts.TimeScale)
 		e.MC.Clock = &e.hookClock
 		e.MC.EtcdState = func() string { return fmt.Sprintf("%+v", e.Monitor.View()) }
+		e.MC.Drop = e.crash.loseAnswer
 		e.MC.OnSync = func(rec SyncRecord) {
 			e.Monitor.afterSync(rec)
 			if opts.OnSync != nil {
 				opts.OnSync(rec)
+			}
+			if e.crash.restartHook(rec) {
+				if err := e.RestartHook(); err != nil {
+					e.Monitor.violate("restarting the hook: %v", err)
+				}
 			}
 		}
 	}
@@ -491,4 +509,34 @@ func (e *Env) Describe() string {
 	}
 	fmt.Fprintf(&b, "etcd %+v\n", e.Monitor.View())
 	return b.String()
+}
+
+// MoveLeader hands leadership to pod's member, as `etcdctl move-leader` does: the request
+// goes to the current leader. A person or another tool may do this at any time.
+func (e *Env) MoveLeader(pod string) error {
+	v := e.Monitor.View()
+	var to uint64
+	for _, m := range v.Members {
+		if m.Name == pod && !m.IsLearner {
+			to = m.ID
+		}
+	}
+	if to == 0 || v.Leader == "" {
+		return fmt.Errorf("moving leadership to %s: no such voter or no leader in %+v", pod, v)
+	}
+	if v.Leader == pod {
+		return nil
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.clientURL(v.Leader)}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+	defer cancel()
+	e.logf("operator action: move leadership from %s to %s", v.Leader, pod)
+	if _, err := cli.MoveLeader(ctx, to); err != nil {
+		return fmt.Errorf("moving leadership from %s to %s: %w", v.Leader, pod, err)
+	}
+	return nil
 }

@@ -145,6 +145,9 @@ type Metacontroller struct {
 	// Clock is the hook's clock, held still while a request is posted twice; nil when the
 	// hook runs on the wall clock.
 	Clock *HookClock
+	// Drop, when set, sees every decoded answer and may have it thrown away unapplied, as
+	// when the answer is lost to a timeout.
+	Drop func(Answer) bool
 
 	client *http.Client
 	// one holds one sync at a time: Metacontroller never syncs a parent concurrently.
@@ -307,6 +310,9 @@ func (m *Metacontroller) send(ctx context.Context, req []byte, replayed bool) Sy
 		m.dropNext--
 	}
 	m.mu.Unlock()
+	if m.Drop != nil && m.Drop(rec.Answer) {
+		drop = true
+	}
 	if drop {
 		return m.finish(rec, false)
 	}

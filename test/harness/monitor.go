@@ -16,6 +16,8 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver"
 
 	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/joinstate"
+	"etcdops.dev/etcdops/sync"
 )
 
 // Member is one etcd member as the harness sees it from inside the servers.
@@ -24,6 +26,7 @@ type Member struct {
 	Name      string // pod name; from the peer URL for a member not started yet
 	IsLearner bool
 	Running   bool // its pod's etcd process runs this member and is not cut off
+	PeerURLs  []string
 }
 
 // View is one look at the cluster from inside its servers, without going through the hook.
@@ -68,6 +71,9 @@ type Monitor struct {
 	panics     []string
 	inLoss     bool
 	partition  int32 // the StatefulSet's partition after the last sync, -1 before it exists
+	// ledger are the members seen in etcd's membership while the join ConfigMap listed them
+	// by name and peer URL: member ID → name.
+	ledger map[uint64]string
 }
 
 // Counts are the figures the monitor accumulates.
@@ -81,7 +87,8 @@ type Counts struct {
 }
 
 func newMonitor(env *Env) *Monitor {
-	return &Monitor{env: env, faults: map[string]time.Time{}, cut: map[string]bool{}, seen: map[string]bool{}, partition: -1}
+	return &Monitor{env: env, faults: map[string]time.Time{}, cut: map[string]bool{}, seen: map[string]bool{}, partition: -1,
+		ledger: map[uint64]string{}}
 }
 
 // Counts returns the figures so far.
@@ -96,6 +103,36 @@ func (m *Monitor) Panics() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]string(nil), m.panics...)
+}
+
+// Ledger returns every member seen in the ledger so far: member ID → name.
+func (m *Monitor) Ledger() map[uint64]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[uint64]string, len(m.ledger))
+	for id, name := range m.ledger {
+		out[id] = name
+	}
+	return out
+}
+
+// noteLedger adds the members of v that the join ConfigMap lists, by name and peer URL.
+func (m *Monitor) noteLedger(v View) {
+	o, ok := m.env.Store.Get("ConfigMap", sync.JoinConfigMapName(m.env.Cluster))
+	if !ok {
+		return
+	}
+	st, err := joinstate.Decode([]byte(o.(*corev1.ConfigMap).Data[joinstate.ConfigMapKey]))
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, mem := range v.Members {
+		if rec, ok := st.Find(mem.Name); ok && contains(mem.PeerURLs, rec.PeerURL) {
+			m.ledger[mem.ID] = mem.Name
+		}
+	}
 }
 
 // Violations returns every invariant broken so far.
@@ -179,7 +216,7 @@ func (m *Monitor) View() View {
 		}
 		s, running := servers[name]
 		running = running && uint64(s.MemberID()) == uint64(mem.ID) && !cut[name]
-		v.Members = append(v.Members, Member{ID: uint64(mem.ID), Name: name, IsLearner: mem.IsLearner, Running: running})
+		v.Members = append(v.Members, Member{ID: uint64(mem.ID), Name: name, IsLearner: mem.IsLearner, Running: running, PeerURLs: mem.PeerURLs})
 		byID[uint64(mem.ID)] = name
 	}
 	sort.Slice(v.Members, func(i, j int) bool { return v.Members[i].Name < v.Members[j].Name })
@@ -199,6 +236,7 @@ func (m *Monitor) sample() {
 	if len(v.Members) == 0 {
 		return
 	}
+	m.noteLedger(v)
 	m.mu.Lock()
 	for pod, at := range m.faults {
 		if m.env.Kubelet.runningSince(pod).After(at) && !m.cut[pod] {
