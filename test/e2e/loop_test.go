@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -126,7 +127,12 @@ func window(t *testing.T, env *harness.Env, sc scenario) Figure {
 	if err != nil {
 		t.Errorf("verifying writes: %v", err)
 	}
-	verdict := w.History().Check(filepath.Join(outDir(), namespaceOf(t.Name())))
+	dir := filepath.Join(outDir(), namespaceOf(t.Name()))
+	if sc.injected != "" && *out == "" {
+		// An expected violation is kept only when asked for.
+		dir = t.TempDir()
+	}
+	verdict := w.History().Check(dir)
 	var forks []string
 	if size > 0 {
 		forks = env.Forks(w.History())
@@ -173,8 +179,13 @@ func checkHistory(t *testing.T, sc scenario, v harness.Verdict) {
 	if sc.injected != "" {
 		if v.Linearizable {
 			t.Errorf("injected violation (%s) not caught: the checker found %d operations linearizable", sc.injected, v.Ops)
-		} else {
-			t.Logf("injected violation (%s) caught: %s; history and visualisation in %s", sc.injected, v.Problems[len(v.Problems)-1], v.Written)
+			return
+		}
+		t.Logf("injected violation (%s) caught: %s; history and visualisation in %s", sc.injected, v.Problems[len(v.Problems)-1], v.Written)
+		for _, f := range []string{"history.json", "linearization.html"} {
+			if _, err := os.Stat(filepath.Join(v.Written, f)); err != nil {
+				t.Errorf("the violation was not written: %v", err)
+			}
 		}
 		return
 	}

@@ -21,9 +21,13 @@ const forkBound = 20 * time.Second
 // have been in the ledger, the join ConfigMap, as a member of the cluster, and answered with
 // the cluster's ID. It returns what it found.
 func (e *Env) Forks(h *History) []string {
-	var forks []string
-	ledger := e.Monitor.Ledger()
 	want := e.clusterID()
+	return append(answerForks(h, e.Monitor.Ledger(), want), e.hashForks(want)...)
+}
+
+// answerForks checks who answered the history's clients: members of the ledger, for the
+// cluster want (0: not known yet).
+func answerForks(h *History, ledger map[uint64]string, want uint64) []string {
 	answered := map[uint64]bool{}
 	clusters := map[uint64]bool{}
 	h.mu.Lock()
@@ -40,6 +44,7 @@ func (e *Env) Forks(h *History) []string {
 		}
 	}
 	h.mu.Unlock()
+	var forks []string
 	for _, id := range sortedIDs(answered) {
 		if _, ok := ledger[id]; !ok {
 			forks = append(forks, fmt.Sprintf("member %x answered a client but was never a member in the ledger", id))
@@ -50,7 +55,7 @@ func (e *Env) Forks(h *History) []string {
 			forks = append(forks, fmt.Sprintf("a member answered for cluster %x, not %x", id, want))
 		}
 	}
-	return append(forks, e.hashForks(want)...)
+	return forks
 }
 
 func sortedIDs(set map[uint64]bool) []uint64 {

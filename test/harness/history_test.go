@@ -113,3 +113,23 @@ func TestCheckCountsResolvedUnknowns(t *testing.T) {
 		t.Errorf("the watch did not tell the unknown put its revision: %+v", h.Ops[0].Output)
 	}
 }
+
+func TestAnswerForks(t *testing.T) {
+	h := hist([]Op{
+		{Input: Input{Kind: OpPut, Name: "k0", Value: "a"}, Output: Output{Revision: 11, Member: 1, Cluster: 7}},
+		{Input: Input{Kind: OpPut, Name: "k0", Value: "b"}, Output: Output{Unknown: true, Member: 9, Cluster: 9}},
+	}, WatchEvent{Revision: 11, Key: "k0", Value: "a", Member: 2, Cluster: 7})
+	ledger := map[uint64]string{1: "etcd-0", 2: "etcd-1"}
+	if forks := answerForks(h, ledger, 7); len(forks) != 0 {
+		t.Errorf("members of the ledger answering for the cluster: forks %q", forks)
+	}
+	if forks := answerForks(h, ledger, 0); len(forks) != 0 {
+		t.Errorf("before the cluster ID is known: forks %q", forks)
+	}
+	h.Ops = append(h.Ops, Op{Input: Input{Kind: OpGet, Name: "k0"}, Output: Output{Revision: 11, Member: 3, Cluster: 8}})
+	forks := answerForks(h, ledger, 7)
+	want := []string{"member 3 answered a client but was never a member in the ledger", "a member answered for cluster 8, not 7"}
+	if strings.Join(forks, "\n") != strings.Join(want, "\n") {
+		t.Errorf("a stranger answering for another cluster: forks %q, want %q", forks, want)
+	}
+}
