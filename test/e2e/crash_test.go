@@ -11,14 +11,15 @@ import (
 	"etcdops.dev/etcdops/test/harness"
 )
 
-// TestCrashBoundaries crashes at every step boundary, each time a step reaches it: one tour
-// per boundary on one 3-member cluster, each tour taking the cluster through every step the
-// planner takes (add a learner, grow the StatefulSet, promote, move leadership, remove a
-// member, shrink the StatefulSet, replace pods). A tour fails when one of its steps was never
-// crashed, so that a change in the planner cannot quietly skip a boundary. Killed Jobs need
-// no pod replaced: that tour leaves out the configuration change, which runs no other Job.
+// TestCrashBoundaries crashes at every step boundary, each time a step reaches it: at all
+// boundaries while the cluster is created (the bootstrap, the Jobs that add members), then
+// one tour per boundary, each taking the cluster through every other step the planner takes
+// (add a learner, grow the StatefulSet, promote, move leadership, remove a member, shrink the
+// StatefulSet, replace pods). A tour fails when one of its steps was never crashed, so that a
+// change in the planner cannot quietly skip a boundary. Killed Jobs need no pod replaced:
+// that tour leaves out the configuration change, which runs no other Job.
 func TestCrashBoundaries(t *testing.T) {
-	onCluster(t, spec(3),
+	onClusterCrashing(t, spec(3), harness.Crashes{LoseAnswers: true, KillJobs: true, RestartHook: true},
 		crashTour("lost-answers", harness.Crashes{LoseAnswers: true}, harness.BoundaryLostAnswer, harness.Steps, true),
 		crashTour("killed-jobs", harness.Crashes{KillJobs: true}, harness.BoundaryKilledJob, harness.JobVerbs, false),
 		crashTour("hook-restarts", harness.Crashes{RestartHook: true}, harness.BoundaryHookRestart, harness.Steps, true),
@@ -33,20 +34,27 @@ func crashTour(name string, c harness.Crashes, boundary string, steps []string, 
 		env.CrashAt(c)
 		defer env.CrashAt(harness.Crashes{})
 		tour(t, env, roll)
-		after := env.CrashesSoFar()
-		var hit []string
-		for _, step := range steps {
-			key := boundary + " " + step
-			n := after[key] - before[key]
-			if n == 0 {
-				t.Errorf("the tour never crashed at %s", key)
-			}
-			hit = append(hit, fmt.Sprintf("%s ×%d", step, n))
-		}
-		sort.Strings(hit)
-		t.Logf("%s at: %s", boundary, strings.Join(hit, ", "))
+		checkCrashed(t, env, before, boundary, steps)
 		return 3
 	}}
+}
+
+// checkCrashed fails the test for each step not crashed at boundary since before, and logs
+// how often each was.
+func checkCrashed(t *testing.T, env *harness.Env, before map[string]int, boundary string, steps []string) {
+	t.Helper()
+	after := env.CrashesSoFar()
+	var hit []string
+	for _, step := range steps {
+		key := boundary + " " + step
+		n := after[key] - before[key]
+		if n == 0 {
+			t.Errorf("never crashed at %s", key)
+		}
+		hit = append(hit, fmt.Sprintf("%s ×%d", step, n))
+	}
+	sort.Strings(hit)
+	t.Logf("%s at: %s", boundary, strings.Join(hit, ", "))
 }
 
 // rolls numbers the configuration changes of the tours, so each is a new one.

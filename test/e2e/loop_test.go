@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,6 +91,9 @@ func emptyDirSpec(size int32) v1alpha1.EtcdClusterSpec {
 	return v1alpha1.EtcdClusterSpec{Size: &size, Version: baseVersion}
 }
 
+// windows numbers the windows of this process.
+var windows atomic.Int64
+
 // measure runs a scenario's window and adds its row to the figures.
 func measure(t *testing.T, env *harness.Env, sc scenario) {
 	t.Helper()
@@ -105,7 +109,8 @@ func window(t *testing.T, env *harness.Env, sc scenario) Figure {
 	if sc.workload != nil {
 		opts = sc.workload(t, env)
 	}
-	w, err := env.StartWorkloadWith("/e2e/"+namespaceOf(t.Name()), opts)
+	// A prefix of its own: the appender's keys must be this window's, read back at its end.
+	w, err := env.StartWorkloadWith(fmt.Sprintf("/e2e/%s/%d", namespaceOf(t.Name()), windows.Add(1)), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,10 +138,7 @@ func window(t *testing.T, env *harness.Env, sc scenario) Figure {
 		dir = t.TempDir()
 	}
 	verdict := w.History().Check(dir)
-	var forks []string
-	if size > 0 {
-		forks = env.Forks(w.History())
-	}
+	forks := env.Forks(w.History())
 	counts := env.Monitor.Counts()
 	fig := Figure{
 		Scenario:          t.Name(),

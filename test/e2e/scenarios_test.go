@@ -33,9 +33,17 @@ type scenario struct {
 // turn, each a subtest with its own figures, each starting from the steady cluster the one
 // before left. Sharing the cluster keeps the default run within its time budget.
 func onCluster(t *testing.T, s v1alpha1.EtcdClusterSpec, scenarios ...scenario) {
+	onClusterCrashing(t, s, harness.Crashes{}, scenarios...)
+}
+
+// onClusterCrashing is onCluster with the harness crashing at c while the cluster is
+// created, which must crash the bootstrap (and the Jobs that add the other members).
+func onClusterCrashing(t *testing.T, s v1alpha1.EtcdClusterSpec, c harness.Crashes, scenarios ...scenario) {
 	size := int(*s.Size)
 	env := newEnv(t, false)
 	t.Run("create", func(t *testing.T) {
+		before := env.CrashesSoFar()
+		env.CrashAt(c)
 		env.Create(s)
 		// The workload starts as soon as the seed serves, and writes while the rest join.
 		if _, err := env.WaitFor(createBound, func() (bool, string) {
@@ -44,6 +52,16 @@ func onCluster(t *testing.T, s v1alpha1.EtcdClusterSpec, scenarios ...scenario) 
 			t.Fatal(err)
 		}
 		measure(t, env, scenario{act: func(*testing.T, *harness.Env) int { return size }})
+		env.CrashAt(harness.Crashes{})
+		if c.LoseAnswers {
+			checkCrashed(t, env, before, harness.BoundaryLostAnswer, []string{harness.Bootstrap})
+		}
+		if c.RestartHook {
+			checkCrashed(t, env, before, harness.BoundaryHookRestart, []string{harness.Bootstrap})
+		}
+		if c.KillJobs && size > 1 {
+			checkCrashed(t, env, before, harness.BoundaryKilledJob, []string{"add-learner", "promote"})
+		}
 	})
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

@@ -23,12 +23,15 @@ type Crashes struct {
 	RestartHook bool
 }
 
-// Steps are the planner's actions that change the cluster, as status names them; each has
-// the boundaries of Crashes.
+// Steps are the planner's actions that change a running cluster, as status names them;
+// each has the boundaries of Crashes, and so has Bootstrap.
 var Steps = []string{
 	sync.AddLearner.String(), sync.PromoteLearner.String(), sync.RemoveMember.String(),
 	sync.MoveLeader.String(), sync.ReplacePod.String(), sync.ScaleStatefulSet.String(),
 }
+
+// Bootstrap is the step that creates a cluster.
+var Bootstrap = sync.Bootstrap.String()
 
 // JobVerbs are the member Jobs' subcommands; each can be killed after its etcd call.
 var JobVerbs = []string{"add-learner", "promote", "remove", "move-leader"}
@@ -75,7 +78,7 @@ func (e *Env) CrashesSoFar() map[string]int {
 // stepOf names the step an answer decides, or "" when it changes nothing.
 func stepOf(a Answer) string {
 	act := a.Status.Action
-	if act == nil || !contains(Steps, act.Type) {
+	if act == nil || (act.Type != Bootstrap && !contains(Steps, act.Type)) {
 		return ""
 	}
 	return act.Type + " " + act.Member

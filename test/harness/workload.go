@@ -88,21 +88,6 @@ func (e *Env) StartWorkloadWith(prefix string, o WorkloadOptions) (*Workload, er
 		w.closeClients()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w.cancel = cancel
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	w.stopWatch = stopWatch
-	for i := range o.Watchers {
-		cli, err := w.client()
-		if err != nil {
-			cancel()
-			stopWatch()
-			w.closeClients()
-			return nil, err
-		}
-		w.watchers.Add(1)
-		go w.watch(watchCtx, i, cli)
-	}
 	run := []func(context.Context, *clientv3.Client){w.appendKeys}
 	for i := range o.Clients {
 		run = append(run, func(ctx context.Context, cli *clientv3.Client) { w.share(ctx, i+1, cli) })
@@ -111,18 +96,29 @@ func (e *Env) StartWorkloadWith(prefix string, o WorkloadOptions) (*Workload, er
 		id := o.Clients + 1
 		run = append(run, func(ctx context.Context, cli *clientv3.Client) { w.readSerializable(ctx, id, cli) })
 	}
-	for _, f := range run {
+	// One client each, so that they spread over the members as separate applications would.
+	clients := make([]*clientv3.Client, o.Watchers+len(run))
+	for i := range clients {
 		cli, err := w.client()
 		if err != nil {
-			cancel()
-			stopWatch()
 			w.closeClients()
 			return nil, err
 		}
+		clients[i] = cli
+	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	w.stopWatch = stopWatch
+	for i := range o.Watchers {
+		w.watchers.Add(1)
+		go w.watch(watchCtx, i, clients[i])
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	for i, f := range run {
 		w.done.Add(1)
 		go func() {
 			defer w.done.Done()
-			f(ctx, cli)
+			f(ctx, clients[o.Watchers+i])
 		}()
 	}
 	return w, nil
