@@ -182,6 +182,9 @@ func (h *History) write(dir string, model porcupine.Model, info porcupine.Linear
 // event names the write it comes from.
 func (h *History) checkWatches(v *Verdict) []string {
 	var problems []string
+	if h.Final == 0 {
+		problems = append(problems, "the final revision was not read: the watches cannot be checked to their end")
+	}
 	byValue := map[string]int{}
 	deletes := map[string][]int{}
 	for i, op := range h.Ops {

@@ -404,6 +404,7 @@ const watchBound = 15 * time.Second
 func (w *Workload) Stop() WriteStats {
 	w.cancel()
 	w.done.Wait()
+	w.clients[0].SetEndpoints(w.env.clientURLs()...)
 	if resp, err := readUntil(w.clients[0], w.prefix+"/shared/", watchBound); err == nil {
 		w.hist.mu.Lock()
 		w.hist.Final = resp.Header.Revision
