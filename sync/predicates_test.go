@@ -149,7 +149,7 @@ func TestOrdinalOfUnstartedMember(t *testing.T) {
 		{"https://etcd-3.etcd.default.svc.cluster.local:2380", 3, true},   // after TLS was turned on
 		{"http://etcd-3.etcd.other.svc.cluster.local:2380", 0, false},     // another namespace
 		{"http://etcd-x-3.etcd.default.svc.cluster.local:2380", 0, false}, // not an ordinal of ours
-		{"http://10.0.0.4:2380", 0, false},                                // an address, not our name
+		{"http://10.0.0.4:2380", 0, false},                                // an address, not our name (data only: nothing dials it)
 	} {
 		got, ok := v.memberOrdinal(etcdstate.Member{PeerURLs: []string{tc.peer}})
 		if got != tc.want || ok != tc.ok {

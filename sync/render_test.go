@@ -138,6 +138,7 @@ func TestJobNamesFitAndDiffer(t *testing.T) {
 	}
 }
 
+// TestEndpoints: the addresses here are data only; Endpoints builds strings and dials nothing.
 func TestEndpoints(t *testing.T) {
 	c := &v1alpha1.EtcdCluster{}
 	c.Name, c.Namespace = "etcd", "db"

@@ -259,7 +259,7 @@ func (w *simWorld) observe() Observed {
 		pod.Name, pod.Namespace = w.podName(ord), w.cluster.Namespace
 		pod.Labels = map[string]string{LabelCluster: w.cluster.Name}
 		pod.Annotations = map[string]string{AnnotationSpecHash: p.spec, AnnotationConfigHash: p.config}
-		pod.Status.PodIP = fmt.Sprintf("10.0.0.%d", ord+1)
+		pod.Status.PodIP = fmt.Sprintf("127.0.0.%d", ord+10)
 		// Ready is the kubelet's probe of the member's own health: the hook's reach plays no
 		// part in it.
 		ready := corev1.ConditionFalse
@@ -363,6 +363,7 @@ func (w *simWorld) sync() Decision {
 	w.t.Helper()
 	obs := w.observe()
 	d := Plan(simConfig, obs)
+	checkTyped(w.t, d)
 	w.stats.syncs++
 	again := Plan(simConfig, obs)
 	if a, b := encodeDecision(w.t, d), encodeDecision(w.t, again); a != b {
