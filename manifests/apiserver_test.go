@@ -466,7 +466,7 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		ReadyMembers:       3,
 		Members: []v1alpha1.MemberStatus{
 			{Name: "status-0", ID: "8e9e05c52164694d", Ordinal: 0, IsLeader: true, Healthy: true, Version: "3.6.16"},
-			{Name: "status-1", ID: "91bc3c398fb3c146", Ordinal: 1, Healthy: true, Version: "3.6.16"},
+			{Name: "status-1", ID: "91bc3c398fb3c146", Ordinal: 1, Healthy: true, Version: "3.6.16", UnansweredSince: &since},
 			{Name: "status-2", ID: "fd422379fda50e48", Ordinal: 2, IsLearner: true, Version: "3.6.16"},
 		},
 		Leader:         "status-0",
@@ -480,6 +480,11 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		Warnings:    []string{v1alpha1.EvenSizeWarning(4)},
 		Action:      &v1alpha1.Action{Type: "PromoteLearner", Member: "status-2", Reason: "learner caught up", Since: since},
 		JobFailures: 1,
+		Ledger: []v1alpha1.LedgerRecord{
+			{Name: "status-0", ID: "8e9e05c52164694d", Incarnation: 0, Established: true},
+			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true},
+			{Name: "status-2", ID: "fd422379fda50e48", Incarnation: 1},
+		},
 	}
 }
 

@@ -1,38 +1,44 @@
 package sync
 
+import "fmt"
+
 // decision renders a step: the complete children, the status and the resync, after checking
 // the step against the invariants. A violation is a bug; it becomes a hold with an
 // "internal:" reason, so the cluster is left alone and the bug is visible in status.
 func (v *view) decision(s step) Decision {
-	var children []Child
 	if err := checkInvariants(v, s); err != nil {
 		s = v.hold("internal: "+err.Error(), "internal: "+err.Error())
 	}
+	var children []Child
+	l := v.ledger
 	if s.hold {
-		children = v.heldChildren()
+		children = v.heldChildren(s)
 	} else {
-		children = v.children(s)
+		children, l = v.children(s)
 		if missing := missingChildren(v.obs.Children, children); missing != "" {
 			s = v.hold("internal: desired children lack observed "+missing, "internal: desired children lack observed "+missing)
-			children = v.heldChildren()
+			children, l = v.heldChildren(s), v.ledger
 		}
 	}
 	sortChildren(children)
+	st := v.status(s)
+	st.Ledger = l.records()
 	return Decision{
 		Children:           children,
-		Status:             v.status(s),
+		Status:             st,
 		Action:             s.action,
 		ResyncAfterSeconds: s.resync,
 	}
 }
 
-// children renders every child from the spec and the observed membership.
-func (v *view) children(s step) []Child {
-	state, l := v.joinState()
+// children renders every child from the spec and the observed membership, and returns the
+// ledger the join ConfigMap now carries.
+func (v *view) children(s step) ([]Child, ledger) {
+	state, l := v.joinState(v.rebaseline())
 	children := []Child{
 		headlessService(v.c),
 		clientService(v.c),
-		joinConfigMap(v.c, state, l),
+		joinConfigMap(v.c, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID)),
 		podDisruptionBudget(v.c, len(v.voters())),
 		statefulSet(v.c, v.spec, s.replicas, s.partition),
 	}
@@ -42,23 +48,63 @@ func (v *view) children(s step) []Child {
 	if s.job != nil {
 		children = append(children, s.job.render(v.cfg, v.c))
 	}
-	return children
+	return children, l
 }
 
-// heldChildren are the observed children unchanged, plus the Services and the
-// PodDisruptionBudget when missing: those never depend on the state a hold cannot judge.
-func (v *view) heldChildren() []Child {
+// rebaseline: etcd answers with a cluster ID other than the one on record, which only gets
+// this far when the new one was accepted on purpose (unknownStateReason).
+func (v *view) rebaseline() bool {
+	return v.clusterID != "" && fmt.Sprintf("%x", v.obs.Etcd.ClusterID) != v.clusterID
+}
+
+// heldChildren are the observed children unchanged, plus whatever is missing: a hold never
+// leaves a cluster without its children. The Services and the PodDisruptionBudget do not
+// depend on what a hold cannot judge; the join ConfigMap is rebuilt from the last membership
+// status recorded and the durable ledger; the StatefulSet from the spec, at the replicas the
+// last known members and pods need, with every live outdated pod kept on its template. A
+// roll-forward (view.rollForward) lowers the observed StatefulSet's partition onto one pod.
+func (v *view) heldChildren(s step) []Child {
 	children := observedChildren(v.obs.Children)
+	if s.rollForward {
+		for i, c := range children {
+			if c.Kind == "StatefulSet" && c.Name == StatefulSetName(v.c.Name) {
+				children[i] = statefulSet(v.c, v.spec, v.replicas, s.partition)
+			}
+		}
+	}
 	have := map[string]bool{}
 	for _, c := range children {
 		have[c.Kind+"/"+c.Name] = true
 	}
-	for _, c := range []Child{headlessService(v.c), clientService(v.c), podDisruptionBudget(v.c, v.size)} {
+	missing := []Child{headlessService(v.c), clientService(v.c), podDisruptionBudget(v.c, v.size)}
+	if v.join == nil {
+		missing = append(missing, joinConfigMap(v.c, v.lastKnownJoinState(), v.ledger, v.clusterID))
+	}
+	if v.sts == nil {
+		missing = append(missing, statefulSet(v.c, v.spec, v.lastKnownReplicas(), v.protectivePartition()))
+	}
+	for _, c := range missing {
 		if !have[c.Kind+"/"+c.Name] {
 			children = append(children, c)
 		}
 	}
 	return children
+}
+
+// lastKnownReplicas is how many pods the members status last recorded and the pods still
+// there need; the size when nothing is known.
+func (v *view) lastKnownReplicas() int {
+	n := 0
+	for _, m := range v.obs.Cluster.Status.Members {
+		n = max(n, int(m.Ordinal)+1)
+	}
+	for ord := range v.pods {
+		n = max(n, ord+1)
+	}
+	if n == 0 {
+		return v.size
+	}
+	return n
 }
 
 // missingChildren names an observed child, other than a Job, that the desired set lacks:

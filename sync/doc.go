@@ -36,12 +36,18 @@
 // the voters without a healthy quorum, never a shrink below a member, never two pods exposed
 // to the StatefulSet's rolling update at once, the partition lowered onto a pod only once the
 // pods above it are replaced and up (the StatefulSet controller would otherwise replace it
-// later, unchecked), and disturbing a healthy member only when every other member answered. A violation becomes a hold whose reason starts with "internal:".
-// When etcd's state is unknown (not asked, inconsistent, a stranger in the member list) the
-// observed children are returned unchanged.
+// later, unchecked), disturbing a healthy member only when every other member answered, never
+// removing or replacing a member only the hook cannot reach, and never replacing the leader's
+// pod while another voter could lead. Teardown and bootstrap have checks of their own. A
+// violation becomes a hold whose reason starts with "internal:".
+// When etcd's state is unknown (not asked, inconsistent, a stranger in the member list,
+// another cluster ID) the observed children are returned unchanged, with any that are missing
+// rendered again; only when no pod is Ready may one outdated pod be recreated (nothing serves,
+// no quorum is left to lose). A member that does not answer the hook while its pod is Ready is
+// unknown, not failed: it is never removed or replaced on the hook's view alone.
 //
 // The join state (ConfigMap <cluster>-join) lists every member as etcd's membership has it,
 // with an incarnation per member name that changes whenever the name is reused by a new member
-// (kept in the ConfigMap's ledger annotation), and marks members seen as started voters as
-// established, so their launcher refuses an empty data dir.
+// (kept in the ConfigMap's ledger annotation and, durably, in status.ledger), and marks
+// members seen as started voters as established, so their launcher refuses an empty data dir.
 package sync

@@ -3,12 +3,18 @@ package sync
 import (
 	"errors"
 	"fmt"
+
+	"etcdops.dev/etcdops/joinstate"
 )
 
 // checkInvariants checks a step before it is rendered: the rules every change keeps, whatever
-// phase decided it. A hold changes nothing and always passes.
+// phase decided it. A hold changes nothing and always passes, except a roll-forward, which
+// has rules of its own.
 func checkInvariants(v *view, s step) error {
 	if s.hold {
+		if s.rollForward {
+			return checkRollForward(v, s)
+		}
 		return nil
 	}
 	voters, healthy := len(v.voters()), v.healthyVoters()
@@ -33,6 +39,9 @@ func checkInvariants(v *view, s step) error {
 		case verbRemove:
 			if m == nil {
 				return fmt.Errorf("removing %s, which is not a member", s.job.member)
+			}
+			if m.unanswered() && !hasAlarm(m.Member, "CORRUPT") && m.ordinal < v.target {
+				return fmt.Errorf("removing %s, which only the hook cannot reach (its pod is Ready)", m.name)
 			}
 			if !m.IsLearner {
 				others := healthy
@@ -76,10 +85,17 @@ func checkInvariants(v *view, s step) error {
 		return fmt.Errorf("partition %d would replace %d pods at once", s.partition, len(exposed))
 	case len(exposed) == 1:
 		changes++
-		if _, why := v.replacing(exposed[0]); why != "" {
+		if _, why := v.replacementBlocker(exposed[0]); why != "" {
 			return fmt.Errorf("partition %d exposes %s while %s", s.partition, PodName(v.c.Name, exposed[0]), why)
 		}
-		if m := v.byOrd[exposed[0]]; m != nil && !m.IsLearner && m.Healthy {
+		m := v.byOrd[exposed[0]]
+		if m != nil && m.unanswered() {
+			return fmt.Errorf("replacing %s, which only the hook cannot reach (its pod is Ready)", m.name)
+		}
+		if m != nil && m == v.leader && voters > 1 && v.leaderTarget(m) != nil {
+			return fmt.Errorf("replacing leader %s while %s could take leadership", m.name, v.leaderTarget(m).name)
+		}
+		if m != nil && !m.IsLearner && m.Healthy {
 			if !canDisruptVoter(voters, healthy-1) {
 				return fmt.Errorf("replacing %s would leave %d healthy of %d voters", m.name, healthy-1, voters)
 			}
@@ -101,4 +117,94 @@ func checkInvariants(v *view, s step) error {
 		}
 	}
 	return nil
+}
+
+// checkRollForward: a hold may recreate one outdated pod only while etcd was not reached, no
+// pod is Ready, the pods keep their data on volumes, and no other pod is exposed.
+func checkRollForward(v *view, s step) error {
+	switch {
+	case v.obs.Etcd.Asked:
+		return errors.New("rolling forward while etcd answered")
+	case v.c.Spec.StorageSpec == nil:
+		return errors.New("rolling forward without volumes")
+	case v.sts == nil:
+		return errors.New("rolling forward without a StatefulSet")
+	}
+	exposed := 0
+	for ord, p := range v.pods {
+		if isReady(p) {
+			return fmt.Errorf("rolling forward while %s is Ready", p.Name)
+		}
+		if ord >= s.partition && !isTerminating(p) && v.outdated(p) {
+			exposed++
+		}
+	}
+	if exposed != 1 {
+		return fmt.Errorf("rolling forward exposes %d pods", exposed)
+	}
+	return nil
+}
+
+// checkTeardown: a finalize decision starts nothing and keeps only what it observed; member
+// Jobs go before the StatefulSet, the StatefulSet's pods before the rest; finalized only once
+// nothing is left.
+func checkTeardown(obs *Observed, d Decision) error {
+	observed := map[string]bool{}
+	for _, c := range observedChildren(obs.Children) {
+		observed[c.Kind+"/"+c.Name] = true
+	}
+	kinds := map[string]int{}
+	for _, c := range d.Children {
+		if !observed[c.Kind+"/"+c.Name] {
+			return fmt.Errorf("teardown returns %s %s, which was not observed", c.Kind, c.Name)
+		}
+		kinds[c.Kind]++
+	}
+	switch {
+	case kinds["Job"] > 0:
+		return errors.New("teardown keeps a member Job")
+	case len(obs.Children.Jobs) > 0 && kinds["StatefulSet"] < len(obs.Children.StatefulSets):
+		return errors.New("teardown deletes the StatefulSet while a member Job is left")
+	case d.Finalized && (len(d.Children) > 0 || len(observed) > 0 || len(ownPods(obs)) > 0):
+		return errors.New("finalized while children or pods are left")
+	}
+	return nil
+}
+
+// checkBootstrap: the first answer starts exactly one seed in a new cluster and no Job, and
+// only where no cluster ever answered.
+func checkBootstrap(obs *Observed, d Decision) error {
+	if obs.Etcd.Asked || obs.Cluster.Status.ClusterID != "" {
+		return errors.New("bootstrapping a cluster that answered")
+	}
+	for _, c := range d.Children {
+		switch c.Kind {
+		case "Job":
+			return errors.New("bootstrap starts a member Job")
+		case "StatefulSet":
+			if r := c.Object.(object)["spec"].(object)["replicas"]; r != 1 {
+				return fmt.Errorf("bootstrap StatefulSet of %v replicas", r)
+			}
+		case "ConfigMap":
+			st, err := joinstate.Decode([]byte(c.Object.(object)["data"].(map[string]string)[joinstate.ConfigMapKey]))
+			if err != nil {
+				return err
+			}
+			if st.ClusterState != joinstate.StateNew || len(st.Members) != 1 {
+				return fmt.Errorf("bootstrap join state %s with %d members", st.ClusterState, len(st.Members))
+			}
+		}
+	}
+	return nil
+}
+
+// ownPods are the observed pods of the cluster.
+func ownPods(obs *Observed) []int {
+	var out []int
+	for i := range obs.Pods {
+		if ord, ok := ownPod(&obs.Cluster, &obs.Pods[i]); ok {
+			out = append(out, ord)
+		}
+	}
+	return out
 }

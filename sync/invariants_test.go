@@ -7,6 +7,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
 )
 
 // TestInvariantsCatchUnsafeSteps feeds hand-made unsafe steps to the checker: each must be
@@ -88,6 +89,33 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 			},
 			"while Job etcd-promote-etcd-3-0123456789 is outstanding",
 		},
+		{
+			"removing a voter only the hook cannot reach",
+			func(w *simWorld) { w.pods[1].blind = true },
+			func(p *planner) step {
+				return p.runJob(memberJob{verb: verbRemove, member: "etcd-1", id: p.byOrd[1].ID}, RemoveMember, "")
+			},
+			"removing etcd-1, which only the hook cannot reach",
+		},
+		{
+			"replacing the pod of a voter only the hook cannot reach",
+			func(w *simWorld) {
+				w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=1"}
+				w.pods[2].blind = true
+			},
+			func(p *planner) step { return p.replacePod(2, "etcd-2", "") },
+			"replacing etcd-2, which only the hook cannot reach",
+		},
+		{
+			"replacing the leader's pod while another voter could lead",
+			func(w *simWorld) {
+				w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=1"}
+				w.setLeader(2)
+				w.pods[2].slow = true
+			},
+			func(p *planner) step { return p.replacePod(2, "etcd-2", "") },
+			"replacing leader etcd-2 while etcd-0 could take leadership",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSimWorld(t, 3, true)
@@ -107,5 +135,68 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 				t.Errorf("decision %v, want an internal hold", d.Action)
 			}
 		})
+	}
+}
+
+// TestRollForwardInvariants: a hold may recreate one pod only when nothing serves.
+func TestRollForwardInvariants(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(w *simWorld)
+		want  string
+	}{
+		{"a pod is Ready", func(w *simWorld) {}, "rolling forward while etcd-0 is Ready"},
+		{"no volumes", func(w *simWorld) { w.cluster.Spec.StorageSpec = nil }, "rolling forward without volumes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newSimWorld(t, 1, true)
+			w.run(100)
+			w.cluster.Spec.Version = "v3.6.17"
+			tc.setup(w)
+			obs := w.observe()
+			obs.Etcd = etcdstate.Snapshot{Err: "no voter answered"}
+			c := v1alpha1.Defaulted(obs.Cluster)
+			v := newView(simConfig, &obs, &c)
+			s := v.hold("etcd not reachable", "")
+			s.rollForward, s.partition = true, 0
+			if err := checkInvariants(v, s); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("checkInvariants = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestTeardownAndBootstrapInvariants: finalize and bootstrap decisions are checked too; each
+// broken decision is refused.
+func TestTeardownAndBootstrapInvariants(t *testing.T) {
+	w := newSimWorld(t, 3, true)
+	w.run(100)
+	obs := w.observe()
+	d := Plan(simConfig, obs)
+	job := Child{APIVersion: "batch/v1", Kind: "Job", Name: "etcd-remove-etcd-2-0123456789", Object: object{}}
+	fresh := &Observed{Cluster: newSimWorld(t, 3, true).cluster}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"teardown starts a Job", checkTeardown(&obs, Decision{Children: append([]Child{job}, d.Children...)}), "was not observed"},
+		{"finalized with children left", checkTeardown(&obs, Decision{Finalized: true}), "finalized while children or pods are left"},
+		{"bootstrap over a cluster that answered", checkBootstrap(&obs, d), "bootstrapping a cluster that answered"},
+		{"bootstrap of three", checkBootstrap(fresh, Decision{Children: []Child{{Kind: "StatefulSet", Object: object{"spec": object{"replicas": 3}}}}}), "bootstrap StatefulSet of 3 replicas"},
+		{"bootstrap with a Job", checkBootstrap(fresh, Decision{Children: []Child{job}}), "bootstrap starts a member Job"},
+		{"teardown deletes the StatefulSet before the Jobs", func() error {
+			o := obs
+			o.Children.Jobs = []batchv1.Job{{}}
+			o.Children.Jobs[0].Name = job.Name
+			return checkTeardown(&o, Decision{Children: nil})
+		}(), "deletes the StatefulSet while a member Job is left"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.name, tc.err, tc.want)
+		}
+	}
+	if err := checkBootstrap(fresh, Plan(simConfig, *fresh)); err != nil {
+		t.Errorf("the planner's own bootstrap is refused: %v", err)
 	}
 }

@@ -87,11 +87,13 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	}
 	// No TTL: the planner drops the Job itself once membership shows its effect, and a Job
 	// deleted by TTL while still returned would be created again.
+	// The Job's pod carries no etcdops.dev/cluster label: the Services and the disruption
+	// budget select the cluster's pods by it, and this pod has no etcd to serve.
 	spec := object{
 		"backoffLimit":          jobBackoffLimit,
 		"activeDeadlineSeconds": jobDeadline,
 		"template": object{
-			"metadata": object{"labels": map[string]string{LabelCluster: c.Name, LabelAction: j.verb, LabelMember: j.member}},
+			"metadata": object{"labels": map[string]string{LabelAction: j.verb, LabelMember: j.member}},
 			"spec":     podSpec,
 		},
 	}

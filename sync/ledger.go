@@ -5,13 +5,21 @@ import (
 	"fmt"
 	"sort"
 
+	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/joinstate"
 )
 
+// AnnotationClusterID on the join ConfigMap records the etcd cluster ID in hex, beside
+// status.clusterID: with either lost, a cluster that answers with another ID is still
+// recognised as a stranger.
+const AnnotationClusterID = "etcdops.dev/cluster-id"
+
 // ledger remembers every member name the cluster has used: the member ID it last had, its
 // incarnation and whether it was established. It lives in an annotation of the join
-// ConfigMap, so it outlives a member's removal: a member re-added under the same name is told
-// apart from its predecessor by its ID and gets the next incarnation.
+// ConfigMap and, durably, in status.ledger, so it outlives a member's removal and the
+// ConfigMap's deletion: a member re-added under the same name is told apart from its
+// predecessor by its ID and gets the next incarnation, and a member that keeps its name and
+// ID keeps its incarnation.
 type ledger map[string]ledgerEntry
 
 type ledgerEntry struct {
@@ -30,7 +38,7 @@ func (l ledger) encode() string {
 }
 
 // decodeLedger reads the annotation; a missing or unreadable one is an empty ledger, which
-// costs only incarnation history, never safety: established is re-derived from membership.
+// the durable copy in status makes up for.
 func decodeLedger(s string) ledger {
 	l := ledger{}
 	if s != "" && json.Unmarshal([]byte(s), &l) != nil {
@@ -39,9 +47,54 @@ func decodeLedger(s string) ledger {
 	return l
 }
 
+func ledgerFromStatus(rs []v1alpha1.LedgerRecord) ledger {
+	l := ledger{}
+	for _, r := range rs {
+		l[r.Name] = ledgerEntry{ID: r.ID, Incarnation: r.Incarnation, Established: r.Established}
+	}
+	return l
+}
+
+// records is the ledger as status keeps it, sorted by name.
+func (l ledger) records() []v1alpha1.LedgerRecord {
+	out := make([]v1alpha1.LedgerRecord, 0, len(l))
+	for name, e := range l {
+		out = append(out, v1alpha1.LedgerRecord{Name: name, ID: e.ID, Incarnation: e.Incarnation, Established: e.Established})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// mergeLedgers keeps, per name, the later of two records: the higher incarnation, else the
+// one that knows the member ID. Both are written by the same sync, so they differ only when
+// one was lost or not yet applied; the later one is never less safe. Establishment is kept
+// when both speak of the same member.
+func mergeLedgers(a, b ledger) ledger {
+	out := ledger{}
+	for name, e := range a {
+		out[name] = e
+	}
+	for name, e := range b {
+		o, ok := out[name]
+		switch {
+		case !ok || e.Incarnation > o.Incarnation || e.Incarnation == o.Incarnation && o.ID == "" && e.ID != "":
+			out[name] = e
+		case e.Incarnation == o.Incarnation && e.ID == o.ID:
+			o.Established = o.Established || e.Established
+			out[name] = o
+		}
+	}
+	return out
+}
+
 // joinState lists every member exactly as etcd's membership has it, with the incarnation
 // and establishment the ledger keeps; new is only for a cluster that has never answered.
-func (v *view) joinState() (joinstate.State, ledger) {
+// rebaseline, after a new cluster ID was accepted on purpose, takes the members' new IDs as
+// the same members: a restore gives every member a new ID, and its data is the one to keep.
+func (v *view) joinState(rebaseline bool) (joinstate.State, ledger) {
 	next := ledger{}
 	for name, e := range v.ledger {
 		next[name] = e
@@ -53,8 +106,8 @@ func (v *view) joinState() (joinstate.State, ledger) {
 		switch {
 		case !seen:
 			e = ledgerEntry{ID: id}
-		case e.ID == "":
-			// The seed was written down before etcd gave it an ID.
+		case e.ID == "" || rebaseline:
+			// The seed was written down before etcd gave it an ID, or a restore renamed all.
 			e.ID = id
 		case e.ID != id:
 			// Same name, new member: a replacement, whose pod must start from an empty dir.
@@ -70,6 +123,19 @@ func (v *view) joinState() (joinstate.State, ledger) {
 	}
 	sortJoinMembers(st.Members)
 	return st, next
+}
+
+// lastKnownJoinState rebuilds the join state without etcd, for a hold that finds the join
+// ConfigMap gone: the members status last saw, with the ledger's incarnations. Pods cannot
+// even start without the ConfigMap; with it they start as they would have before it was lost.
+func (v *view) lastKnownJoinState() joinstate.State {
+	st := joinstate.State{Token: clusterToken(v.c), ClusterState: joinstate.StateExisting}
+	for _, m := range v.obs.Cluster.Status.Members {
+		e := v.ledger[m.Name]
+		st.Members = append(st.Members, joinstate.Member{Name: m.Name, PeerURL: PeerURL(v.c, m.Name, v.cfg.ClusterDomain), Incarnation: e.Incarnation, Established: e.Established})
+	}
+	sortJoinMembers(st.Members)
+	return st
 }
 
 func sortJoinMembers(ms []joinstate.Member) {

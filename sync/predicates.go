@@ -89,10 +89,10 @@ func isCrashLooping(p *corev1.Pod) bool {
 	return false
 }
 
-// cannotStart says why a pod cannot start its etcd at all (an image that cannot be pulled, a
+// podStartFailure says why a pod cannot start its etcd at all (an image that cannot be pulled, a
 // container that cannot be created, no node to run on), or "". Replacing the member would not
 // help: the new pod would fail the same way until the spec or the nodes change.
-func cannotStart(p *corev1.Pod) string {
+func podStartFailure(p *corev1.Pod) string {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 			return "unschedulable: " + c.Message

@@ -149,7 +149,7 @@ func TestOrdinalOfUnstartedMember(t *testing.T) {
 		{"https://etcd-3.etcd.default.svc.cluster.local:2380", 3, true},   // after TLS was turned on
 		{"http://etcd-3.etcd.other.svc.cluster.local:2380", 0, false},     // another namespace
 		{"http://etcd-x-3.etcd.default.svc.cluster.local:2380", 0, false}, // not an ordinal of ours
-		{"http://10.0.0.4:2380", 0, false},                                // an address, not our name
+		{"http://10.0.0.4:2380", 0, false},                                // an address, not our name (data only: nothing dials it)
 	} {
 		got, ok := v.memberOrdinal(etcdstate.Member{PeerURLs: []string{tc.peer}})
 		if got != tc.want || ok != tc.ok {
@@ -158,18 +158,23 @@ func TestOrdinalOfUnstartedMember(t *testing.T) {
 	}
 }
 
-func TestVersionLess(t *testing.T) {
+func TestLowestVersion(t *testing.T) {
 	for _, tc := range []struct {
-		a, b string
-		want bool
+		versions []string
+		want     string
 	}{
-		{"3.5.21", "3.6.0", true},
-		{"3.6.10", "3.6.9", false}, // numeric, not lexical
-		{"3.6.9", "3.6.10", true},
-		{"v3.6.1", "3.6.1", false},
+		{[]string{"3.5.21", "3.6.0"}, "v3.5.21"},
+		{[]string{"3.6.10", "3.6.9"}, "v3.6.9"}, // numeric, not lexical
+		{[]string{"", "3.6.10"}, "v3.6.10"},     // a member that did not answer has none
+		{[]string{"3.7.0-rc.1", "3.7.0"}, "v3.7.0-rc.1"},
+		{[]string{""}, ""},
 	} {
-		if got := versionLess(tc.a, tc.b); got != tc.want {
-			t.Errorf("versionLess(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)
+		var ms []etcdstate.Member
+		for _, v := range tc.versions {
+			ms = append(ms, etcdstate.Member{Version: v})
+		}
+		if got := lowestVersion(ms); got != tc.want {
+			t.Errorf("lowestVersion(%v) = %q, want %q", tc.versions, got, tc.want)
 		}
 	}
 }
@@ -199,7 +204,7 @@ func TestUpgradePath(t *testing.T) {
 	}
 }
 
-func TestCannotStart(t *testing.T) {
+func TestPodStartFailure(t *testing.T) {
 	waiting := func(reason string) corev1.ContainerStatus {
 		return corev1.ContainerStatus{Name: "etcd", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}
 	}
@@ -213,8 +218,8 @@ func TestCannotStart(t *testing.T) {
 		{"no node fits", corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes"}}}}, "unschedulable: 0/3 nodes"},
 		{"running", corev1.Pod{}, ""},
 	} {
-		if got := cannotStart(&tc.pod); got != tc.want {
-			t.Errorf("%s: cannotStart = %q, want %q", tc.name, got, tc.want)
+		if got := podStartFailure(&tc.pod); got != tc.want {
+			t.Errorf("%s: podStartFailure = %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }

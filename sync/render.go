@@ -77,10 +77,15 @@ func servicePort(name string, port int) object {
 	return object{"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
 }
 
-func joinConfigMap(c *v1alpha1.EtcdCluster, state joinstate.State, l ledger) Child {
+// joinConfigMap renders the join state; clusterID is "" until etcd first answered.
+func joinConfigMap(c *v1alpha1.EtcdCluster, state joinstate.State, l ledger, clusterID string) Child {
 	name := JoinConfigMapName(c.Name)
 	meta := metadata(c, name, commonLabels(c))
-	meta["annotations"] = map[string]string{AnnotationLedger: l.encode()}
+	annotations := map[string]string{AnnotationLedger: l.encode()}
+	if clusterID != "" {
+		annotations[AnnotationClusterID] = clusterID
+	}
+	meta["annotations"] = annotations
 	return Child{APIVersion: "v1", Kind: "ConfigMap", Name: name, Object: object{
 		"apiVersion": "v1",
 		"kind":       "ConfigMap",

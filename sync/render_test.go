@@ -9,6 +9,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
@@ -135,6 +138,7 @@ func TestJobNamesFitAndDiffer(t *testing.T) {
 	}
 }
 
+// TestEndpoints: the addresses here are data only; Endpoints builds strings and dials nothing.
 func TestEndpoints(t *testing.T) {
 	c := &v1alpha1.EtcdCluster{}
 	c.Name, c.Namespace = "etcd", "db"
@@ -349,5 +353,61 @@ func TestEtcdFlagsTLS(t *testing.T) {
 				t.Errorf("%s: unexpected %s in %s", tc.story, n, got)
 			}
 		}
+	}
+}
+
+// TestMemberJobPodsAreNotServed: the Services and the disruption budget select the etcd pods,
+// never a member Job's pod, which has no etcd listener and would take client traffic or count
+// against the budget.
+func TestMemberJobPodsAreNotServed(t *testing.T) {
+	w := newSimWorld(t, 3, true)
+	w.run(100)
+	w.cluster.Spec.Size = ptrTo(int32(4))
+	d := Plan(simConfig, w.observe())
+	var svcs []corev1.Service
+	var pdb policyv1.PodDisruptionBudget
+	var sts appsv1.StatefulSet
+	var job *batchv1.Job
+	for key, js := range childrenOf(t, d) {
+		switch kind, _, _ := strings.Cut(key, "/"); kind {
+		case "Service":
+			var s corev1.Service
+			mustUnmarshal(t, js, &s)
+			svcs = append(svcs, s)
+		case "PodDisruptionBudget":
+			mustUnmarshal(t, js, &pdb)
+		case "StatefulSet":
+			mustUnmarshal(t, js, &sts)
+		case "Job":
+			job = &batchv1.Job{}
+			mustUnmarshal(t, js, job)
+		}
+	}
+	if job == nil || len(svcs) != 2 {
+		t.Fatalf("want a Job and two Services: %v", d.Action)
+	}
+	jobPod, etcdPod := labels.Set(job.Spec.Template.Labels), labels.Set(sts.Spec.Template.Labels)
+	pdbSelector, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	selectors := map[string]labels.Selector{"PodDisruptionBudget": pdbSelector}
+	for _, s := range svcs {
+		selectors["Service "+s.Name] = labels.SelectorFromSet(s.Spec.Selector)
+	}
+	for name, sel := range selectors {
+		if sel.Matches(jobPod) {
+			t.Errorf("%s selects the member Job's pod (labels %v)", name, jobPod)
+		}
+		if !sel.Matches(etcdPod) {
+			t.Errorf("%s does not select the etcd pods (labels %v)", name, etcdPod)
+		}
+	}
+}
+
+func mustUnmarshal(t *testing.T, js string, into any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(js), into); err != nil {
+		t.Fatal(err)
 	}
 }

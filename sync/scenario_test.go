@@ -30,12 +30,19 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //
 //	new size=N [nostorage] [version=V]   a fresh world, nothing created yet
 //	run                                  sync and tick until converged; prints the figures
-//	step [N]                             N syncs, each followed by a tick; one line each
+//	step [N]                             N syncs, each followed by a tick; one line each, a
+//	                                     line that consecutive syncs repeat once with (xN)
 //	plan                                 the decision on the world as it is, not applied
 //	world                                the world in three lines
 //	spec size=N | version=V | options=A,B | paused | unpaused | delete
 //	leader POD                           make POD's member the leader
-//	fault POD crash|down|corrupt|nospace|gone|heal
+//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|heal   unreachable: the hook
+//	                                     alone cannot reach it, etcd and the kubelet see it healthy;
+//	                                     slow: it keeps its raft role but fails health checks
+//	unschedulable POD | schedulable POD  the pod at that ordinal cannot be scheduled (any template)
+//	delete statefulset [orphan] | configmap | services | pdb   a child deleted behind the planner's back
+//	leader-returns N                     leadership goes back after each of the next N leader moves
+//	annotate KEY=VALUE                   an annotation on the EtcdCluster
 //	member-add POD                       a learner added behind the planner's back
 //	member-remove POD                    a member removed behind the planner's back
 //	status-reset                         the parent's status is lost
@@ -43,7 +50,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	bad-image VERSION                    pods of that etcd version cannot pull their image
 //	allow-quorum-loss                    the story breaks quorum on purpose
 //	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
-//	etcd unreachable|inconsistent|stranger|without POD  the next observation of etcd
+//	etcd unreachable|inconsistent|stranger|without POD|foreign-peer POD  the next observation of
+//	                                     etcd; foreign-peer: POD's member advertises another host
+//	etcd new-cluster                     from now on etcd is another cluster: new cluster and
+//	                                     member IDs on the same data (as after a restore)
 //	age DURATION                         time passes without anything happening
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
@@ -159,12 +169,31 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		if len(args) > 0 {
 			n, _ = strconv.Atoi(args[0])
 		}
-		for i := 0; i < n; i++ {
-			d := w.step()
-			fmt.Fprintf(out, "%s\n", actionLine(d.Action))
+		// A line repeated by consecutive syncs is printed once, with its count.
+		last, repeats := "", 0
+		flush := func() {
+			switch {
+			case repeats == 1:
+				fmt.Fprintf(out, "%s\n", last)
+			case repeats > 1:
+				fmt.Fprintf(out, "%s (x%d)\n", last, repeats)
+			}
 		}
+		for i := 0; i < n; i++ {
+			line := actionLine(w.step().Action)
+			if line != last {
+				flush()
+				last, repeats = line, 0
+			}
+			repeats++
+		}
+		flush()
 	case "plan":
-		out.WriteString(decisionText(t, Plan(simConfig, w.observe())))
+		d := Plan(simConfig, w.observe())
+		if strings.HasPrefix(d.Action.Reason, "internal:") {
+			t.Fatalf("%q: the planner broke an invariant; not recording it as expected output: %s", line, d.Action.Reason)
+		}
+		out.WriteString(decisionText(t, d))
 	case "world":
 		fmt.Fprintf(out, "%s\n", w.describe())
 	case "spec":
@@ -210,14 +239,30 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			m.alarms = []string{"NOSPACE"}
 		case "gone":
 			p.terminating = true
+		case "unreachable":
+			p.blind = true
+		case "slow":
+			p.slow = true
 		case "heal":
-			p.crash, p.down = false, false
+			p.crash, p.down, p.blind, p.slow = false, false, false, false
 			if m != nil {
 				m.alarms = nil
 			}
 		default:
 			t.Fatalf("%q: unknown fault", line)
 		}
+	case "unschedulable", "schedulable":
+		w.unschedulable[w.ordinalOf(arg(0))] = cmd == "unschedulable"
+	case "delete":
+		w.deleteChild(arg(0), len(args) > 1 && args[1] == "orphan")
+	case "leader-returns":
+		w.leaderReturns, _ = strconv.Atoi(arg(0))
+	case "annotate":
+		k, v, _ := strings.Cut(arg(0), "=")
+		if w.cluster.Annotations == nil {
+			w.cluster.Annotations = map[string]string{}
+		}
+		w.cluster.Annotations[k] = v
 	case "member-add":
 		w.members = append(w.members, &simMember{id: w.nextID, ord: w.ordinalOf(arg(0)), learner: true})
 		w.nextID++
@@ -260,6 +305,17 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			w.etcdOverride = func(s *etcdstate.Snapshot) {
 				s.Members = append(s.Members, etcdstate.Member{ID: 0xbad, Name: "other-0", PeerURLs: []string{"http://other-0.other.default.svc.cluster.local:2380"}})
 			}
+		case "new-cluster":
+			w.newCluster()
+		case "foreign-peer":
+			name := arg(1)
+			w.etcdOverride = func(s *etcdstate.Snapshot) {
+				for i := range s.Members {
+					if s.Members[i].Name == name {
+						s.Members[i].PeerURLs = []string{"http://" + name + ".etcd.other.svc.cluster.local:2380"}
+					}
+				}
+			}
 		case "without":
 			// etcd's answer lags a change a Job just made.
 			ord := w.ordinalOf(arg(1))
@@ -284,6 +340,49 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		t.Fatalf("%q: unknown command", line)
 	}
 	return w
+}
+
+// deleteChild deletes an applied child as a person would with kubectl.
+func (w *simWorld) deleteChild(what string, orphan bool) {
+	w.t.Helper()
+	prefix := map[string]string{"statefulset": "StatefulSet/", "configmap": "ConfigMap/", "services": "Service/", "pdb": "PodDisruptionBudget/"}[what]
+	if prefix == "" {
+		w.t.Fatalf("cannot delete %q", what)
+	}
+	for key := range w.applied {
+		if strings.HasPrefix(key, prefix) {
+			delete(w.applied, key)
+		}
+	}
+	switch what {
+	case "statefulset":
+		w.sts, w.orphaned = nil, orphan
+		if !orphan {
+			// The garbage collector deletes the pods in the background, whatever comes next.
+			for _, p := range w.pods {
+				p.terminating = true
+			}
+		}
+	case "configmap":
+		w.join = nil
+	}
+}
+
+// newCluster makes etcd another cluster on the same data, as a restore does: a new cluster
+// ID, and new member IDs that the data dirs now belong to.
+func (w *simWorld) newCluster() {
+	w.clusterID++
+	for _, m := range w.members {
+		old := m.id
+		m.id = w.nextID
+		w.nextID++
+		if d := w.data[m.ord]; d != nil && d.id == old {
+			d.id = m.id
+		}
+		if w.leader == old {
+			w.leader = m.id
+		}
+	}
 }
 
 func (w *simWorld) ordinalOf(pod string) int {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
 )
 
 // simScenario drives a world from a start through changes and faults to convergence; every
@@ -85,9 +87,9 @@ var simScenarios = []simScenario{
 		w, _ := created(t, 3, true)
 		return []simStats{w.edit(func(w *simWorld) { w.cluster.Spec.Version = "v3.6.17" })}
 	}},
-	{"minor upgrade v3.5.21→v3.6.16", func(t *testing.T) []simStats {
+	{"minor upgrade v3.5.26→v3.6.16", func(t *testing.T) []simStats {
 		w := newSimWorld(t, 3, true)
-		w.cluster.Spec.Version = "v3.5.21"
+		w.cluster.Spec.Version = "v3.5.26"
 		w.run(200)
 		return []simStats{w.edit(func(w *simWorld) { w.cluster.Spec.Version = "v3.6.16" })}
 	}},
@@ -143,6 +145,28 @@ var simScenarios = []simScenario{
 		s.adds = w.stats.adds - before.adds
 		return []simStats{s}
 	}},
+	{"one member stopped by a bad option, then reverted", func(t *testing.T) []simStats {
+		w, _ := created(t, 1, true)
+		w.lag = nil // the story needs every sync to see the revert
+		w.cluster.Spec.EtcdOptions = []string{"--bad-option"}
+		w.cluster.Generation++
+		w.crashOnCurrentSpec()
+		for i := 0; i < 20; i++ {
+			w.step()
+		}
+		if p := w.pods[0]; p == nil || p.running {
+			t.Fatalf("the bad option did not stop the member: %s", w.describe())
+		}
+		return []simStats{w.edit(func(w *simWorld) { w.cluster.Spec.EtcdOptions = nil })}
+	}},
+	{"rolling config change, 2 members", func(t *testing.T) []simStats {
+		w, _ := created(t, 2, true)
+		return []simStats{w.edit(func(w *simWorld) { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} })}
+	}},
+	{"rolling config change, 2 members without volumes", func(t *testing.T) []simStats {
+		w, _ := created(t, 2, false)
+		return []simStats{w.edit(func(w *simWorld) { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} })}
+	}},
 	{"failed Job retried with backoff", func(t *testing.T) []simStats {
 		w, _ := created(t, 1, true)
 		w.failJobs = 2
@@ -157,6 +181,18 @@ func (w *simWorld) faultUntilRemoved(ord int) {
 		if w.memberAt(ord) == nil && w.pods[ord] != nil {
 			w.pods[ord].crash = false
 			w.onTick = nil
+		}
+	}
+}
+
+// crashOnCurrentSpec makes every pod created from the spec as it is now crash: the change
+// just made is the fault, and reverting it heals.
+func (w *simWorld) crashOnCurrentSpec() {
+	c := v1alpha1.Defaulted(w.cluster)
+	bad := renderPodSpec(simConfig, &c).specHash
+	w.onTick = func() {
+		for _, p := range w.pods {
+			p.crash = p.spec == bad
 		}
 	}
 }
@@ -305,4 +341,112 @@ func TestEmptyDirRollStartsEachMemberOnce(t *testing.T) {
 		}
 	}
 	t.Fatalf("not converged:\n%s\nlast actions:\n  %s", w.describe(), strings.Join(lastN(w.log, 12), "\n  "))
+}
+
+// TestRandomPartialKnowledge mixes what the hook cannot know with the usual faults, during
+// scale and rolling changes: members only the hook cannot reach, a leader failing its health
+// checks, children deleted behind the planner's back (the StatefulSet with or without its
+// pods, the join ConfigMap), leadership that moves back, a learner's pod that cannot be
+// scheduled, a cluster that suddenly answers with another cluster ID (accepted a little later,
+// as after a restore). Every step keeps the invariants, and the cluster converges once the
+// world heals.
+func TestRandomPartialKnowledge(t *testing.T) {
+	for seed := int64(1); seed <= 8; seed++ {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			w, _ := created(t, 3, seed%2 == 1)
+			w.faulty = true
+			changes := []func(){
+				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },
+				func() { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} },
+				func() { w.cluster.Spec.Size = ptrTo(int32(2)) },
+				func() { w.cluster.Spec.Version = "v3.6.17" },
+				func() { w.cluster.Spec.Size = ptrTo(int32(3)) },
+			}
+			var heal []func()
+			healAll := func() {
+				for _, h := range heal {
+					h()
+				}
+				heal = nil
+			}
+			faults := []func(){
+				func() { // the hook alone loses a member
+					if p := w.randomPod(rng); p != nil {
+						p.blind = true
+						heal = append(heal, func() { p.blind = false })
+					}
+				},
+				func() { // a member fails its health checks but keeps its raft role
+					if p := w.randomPod(rng); p != nil {
+						p.slow = true
+						heal = append(heal, func() { p.slow = false })
+					}
+				},
+				func() { // a crash
+					if p := w.randomPod(rng); p != nil {
+						p.crash = true
+						heal = append(heal, func() { p.crash = false })
+					}
+				},
+				func() {
+					// Without volumes, deleting the pods with it loses the data: a person's
+					// mistake no operator can undo (the noStorage warning says so).
+					w.deleteChild("statefulset", !w.storage() || rng.Intn(2) == 0)
+				},
+				func() { w.deleteChild("configmap", false) },
+				func() { w.deleteChild("services", false) },
+				func() { w.leaderReturns = 1 + rng.Intn(3) },
+				func() {
+					ord := 3 + rng.Intn(2)
+					w.unschedulable[ord] = true
+					heal = append(heal, func() { w.unschedulable[ord] = false })
+				},
+				func() {
+					w.newCluster()
+					id := fmt.Sprintf("%x", w.clusterID)
+					heal = append(heal, func() {
+						if w.cluster.Annotations == nil {
+							w.cluster.Annotations = map[string]string{}
+						}
+						w.cluster.Annotations[v1alpha1.AnnotationAcceptClusterID] = id
+					})
+				},
+			}
+			for _, change := range changes {
+				change()
+				w.cluster.Generation++
+				healAt := -1
+				for i := 0; i < 60; i++ {
+					if healAt < 0 && rng.Intn(6) == 0 {
+						f := rng.Intn(len(faults))
+						w.log = append(w.log, fmt.Sprintf("fault %d", f))
+						faults[f]()
+						healAt = i + 3 + rng.Intn(12)
+					}
+					if i == healAt {
+						healAll()
+						healAt = -1
+					}
+					w.step()
+				}
+				healAll()
+				w.leaderReturns = 0
+				if testing.Verbose() {
+					t.Logf("change done: %s\n%s", w.describe(), strings.Join(w.log, "\n"))
+					w.log = nil
+				}
+				w.run(500)
+			}
+		})
+	}
+}
+
+// randomPod is one of the pods that exist, or nil.
+func (w *simWorld) randomPod(rng *rand.Rand) *simPod {
+	ords := sortedInts(w.pods)
+	if len(ords) == 0 {
+		return nil
+	}
+	return w.pods[ords[rng.Intn(len(ords))]]
 }

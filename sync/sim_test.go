@@ -19,6 +19,7 @@ import (
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
+	"etcdops.dev/etcdops/launcher"
 )
 
 // The step simulator: a fake world of one EtcdCluster, its children, its pods and its etcd
@@ -65,6 +66,13 @@ type simPod struct {
 	crash bool
 	// noImage: its etcd image cannot be pulled; it never starts.
 	noImage bool
+	// blind: the hook cannot reach this pod, though its etcd runs and is Ready.
+	blind bool
+	// slow: its etcd keeps its part in raft (and leadership) but answers health checks with
+	// errors, so its pod is not Ready: a leader on a failing disk.
+	slow bool
+	// why its etcd last failed to start, for describe.
+	why string
 }
 
 type simSTS struct {
@@ -128,6 +136,13 @@ type simWorld struct {
 	seen  map[string][]byte
 	// etcdOverride, when set, changes the next observation of etcd.
 	etcdOverride func(*etcdstate.Snapshot)
+	// unschedulable ordinals: their pods stay Pending, whatever template they have.
+	unschedulable map[int]bool
+	// leaderReturns: after this many more move-leader Jobs leadership goes back to the member
+	// it was moved from, as if something kept moving it.
+	leaderReturns int
+	// orphaned: the StatefulSet was deleted leaving its pods (kubectl delete --cascade=orphan).
+	orphaned bool
 	// onTick, when set, runs at the end of every tick: a fault that heals on a condition.
 	onTick func()
 	log    []string
@@ -145,7 +160,7 @@ func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 	return &simWorld{
 		t: t, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
 		pods: map[int]*simPod{}, data: map[int]*simData{}, applied: map[string][]byte{}, jobs: map[string]*simJob{},
-		lag: simLag,
+		lag: simLag, unschedulable: map[int]bool{},
 	}
 }
 
@@ -244,20 +259,30 @@ func (w *simWorld) observe() Observed {
 		pod.Name, pod.Namespace = w.podName(ord), w.cluster.Namespace
 		pod.Labels = map[string]string{LabelCluster: w.cluster.Name}
 		pod.Annotations = map[string]string{AnnotationSpecHash: p.spec, AnnotationConfigHash: p.config}
-		pod.Status.PodIP = fmt.Sprintf("10.0.0.%d", ord+1)
+		pod.Status.PodIP = fmt.Sprintf("127.0.0.%d", ord+10)
+		// Ready is the kubelet's probe of the member's own health: the hook's reach plays no
+		// part in it.
 		ready := corev1.ConditionFalse
-		if m := w.memberAt(ord); m != nil && w.healthy(m) {
+		if m := w.memberAt(ord); m != nil && w.healthy(m) && !p.slow {
 			ready = corev1.ConditionTrue
 		}
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
+		pod.Status.Phase = corev1.PodRunning
 		cs := corev1.ContainerStatus{Name: "etcd", RestartCount: int32(p.restarts)}
 		switch {
+		case w.unschedulable[ord]:
+			pod.Status.Phase = corev1.PodPending
+			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+				Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules"})
 		case p.running:
 			cs.State.Running = &corev1.ContainerStateRunning{}
 		case p.noImage:
+			pod.Status.Phase = corev1.PodPending
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}
 		case p.restarts > 0:
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+		default:
+			pod.Status.Phase = corev1.PodPending
 		}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
 		if p.terminating {
@@ -274,11 +299,12 @@ func (w *simWorld) observe() Observed {
 	return obs
 }
 
-// snapshot is what the membership observer would read: nothing when no voter can answer.
+// snapshot is what the membership observer would read: nothing when no voter can answer the
+// hook. A blind pod's member is healthy for etcd and the kubelet, but does not answer the hook.
 func (w *simWorld) snapshot() etcdstate.Snapshot {
 	answers := false
 	for _, m := range w.members {
-		if !m.learner && w.healthy(m) {
+		if !m.learner && w.healthy(m) && !w.pods[m.ord].blind {
 			answers = true
 		}
 	}
@@ -293,13 +319,13 @@ func (w *simWorld) snapshot() etcdstate.Snapshot {
 			em.Name = w.podName(m.ord)
 		}
 		p := w.pods[m.ord]
-		if m.started && p != nil && p.running {
+		if m.started && p != nil && p.running && !p.blind {
 			em.Reachable = true
 			em.RaftIndex = m.raft
 			em.Version = strings.TrimPrefix(p.version, "v")
 			em.IsLeader = m.id == w.leader
 			em.Alarms = m.alarms
-			em.Healthy = w.healthy(m) && quorum
+			em.Healthy = w.healthy(m) && quorum && !p.slow
 		}
 		s.Complete = s.Complete && em.Reachable
 		s.Members = append(s.Members, em)
@@ -337,6 +363,7 @@ func (w *simWorld) sync() Decision {
 	w.t.Helper()
 	obs := w.observe()
 	d := Plan(simConfig, obs)
+	checkTyped(w.t, d)
 	w.stats.syncs++
 	again := Plan(simConfig, obs)
 	if a, b := encodeDecision(w.t, d), encodeDecision(w.t, again); a != b {
@@ -445,6 +472,7 @@ func (w *simWorld) applySTS(b []byte) {
 	tmpl := s.Spec.Template
 	version := tmpl.Spec.Containers[0].Image[strings.LastIndex(tmpl.Spec.Containers[0].Image, ":")+1:]
 	if w.sts == nil {
+		w.orphaned = false
 		w.sts = &simSTS{currentSpec: tmpl.Annotations[AnnotationSpecHash], currentConfig: tmpl.Annotations[AnnotationConfigHash], currentVersion: version}
 	}
 	w.sts.replicas = int(*s.Spec.Replicas)
@@ -547,8 +575,14 @@ func (w *simWorld) runJob(j *simJob) {
 			return
 		}
 		if w.leader != m.id {
+			from := w.leader
 			w.leader = m.id
 			w.stats.leaderMoves++
+			if w.leaderReturns > 0 {
+				// Something moves leadership straight back: the Job succeeded, its effect did not last.
+				w.leaderReturns--
+				w.leader = from
+			}
 		}
 	}
 	j.state = jobSucceeded
@@ -569,8 +603,9 @@ func (w *simWorld) statefulSetController() {
 		}
 	}
 	if w.sts == nil {
+		// Deleting a StatefulSet deletes its pods, unless it was deleted orphaning them.
 		for _, p := range w.pods {
-			p.terminating = true
+			p.terminating = p.terminating || !w.orphaned
 		}
 		return
 	}
@@ -618,11 +653,12 @@ func (w *simWorld) statefulSetController() {
 }
 
 // kubelet starts every pod that is not running through the launcher's rules, and stops the
-// etcd of a member that was removed.
+// etcd of a member that was removed. A pod that cannot be scheduled or pull its image never
+// starts, so it never restarts either.
 func (w *simWorld) kubelet() {
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
-		if p.terminating {
+		if p.terminating || p.noImage || w.unschedulable[ord] {
 			continue
 		}
 		m := w.memberAt(ord)
@@ -637,67 +673,64 @@ func (w *simWorld) kubelet() {
 		}
 		if why := w.launch(p, m); why != "" {
 			p.restarts++
+			p.why = why
 			continue
 		}
 		p.running = true
 	}
 }
 
-// launch is the launcher's decision for a starting pod; "" when etcd runs.
+// launch starts a pod's etcd; "" when it runs. Whether it starts, and whether its data dir is
+// wiped first, is the launcher's own decision (launcher.Decide) on the join state and what the
+// volume holds; what etcd then makes of the data dir is modelled here.
 func (w *simWorld) launch(p *simPod, m *simMember) string {
-	if p.noImage {
-		p.restarts-- // never started, so never restarted
-		return "image cannot be pulled"
-	}
 	if p.crash {
 		return "crashes"
 	}
 	if w.join == nil {
-		return "no join state"
-	}
-	rec, ok := w.join.Find(w.podName(p.ord))
-	if !ok {
-		return "not in the join state"
+		return "no join state" // the kubelet cannot mount a missing ConfigMap
 	}
 	d := w.data[p.ord]
-	if d != nil && d.inc > rec.Incarnation {
-		return "volume of a newer incarnation than the join state says"
+	var vol launcher.Volume
+	if d != nil {
+		vol = launcher.Volume{HasData: true, HasMarker: true, Incarnation: d.inc}
 	}
-	if d != nil && d.inc < rec.Incarnation {
-		d = nil // stale incarnation: wiped
+	dec := launcher.Decide(launcher.Input{Join: *w.join, Name: w.podName(p.ord), DataDir: "/var/lib/etcd/data", Volume: vol})
+	if dec.Kind != launcher.Start {
+		return dec.Kind.String() + ": " + dec.Reason
+	}
+	if dec.Wipe {
 		delete(w.data, p.ord)
+		d = nil
 	}
-	if d == nil {
-		if rec.Established {
-			return "established member on an empty data dir"
+	if d != nil {
+		if m == nil || d.id != m.id {
+			return "member removed from the cluster"
 		}
-		if w.join.ClusterState == joinstate.StateNew {
-			if len(w.members) > 0 {
-				w.t.Fatalf("%s formed a second cluster with state new", w.podName(p.ord))
-			}
-			m = &simMember{id: w.nextID, ord: p.ord, started: true}
-			w.nextID++
-			w.members = append(w.members, m)
-			w.leader = m.id
-			w.data[p.ord] = &simData{inc: rec.Incarnation, id: m.id}
-			return ""
-		}
-		if m == nil {
-			return "no member to join as"
-		}
-		if m.started {
-			// etcd joins as the member whose log the cluster already sent it, with none of
-			// that log: it panics (tocommit out of range), in e2e and in production.
-			w.t.Fatalf("%s starts member %x a second time, on an empty data dir of incarnation %d", w.podName(p.ord), m.id, rec.Incarnation)
-		}
-		m.started = true
-		m.raft = 0
-		w.data[p.ord] = &simData{inc: rec.Incarnation, id: m.id}
 		return ""
 	}
-	if m == nil || d.id != m.id {
-		return "member removed from the cluster"
+	if w.join.ClusterState == joinstate.StateNew {
+		if len(w.members) > 0 {
+			w.t.Fatalf("%s formed a second cluster with state new", w.podName(p.ord))
+		}
+		m = &simMember{id: w.nextID, ord: p.ord, started: true}
+		w.nextID++
+		w.members = append(w.members, m)
+		w.leader = m.id
+		w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id}
+		return ""
 	}
+	if m == nil {
+		return "no member to join as"
+	}
+	if m.started {
+		// etcd joins as the member whose log the cluster already sent it, with none of
+		// that log: it panics (tocommit out of range), in e2e and in production.
+		w.t.Fatalf("%s starts member %x a second time, on an empty data dir of incarnation %d", w.podName(p.ord), m.id, dec.Incarnation)
+	}
+	m.started = true
+	m.raft = 0
+	w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id}
 	return ""
 }
 
@@ -878,7 +911,11 @@ func (w *simWorld) describe() string {
 			s += "(old)"
 		}
 		if !p.running {
-			s += fmt.Sprintf("(down,%d restarts)", p.restarts)
+			s += fmt.Sprintf("(down,%d restarts", p.restarts)
+			if p.why != "" {
+				s += ": " + p.why
+			}
+			s += ")"
 		}
 		if p.terminating {
 			s += "(terminating)"

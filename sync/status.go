@@ -2,12 +2,33 @@ package sync
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
+)
+
+// Reasons of the Degraded condition when it is True: why the cluster is not as it should be,
+// or why the operator cannot go on. A closed list; docs/operate.md explains each.
+const (
+	ReasonInvalidSpec          = "InvalidSpec"
+	ReasonEtcdUnreachable      = "EtcdUnreachable"
+	ReasonEtcdInconsistent     = "EtcdInconsistent"
+	ReasonStrangerMember       = "StrangerMember"
+	ReasonClusterIDChanged     = "ClusterIDChanged"
+	ReasonQuorumLost           = "QuorumLost"
+	ReasonQuorumUnconfirmed    = "QuorumUnconfirmed"
+	ReasonMemberUnanswered     = "MemberUnanswered"
+	ReasonMemberUnhealthy      = "MemberUnhealthy"
+	ReasonPodCannotStart       = "PodCannotStart"
+	ReasonJobFailing           = "JobFailing"
+	ReasonJobAttemptsExhausted = "JobAttemptsExhausted"
+	ReasonNoSpace              = "NoSpace"
+	ReasonNoVolumeToRoll       = "NoVolumeToRoll"
+	ReasonBlocked              = "Blocked"
 )
 
 // Status never churns: the same observation gives the same status. Times come from
@@ -77,7 +98,12 @@ func setConditionValue(st *v1alpha1.EtcdClusterStatus, obs *Observed, cond metav
 
 // status reports a step over a view: membership as etcd has it, and the three conditions.
 func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
-	asked := v.obs.Etcd.Asked && len(v.members) > 0
+	// Membership as etcd answered, unless the answer cannot be trusted: then status keeps what
+	// it knew, above all the cluster ID, which a stranger's answer must not overwrite.
+	reason, _ := unknownStateReason(v)
+	asked := reason == ""
+	// answered: etcd answered at all; the phase follows what it said, trusted or not.
+	answered := v.obs.Etcd.Asked && len(v.members) > 0
 	voters, healthy := len(v.voters()), v.healthyVoters()
 	// Degraded counts voters only: a learner is unhealthy while it joins, by design.
 	var unhealthy []string
@@ -90,9 +116,9 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	phase := v1alpha1.PhaseRunning
 	prev := v.obs.Cluster.Status.Phase
 	switch {
-	case !asked && v.obs.Cluster.Status.ClusterID == "":
+	case !answered && v.obs.Cluster.Status.ClusterID == "":
 		phase = v1alpha1.PhaseCreating
-	case !asked || !hasQuorum(voters, healthy):
+	case !answered || !hasQuorum(voters, healthy+len(v.unansweredVoters())):
 		phase = v1alpha1.PhaseUnavailable
 	case s.degraded != "" || len(unhealthy) > 0 && (prev != v1alpha1.PhaseCreating || s.action.Type == Hold):
 		phase = v1alpha1.PhaseDegraded
@@ -113,11 +139,16 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	if asked {
 		st.Members = nil
 		for _, m := range v.members {
-			st.Members = append(st.Members, v1alpha1.MemberStatus{
+			ms := v1alpha1.MemberStatus{
 				Name: m.name, ID: fmt.Sprintf("%x", m.ID), Ordinal: int32(m.ordinal),
 				IsLearner: m.IsLearner, IsLeader: m.IsLeader, Healthy: m.Healthy,
 				Version: v1alpha1.NormalizeVersion(m.Version),
-			})
+			}
+			if m.unanswered() {
+				since := metav1.NewTime(v.unansweredSince(m))
+				ms.UnansweredSince = &since
+			}
+			st.Members = append(st.Members, ms)
 		}
 		st.ReadyMembers = int32(healthy)
 		st.Leader = ""
@@ -125,7 +156,7 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 			st.Leader = v.leader.name
 		}
 		st.ClusterID = fmt.Sprintf("%x", v.obs.Etcd.ClusterID)
-		if low := lowestVersion(v.members); low != "" {
+		if low := lowestVersion(v.obs.Etcd.Members); low != "" {
 			st.CurrentVersion = low
 		}
 	}
@@ -135,6 +166,9 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 		setConditionValue(&st, v.obs, metav1.Condition{Type: v1alpha1.ConditionAvailable, Status: metav1.ConditionUnknown, Reason: "EtcdUnknown", Message: s.action.Reason, ObservedGeneration: v.c.Generation, LastTransitionTime: metav1.NewTime(v.obs.Now)})
 	case hasQuorum(voters, healthy):
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, true, "QuorumHealthy", fmt.Sprintf("%d of %d voters healthy", healthy, voters))
+	case hasQuorum(voters, healthy+len(v.unansweredVoters())):
+		setConditionValue(&st, v.obs, metav1.Condition{Type: v1alpha1.ConditionAvailable, Status: metav1.ConditionUnknown, Reason: ReasonQuorumUnconfirmed,
+			Message: fmt.Sprintf("%d of %d voters healthy; %d more did not answer the hook but their pods are Ready", healthy, voters, len(v.unansweredVoters())), ObservedGeneration: v.c.Generation, LastTransitionTime: metav1.NewTime(v.obs.Now)})
 	default:
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, false, "QuorumLost", fmt.Sprintf("%d of %d voters healthy", healthy, voters))
 	}
@@ -149,40 +183,29 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	case s.degraded != "":
 		reason := s.degradedBy
 		if reason == "" {
-			reason = "Blocked"
+			reason = ReasonBlocked
 		}
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, reason, s.degraded)
 	case asked && len(unhealthy) > 0:
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, "MemberUnhealthy", "unhealthy: "+strings.Join(unhealthy, ", "))
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonMemberUnhealthy, "unhealthy: "+strings.Join(unhealthy, ", "))
 	default:
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, false, "Healthy", "no unhealthy member seen")
 	}
 	return st
 }
 
-// lowestVersion is the lowest etcd version the answering members report, "v"-prefixed.
-func lowestVersion(ms []*member) string {
-	low := ""
+// lowestVersion is the lowest etcd version the answering members report, "v"-prefixed; ""
+// when none reports one.
+func lowestVersion(ms []etcdstate.Member) string {
+	var low *version.Version
 	for _, m := range ms {
-		if m.Version != "" && (low == "" || versionLess(m.Version, low)) {
-			low = m.Version
+		v, err := version.ParseSemantic(m.Version)
+		if err == nil && (low == nil || v.LessThan(low)) {
+			low = v
 		}
 	}
-	return v1alpha1.NormalizeVersion(low)
-}
-
-// versionLess compares dotted release numbers field by field; etcd reports "3.6.5".
-func versionLess(a, b string) bool {
-	as, bs := strings.Split(strings.TrimPrefix(a, "v"), "."), strings.Split(strings.TrimPrefix(b, "v"), ".")
-	for i := 0; i < len(as) && i < len(bs); i++ {
-		x, errX := strconv.Atoi(as[i])
-		y, errY := strconv.Atoi(bs[i])
-		if errX != nil || errY != nil {
-			return as[i] < bs[i]
-		}
-		if x != y {
-			return x < y
-		}
+	if low == nil {
+		return ""
 	}
-	return len(as) < len(bs)
+	return "v" + low.String()
 }

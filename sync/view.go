@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -33,8 +34,17 @@ type view struct {
 	sts       *appsv1.StatefulSet // observed; nil when missing
 	replicas  int                 // observed StatefulSet replicas
 	partition int                 // observed StatefulSet partition
-	ledger    ledger              // observed, from the join ConfigMap
-	jobs      []*batchv1.Job      // the cluster's member Jobs
+	join      *corev1.ConfigMap   // observed join ConfigMap; nil when missing
+	// ledger merges the join ConfigMap's ledger with its durable copy in status, so that
+	// losing either loses nothing.
+	ledger ledger
+	// clusterID is the etcd cluster ID this cluster is known by (status, else the join
+	// ConfigMap); "" before etcd first answered.
+	clusterID string
+	jobs      []*batchv1.Job // the cluster's member Jobs
+	// target is how many members the cluster runs: the size, and one more while a cluster of
+	// two rolls (see surging).
+	target int
 }
 
 // member is an etcd member with its ordinal and pod.
@@ -88,8 +98,14 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 	}
 	for i := range obs.Children.ConfigMaps {
 		if cm := &obs.Children.ConfigMaps[i]; cm.Name == JoinConfigMapName(c.Name) {
+			v.join = cm
 			v.ledger = decodeLedger(cm.Annotations[AnnotationLedger])
 		}
+	}
+	v.ledger = mergeLedgers(v.ledger, ledgerFromStatus(obs.Cluster.Status.Ledger))
+	v.clusterID = obs.Cluster.Status.ClusterID
+	if v.clusterID == "" && v.join != nil {
+		v.clusterID = v.join.Annotations[AnnotationClusterID]
 	}
 	for i := range obs.Children.Jobs {
 		if j := &obs.Children.Jobs[i]; j.Labels[LabelCluster] == c.Name && j.Labels[LabelAction] != "" {
@@ -97,25 +113,48 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 		}
 	}
 	sort.Slice(v.jobs, func(i, j int) bool { return v.jobs[i].Name < v.jobs[j].Name })
+	v.target = v.size
+	if v.surging() {
+		v.target = v.size + 1
+	}
 	return v
 }
 
-// memberOrdinal finds a member's ordinal by its name, or by its peer URL for a member that
-// was added but has not started (etcd learns the name on start).
-func (v *view) memberOrdinal(m etcdstate.Member) (int, bool) {
-	if m.Started() {
-		return Ordinal(v.c.Name, m.Name)
+// surging: a cluster of two cannot take a member down without losing quorum (two voters
+// need both), so while a pod of it is to be rolled a third member joins first and leaves once
+// the roll is done. Quorum never drops below what the size promises, at the cost of one
+// temporary pod.
+func (v *view) surging() bool {
+	if v.size != 2 {
+		return false
 	}
+	for ord, p := range v.pods {
+		if ord < v.size && (isTerminating(p) || v.outdated(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+// memberOrdinal finds a member's ordinal by its peer URL, which must name one of this
+// cluster's pods, and for a started member also by its name, which must be that pod's: a
+// member that calls itself etcd-1 but is reached at another host is not etcd-1. A member added
+// but not started has only its peer URL (etcd learns the name on start).
+func (v *view) memberOrdinal(m etcdstate.Member) (int, bool) {
 	for _, p := range m.PeerURLs {
 		u, err := url.Parse(p)
 		if err != nil {
 			continue
 		}
-		pod, rest, _ := strings.Cut(u.Hostname(), ".")
+		pod, _, _ := strings.Cut(u.Hostname(), ".")
 		ord, ok := Ordinal(v.c.Name, pod)
-		if ok && rest == strings.TrimPrefix(MemberHost(v.c, pod, v.cfg.ClusterDomain), pod+".") {
-			return ord, true
+		if !ok || u.Hostname() != MemberHost(v.c, pod, v.cfg.ClusterDomain) {
+			continue
 		}
+		if m.Started() && m.Name != pod {
+			return 0, false
+		}
+		return ord, true
 	}
 	return 0, false
 }
@@ -127,6 +166,18 @@ func (v *view) learners() []*member { return v.filter(func(m *member) bool { ret
 // healthyVoters counts the voters that answered healthy.
 func (v *view) healthyVoters() int {
 	return len(v.filter(func(m *member) bool { return !m.IsLearner && m.Healthy }))
+}
+
+// unansweredVoters are the voters the hook could not reach whose pods are Ready.
+func (v *view) unansweredVoters() []*member {
+	return v.filter(func(m *member) bool { return !m.IsLearner && m.unanswered() })
+}
+
+// unanswered: the member did not answer the hook, but its pod is Ready, so the kubelet's
+// probe of its own health passes. Only the hook's view says something is wrong: the member is
+// unknown, not failed, and is never removed or replaced on that view alone.
+func (m *member) unanswered() bool {
+	return !m.Reachable && m.pod != nil && !isTerminating(m.pod) && isReady(m.pod)
 }
 
 func (v *view) filter(keep func(*member) bool) []*member {
@@ -148,11 +199,11 @@ func (v *view) maxMemberOrdinal() int {
 }
 
 // freeOrdinal is where the next member goes: the lowest ordinal without one, so gaps are
-// filled first and no running member is ever renumbered. missing says it is below the size.
+// filled first and no running member is ever renumbered. missing says it is below the target.
 func (v *view) freeOrdinal() (ord int, missing bool) {
 	for ord = 0; v.byOrd[ord] != nil; ord++ {
 	}
-	return ord, ord < v.size
+	return ord, ord < v.target
 }
 
 // outdated reports whether a pod runs a template other than the one the spec asks for now.
@@ -178,14 +229,13 @@ func (v *view) protectivePartition() int {
 	return partition
 }
 
-// replacing names the pod that keeps the partition from being lowered onto ord yet, and why;
-// "" when it may be. The
-// StatefulSet controller deletes the pod at the partition as soon as every pod above it is
-// ready, without the planner's quorum and leadership checks at that moment: so every pod
-// above ord must already run the current spec and be up, and every pod from the observed
-// partition up, which the StatefulSet may be replacing, must be up. Outdated pods below ord
-// are the ones still to roll.
-func (v *view) replacing(ord int) (name, why string) {
+// replacementBlocker names the pod that keeps the partition from being lowered onto ord yet,
+// and why; "" when it may be. The StatefulSet controller deletes the pod at the partition as
+// soon as every pod above it is ready, without the planner's quorum and leadership checks at
+// that moment: so every pod above ord must already run the current spec and be up, and every
+// pod from the observed partition up, which the StatefulSet may be replacing, must be up.
+// Outdated pods below ord are the ones still to roll.
+func (v *view) replacementBlocker(ord int) (name, why string) {
 	for o := min(v.partition, ord+1); o < v.replicas; o++ {
 		if o == ord {
 			continue
@@ -210,8 +260,20 @@ func (v *view) replacing(ord int) (name, why string) {
 
 // canReplace: the partition may be lowered onto ord now.
 func (v *view) canReplace(ord int) bool {
-	_, why := v.replacing(ord)
+	_, why := v.replacementBlocker(ord)
 	return why == ""
+}
+
+// unansweredSince is when the hook first found m not answering while its pod was Ready: the
+// time the last status recorded for the same member, else now.
+func (v *view) unansweredSince(m *member) time.Time {
+	id := fmt.Sprintf("%x", m.ID)
+	for _, prev := range v.obs.Cluster.Status.Members {
+		if prev.Name == m.name && prev.ID == id && prev.UnansweredSince != nil {
+			return prev.UnansweredSince.Time
+		}
+	}
+	return v.obs.Now
 }
 
 // leaderTarget is where leadership goes before the leader's pod is disrupted: the lowest

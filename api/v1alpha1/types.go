@@ -308,6 +308,32 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	JobFailures int32 `json:"jobFailures,omitempty"`
+	// Ledger is the durable copy of the join ConfigMap's ledger: every member name the cluster
+	// has used, with the member ID it last had, its incarnation and whether it was established.
+	// The ConfigMap is rebuilt from it when deleted, so a member is never mistaken for a new one.
+	//
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Ledger []LedgerRecord `json:"ledger,omitempty"`
+}
+
+// LedgerRecord is what the operator remembers of one member name.
+type LedgerRecord struct {
+	// Name is the member (and pod) name.
+	Name string `json:"name"`
+	// ID is the etcd member ID in hex that last carried the name; empty before etcd gave one.
+	//
+	// +optional
+	ID string `json:"id,omitempty"`
+	// Incarnation increases each time the name is reused by a new member; a data dir of an
+	// older incarnation is wiped before the member starts.
+	Incarnation int64 `json:"incarnation"`
+	// Established is true once the member was seen started as a voter: its pod refuses to
+	// start on an empty data dir.
+	//
+	// +optional
+	Established bool `json:"established,omitempty"`
 }
 
 // Phase summarises the cluster's state.
@@ -354,6 +380,12 @@ type MemberStatus struct {
 	//
 	// +optional
 	Version string `json:"version,omitempty"`
+	// UnansweredSince is when the hook first found the member not answering while its pod
+	// was Ready. Such a member is unknown, not failed: it is reported and never replaced on the
+	// hook's view alone.
+	//
+	// +optional
+	UnansweredSince *metav1.Time `json:"unansweredSince,omitempty"`
 }
 
 // Action is the operator's current step: a membership change, a pod replacement, or a wait.
@@ -376,6 +408,11 @@ type Action struct {
 	// +optional
 	Since metav1.Time `json:"since"`
 }
+
+// AnnotationAcceptClusterID on an EtcdCluster accepts an etcd cluster ID other than
+// status.clusterID, in hex, on purpose (after a restore that made a new cluster). Without it
+// the hook holds when etcd answers with another cluster's ID.
+const AnnotationAcceptClusterID = "etcdops.dev/accept-cluster-id"
 
 // Condition types.
 const (

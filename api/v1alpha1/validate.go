@@ -1,14 +1,13 @@
 package v1alpha1
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/version"
 )
 
 // Size bounds. Nine voters is etcd's practical limit: every write waits for a majority,
@@ -243,124 +242,49 @@ func sortedKeys(m map[string]string) []string {
 }
 
 // CheckUpgrade says whether a cluster running from may be moved to to. Allowed: the same
-// version, a patch release forward, or one minor release forward (any patch). Rejected:
+// version, a patch release forward, or one minor release forward (any patch) from a patch at
+// least the one etcd's upgrade guide requires for that move (MinorUpgradeMinimums). Rejected:
 // a downgrade of any size, skipping a minor release, a major change, and anything that is not
 // a semantic version. An empty from (nothing running yet) accepts any valid to.
 //
 // etcd supports only these moves: its storage and raft formats are checked one minor release
 // apart, and a downgrade needs etcd's own downgrade procedure, which the operator does not run.
+// from should be the lowest version the members actually run.
 func CheckUpgrade(from, to string) error {
-	t, ok := parseVersion(to)
-	if !ok {
+	t, err := version.ParseSemantic(to)
+	if err != nil {
 		return fmt.Errorf("version %q is not a semantic version; allowed: an etcd release such as %s", to, DefaultVersion)
 	}
 	if from == "" {
 		return nil
 	}
-	f, ok := parseVersion(from)
-	if !ok {
+	f, err := version.ParseSemantic(from)
+	if err != nil {
 		return fmt.Errorf("version: the running version %q is not a semantic version, so no upgrade path from it can be checked", from)
 	}
-	fs, ts := f.String(), t.String()
-	switch c := t.compare(f); {
-	case c == 0:
+	fs, ts := "v"+f.String(), "v"+t.String()
+	switch {
+	case t.EqualTo(f):
 		return nil
-	case c < 0:
+	case t.LessThan(f):
 		return fmt.Errorf("version %s is a downgrade from %s; downgrades are not supported", ts, fs)
-	case t.major != f.major:
-		return fmt.Errorf("version %s changes the major version from %s; allowed: %s's patch releases or v%d.%d.x", ts, fs, fs, f.major, f.minor+1)
-	case t.minor > f.minor+1:
-		return fmt.Errorf("version %s skips minor releases from %s; allowed: one minor release at a time, next v%d.%d.x", ts, fs, f.major, f.minor+1)
+	case t.Major() != f.Major():
+		return fmt.Errorf("version %s changes the major version from %s; allowed: %s's patch releases or v%d.%d.x", ts, fs, fs, f.Major(), f.Minor()+1)
+	case t.Minor() > f.Minor()+1:
+		return fmt.Errorf("version %s skips minor releases from %s; allowed: one minor release at a time, next v%d.%d.x", ts, fs, f.Major(), f.Minor()+1)
+	case t.Minor() == f.Minor()+1:
+		if least, ok := MinorUpgradeMinimums[fmt.Sprintf("%d.%d", t.Major(), t.Minor())]; ok && f.LessThan(version.MustParseSemantic(least)) {
+			return fmt.Errorf("version %s needs every member on v%s or later first (etcd's v%d.%d to v%d.%d upgrade guide), and a member runs %s; allowed: upgrade to v%s first",
+				ts, least, f.Major(), f.Minor(), t.Major(), t.Minor(), fs, least)
+		}
 	}
 	return nil
 }
 
-// version is a parsed semantic version; pre-release identifiers order as semver says.
-type version struct {
-	major, minor, patch int
-	pre                 []string
-}
-
-// parseVersion accepts "[v]MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]".
-func parseVersion(s string) (version, bool) {
-	s = strings.TrimPrefix(s, "v")
-	s, _, _ = strings.Cut(s, "+")
-	core, pre, hasPre := strings.Cut(s, "-")
-	parts := strings.Split(core, ".")
-	if len(parts) != 3 {
-		return version{}, false
-	}
-	var nums [3]int
-	for i, part := range parts {
-		n, ok := numericIdentifier(part)
-		if !ok {
-			return version{}, false
-		}
-		nums[i] = n
-	}
-	v := version{major: nums[0], minor: nums[1], patch: nums[2]}
-	if hasPre {
-		v.pre = strings.Split(pre, ".")
-		for _, id := range v.pre {
-			if id == "" || strings.Trim(id, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-") != "" {
-				return version{}, false
-			}
-		}
-	}
-	return v, true
-}
-
-// numericIdentifier parses a semver number: digits only, no leading zero.
-func numericIdentifier(s string) (int, bool) {
-	if s == "" || len(s) > 1 && s[0] == '0' || strings.Trim(s, "0123456789") != "" {
-		return 0, false
-	}
-	n, err := strconv.Atoi(s)
-	return n, err == nil
-}
-
-func (v version) String() string {
-	s := fmt.Sprintf("v%d.%d.%d", v.major, v.minor, v.patch)
-	if len(v.pre) > 0 {
-		s += "-" + strings.Join(v.pre, ".")
-	}
-	return s
-}
-
-// compare orders by semver precedence: -1, 0 or 1.
-func (v version) compare(o version) int {
-	for _, d := range [][2]int{{v.major, o.major}, {v.minor, o.minor}, {v.patch, o.patch}} {
-		if c := cmp.Compare(d[0], d[1]); c != 0 {
-			return c
-		}
-	}
-	switch {
-	case len(v.pre) == 0 && len(o.pre) == 0:
-		return 0
-	case len(v.pre) == 0:
-		return 1
-	case len(o.pre) == 0:
-		return -1
-	}
-	for i := 0; i < len(v.pre) && i < len(o.pre); i++ {
-		if c := comparePre(v.pre[i], o.pre[i]); c != 0 {
-			return c
-		}
-	}
-	return cmp.Compare(len(v.pre), len(o.pre))
-}
-
-// comparePre orders one pre-release identifier: numbers below words, numbers numerically.
-func comparePre(a, b string) int {
-	an, aNum := numericIdentifier(a)
-	bn, bNum := numericIdentifier(b)
-	switch {
-	case aNum && bNum:
-		return cmp.Compare(an, bn)
-	case aNum:
-		return -1
-	case bNum:
-		return 1
-	}
-	return strings.Compare(a, b)
+// MinorUpgradeMinimums is, per target minor release, the lowest release of the minor before
+// it from which etcd's upgrade guide allows the move: for v3.6, "make sure that all of your 3.5
+// members are updated to 3.5.26 or later" (https://etcd.io/docs/latest/upgrades/upgrade_3_6/;
+// the v3.5 patches up to 3.5.26 fix membership data that a v3.6 member refuses).
+var MinorUpgradeMinimums = map[string]string{
+	"3.6": "3.5.26",
 }

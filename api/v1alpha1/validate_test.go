@@ -21,8 +21,10 @@ func TestCheckUpgrade(t *testing.T) {
 		{"nothing changes", "v3.6.5", "v3.6.5", ""},
 		{"etcd reports versions without the v; that is the same release", "3.6.5", "v3.6.5", ""},
 		{"a patch forward is routine", "v3.6.5", "v3.6.16", ""},
-		{"one minor forward is etcd's supported upgrade", "v3.5.21", "v3.6.0", ""},
-		{"one minor forward to any patch of it", "v3.5.0", "v3.6.16", ""},
+		{"one minor forward is etcd's supported upgrade", "v3.5.26", "v3.6.0", ""},
+		{"one minor forward to any patch of it", "v3.5.30", "v3.6.16", ""},
+		{"etcd's guide wants 3.5 at 3.5.26 before 3.6", "v3.5.21", "v3.6.16", "version v3.6.16 needs every member on v3.5.26 or later first (etcd's v3.5 to v3.6 upgrade guide), and a member runs v3.5.21; allowed: upgrade to v3.5.26 first"},
+		{"the minimum is per target minor: 3.4 to 3.5 has none", "v3.4.0", "v3.5.0", ""},
 		{"a release candidate to its release is forward", "v3.6.0-rc.1", "v3.6.0", ""},
 		{"a patch backward is still a downgrade", "v3.6.5", "v3.6.4", "version v3.6.4 is a downgrade from v3.6.5; downgrades are not supported"},
 		{"a minor backward is a downgrade", "v3.6.5", "v3.4.0", "version v3.4.0 is a downgrade from v3.6.5; downgrades are not supported"},
@@ -64,7 +66,7 @@ func TestValidate(t *testing.T) {
 			c.Spec.StorageSpec = &StorageSpec{VolumeSizeRequest: gi, StorageClassName: "fast-ssd", AccessModes: corev1.ReadWriteOnce, WhenDeleted: PVCDelete}
 			c.Spec.TLS = &TLSSpec{ServerSecret: "demo-server", PeerSecret: "demo-peer", ClientSecret: "demo-client"}
 			c.Spec.PodTemplate = &PodTemplate{Metadata: &PodMetadata{Labels: map[string]string{"team": "storage"}}, Spec: &PodSpec{PriorityClassName: "system-cluster-critical"}}
-			c.Status.CurrentVersion = "3.5.21"
+			c.Status.CurrentVersion = "3.5.26"
 		}, nil},
 		{"an even size is allowed; status flags it instead", func(c *EtcdCluster) { c.Spec.Size = ptr(int32(4)) }, nil},
 		{"peer TLS without server TLS is allowed: it is no worse than plain HTTP", func(c *EtcdCluster) { c.Spec.TLS = &TLSSpec{PeerSecret: "p"} }, nil},

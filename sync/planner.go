@@ -1,0 +1,640 @@
+package sync
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// planner runs phases 6 to 11 over one view.
+type planner struct {
+	*view
+	// keep are observed Jobs returned unchanged: the one in flight, or one whose outcome is
+	// still to be seen or waited out.
+	keep []*batchv1.Job
+	// failures counts failed Jobs of the step named retry, dropped after their backoff; the
+	// same step, planned again, runs as the next attempt.
+	failures int
+	retry    string
+	// exhausted is a failed Job at its attempt limit. It blocks only its own step: when the
+	// phases decide anything else (its member is gone, the spec changed), it is dropped.
+	exhausted *batchv1.Job
+}
+
+// step is what phases 6 to 11 decided.
+type step struct {
+	action    Action
+	replicas  int
+	partition int
+	job       *memberJob
+	// keep are observed Jobs returned unchanged.
+	keep []*batchv1.Job
+	// hold returns the observed children unchanged instead of rendering them (missing ones
+	// are rendered again).
+	hold bool
+	// rollForward, on a hold, lowers the StatefulSet's partition to partition (see
+	// view.rollForward).
+	rollForward bool
+	resync      float64
+	degraded    string // why the cluster is Degraded, beyond unhealthy members
+	// degradedBy is the Degraded condition's reason when degraded is set; Blocked if empty.
+	degradedBy string
+}
+
+func (p *planner) decide() step {
+	if s, ok := p.memberJob(); ok {
+		s.keep = p.keep
+		return s
+	}
+	// Nothing is outstanding here, so p.keep is empty.
+	s := p.change()
+	if j := p.exhausted; j != nil && (s.job != nil && s.job.verb == j.Labels[LabelAction] && s.job.member == j.Labels[LabelMember] || slices.Contains(s.keep, j)) {
+		s = p.exhaustedHold(j)
+		s.keep = []*batchv1.Job{j}
+	}
+	return s
+}
+
+// change runs phases 7 to 11; the first that decides wins.
+func (p *planner) change() step {
+	phases := []func() (step, bool){
+		p.quorumLost,       // 7a
+		p.noSpace,          // 7b
+		p.memberWithoutPod, // 7c
+		p.learner,          // 7d
+		p.podWithoutMember, // 7e
+		p.failedMember,     // 7f
+		p.configDrift,      // 8
+		p.scaleOut,         // 9
+		p.scaleIn,          // 10
+		p.upgrade,          // 11
+	}
+	for _, phase := range phases {
+		if s, ok := phase(); ok {
+			return s
+		}
+	}
+	return p.base(Action{Type: Steady, Reason: fmt.Sprintf("%d healthy members, spec applied", len(p.members))}, resyncSteady)
+}
+
+// 6. A member Job in flight is returned unchanged and waited for; one that succeeded is
+// dropped once membership shows its effect; one that failed is kept through its backoff,
+// then dropped so that the step is planned again as the next attempt. One that failed as
+// often as allowed waits for a person, but only if its step is still wanted (see decide).
+func (p *planner) memberJob() (step, bool) {
+	var waiting *step
+	for _, j := range p.jobs {
+		verb, who := j.Labels[LabelAction], j.Labels[LabelMember]
+		state, at := stateOf(j)
+		var s step
+		switch state {
+		case jobRunning:
+			s = p.wait(who, fmt.Sprintf("%s %s: Job %s running", verb, who, j.Name), resyncSoon)
+		case jobSucceeded:
+			if p.effectShows(j) {
+				continue
+			}
+			s = p.wait(who, fmt.Sprintf("%s %s: Job %s done, membership does not show it yet", verb, who, j.Name), resyncSoon)
+		case jobFailed:
+			failures := attemptOf(j) + 1
+			if failures >= maxJobAttempts {
+				p.exhausted = j
+				continue
+			}
+			// The reason names the retry time, not the time left, so status stays the same
+			// from sync to sync while waiting.
+			// The resync is rounded up to whole seconds: never before the retry time (that sync
+			// would only wait again), and never 0, which Metacontroller reads as its default.
+			if retryAt := at.Add(jobBackoff(failures - 1)); retryAt.After(p.obs.Now) {
+				resync := math.Ceil(retryAt.Sub(p.obs.Now).Seconds())
+				s = p.wait(who, fmt.Sprintf("%s %s: Job %s failed (%d of %d), retrying at %s", verb, who, j.Name, failures, maxJobAttempts, retryAt.UTC().Format(time.RFC3339)), resync)
+				s.degraded, s.degradedBy = s.action.Reason, ReasonJobFailing
+				break
+			}
+			p.failures, p.retry = failures, verb+"/"+who
+			continue
+		}
+		p.keep = append(p.keep, j)
+		if waiting == nil {
+			waiting = &s
+		}
+	}
+	if waiting == nil {
+		return step{}, false
+	}
+	if p.exhausted != nil {
+		// Whether it is still wanted is decided once nothing else is outstanding.
+		p.keep = append(p.keep, p.exhausted)
+	}
+	// One membership change at a time: nothing else starts while a Job is outstanding.
+	return *waiting, true
+}
+
+// exhaustedHold reports a Job that failed as often as allowed and whose step is still wanted.
+func (p *planner) exhaustedHold(j *batchv1.Job) step {
+	verb, who := j.Labels[LabelAction], j.Labels[LabelMember]
+	s := p.wait(who, fmt.Sprintf("%s %s failed %d times; delete Job %s to try once more", verb, who, attemptOf(j)+1, j.Name), resyncHold)
+	s.action.Type = Hold
+	s.degraded, s.degradedBy = s.action.Reason, ReasonJobAttemptsExhausted
+	return s
+}
+
+// effectShows reports whether membership reflects a succeeded Job.
+func (p *planner) effectShows(j *batchv1.Job) bool {
+	who := j.Labels[LabelMember]
+	ord, _ := Ordinal(p.c.Name, who)
+	m := p.byOrd[ord]
+	switch j.Labels[LabelAction] {
+	case verbAddLearner:
+		return m != nil
+	case verbPromote:
+		return m == nil || !m.IsLearner
+	case verbRemove:
+		id := j.Annotations[AnnotationMemberID]
+		for _, m := range p.members {
+			if fmt.Sprintf("%x", m.ID) == id {
+				return false
+			}
+		}
+		return true
+	}
+	// A leader move has no lasting effect to check: leadership may move again on its own. If
+	// it moved back, the move is planned again as the next attempt (attemptFor).
+	return true
+}
+
+// 7a. Lost quorum: no membership change can commit, and guessing is how data is lost. Only a
+// person restores from a snapshot or forces a new cluster from the most up-to-date member.
+// Voters only the hook cannot reach may be what is missing: then quorum is unconfirmed, not
+// lost, and said so.
+func (p *planner) quorumLost() (step, bool) {
+	voters, healthy := len(p.voters()), p.healthyVoters()
+	if hasQuorum(voters, healthy) {
+		return step{}, false
+	}
+	if silent := p.unansweredVoters(); hasQuorum(voters, healthy+len(silent)) {
+		reason := fmt.Sprintf("quorum not confirmed: %d of %d voters answered healthy; %s did not answer the hook, but their pods are Ready; nothing is changed until they answer",
+			healthy, voters, memberNames(silent))
+		s := p.hold(reason, reason)
+		s.degradedBy = ReasonQuorumUnconfirmed
+		return s, true
+	}
+	reason := fmt.Sprintf("quorum lost: %d of %d voters healthy; no membership change can commit: restore from a snapshot, or restart the most up-to-date member once with --force-new-cluster", healthy, voters)
+	s := p.hold(reason, reason)
+	s.degradedBy = ReasonQuorumLost
+	return s, true
+}
+
+// 7b. A NOSPACE alarm stops writes until space is reclaimed (compact, defragment each
+// member, disarm). Replacing members would copy the same data, so only report it.
+func (p *planner) noSpace() (step, bool) {
+	for _, m := range p.members {
+		if hasAlarm(m.Member, "NOSPACE") {
+			reason := "NOSPACE alarm raised by " + m.name + ": compact, defragment each member, then disarm the alarm"
+			s := p.wait(m.name, reason, resyncHold)
+			s.degraded, s.degradedBy = reason, ReasonNoSpace
+			return s, true
+		}
+	}
+	return step{}, false
+}
+
+// 7c. A member whose ordinal the StatefulSet does not reach has no pod: a scale-out was
+// interrupted between adding the member and growing the StatefulSet. Finish it.
+func (p *planner) memberWithoutPod() (step, bool) {
+	top := p.maxMemberOrdinal()
+	if top < p.replicas {
+		return step{}, false
+	}
+	return p.scaleTo(top+1, PodName(p.c.Name, top), fmt.Sprintf("member %s has no pod: growing the StatefulSet to %d", PodName(p.c.Name, top), top+1)), true
+}
+
+// 7d. A learner is removed when the cluster no longer wants it (a scale-in met it joining),
+// promoted once caught up, removed when stuck, waited for otherwise. It is handled before
+// anything else can add a member: etcd allows one learner. A learner is stuck only when its
+// pod runs and it still does not catch up: one the hook cannot reach while its pod is Ready,
+// or whose pod cannot start, is reported and kept; replacing it would change nothing.
+func (p *planner) learner() (step, bool) {
+	ls := p.learners()
+	if len(ls) == 0 {
+		return step{}, false
+	}
+	l := ls[0]
+	if l.ordinal >= p.target {
+		return p.runJob(memberJob{verb: verbRemove, member: l.name, id: l.ID}, RemoveMember,
+			fmt.Sprintf("learner %s is beyond the size of %d: removing it before it is promoted", l.name, p.size)), true
+	}
+	if l.pod != nil && !isTerminating(l.pod) && p.outdated(l.pod) && (p.c.Spec.StorageSpec != nil || !l.Started()) && p.canReplace(l.ordinal) {
+		// Config update early: the joining member starts from the current spec rather than
+		// being replaced again right after it joined. A learner does not vote: safe. A learner
+		// that started without a volume would lose its data with the pod (see 7e): it is rolled
+		// once promoted.
+		return p.replacePod(l.ordinal, l.name, "learner "+l.name+" runs an outdated pod: recreating it from the current spec"), true
+	}
+	if p.leader != nil && isCaughtUp(l.Member, p.leader.Member) {
+		if !canPromote(len(p.voters()), p.healthyVoters()) {
+			return p.wait(l.name, "learner "+l.name+" caught up, but promoting it now would leave the larger cluster without a healthy quorum", resyncHold), true
+		}
+		return p.runJob(memberJob{verb: verbPromote, member: l.name, id: l.ID}, PromoteLearner, "learner "+l.name+" caught up with the leader"), true
+	}
+	if l.unanswered() {
+		reason := fmt.Sprintf("learner %s has not answered the hook since %s, though its pod is Ready: it is kept, not removed on the hook's view alone",
+			l.name, p.unansweredSince(l).UTC().Format(time.RFC3339))
+		return p.blocked(l.name, reason, ReasonMemberUnanswered), true
+	}
+	if l.pod != nil {
+		if why := podStartFailure(l.pod); why != "" {
+			reason := "learner " + l.name + " cannot start (" + why + "): it is kept until its pod can start; fix the spec or the nodes"
+			return p.blocked(l.name, reason, ReasonPodCannotStart), true
+		}
+	}
+	if why := p.stuckReason(l); why != "" {
+		return p.runJob(memberJob{verb: verbRemove, member: l.name, id: l.ID}, RemoveMember, "learner "+l.name+" is stuck ("+why+"): removing it"), true
+	}
+	// No raft indexes in the reason: they move on every sync and status would churn.
+	progress := "not started"
+	switch {
+	case l.pod != nil && l.pod.Status.Phase == corev1.PodPending:
+		progress = "its pod is Pending"
+	case l.Started():
+		progress = "started, behind the leader"
+	}
+	return p.wait(l.name, "learner "+l.name+" catching up ("+progress+")", resyncSoon), true
+}
+
+// stuckReason says why a learner is beyond waiting for, or "". Only time counts, and only
+// once its pod runs: a learner's pod often crash-looped before the learner was added (it had
+// no member to start as), and kubelet's back-off delays its first good start; a pod still
+// Pending (scheduling, pulling, attaching its volume) is not the learner's failure.
+func (p *planner) stuckReason(l *member) string {
+	if l.pod != nil && l.pod.Status.Phase == corev1.PodPending {
+		return ""
+	}
+	if p.waitedTooLong(l.name) {
+		return "not caught up after " + stuckAfter.String()
+	}
+	return ""
+}
+
+// 7e. A pod without a member: a member was removed to be replaced or rolled (finish it: the
+// member is added back as a learner, with a new incarnation), or a scale-in between the
+// removal and the shrink, or a learner was given up (undo: shrink to the members, keeping the
+// slot a missing member is added back into).
+//
+// A member's data may be started only once per incarnation: without a volume, a pod
+// recreated after its member started comes back empty, and the member would start again with
+// none of the log the cluster already sent it. So the pod comes first: one going away is
+// waited for, an outdated one is recreated from the current spec (its launcher waits, as the
+// join state does not list it), and only then is the member added back, once, on the pod it
+// keeps. An outdated pod that cannot be recreated yet gets its learner all the same; it is
+// rolled later like any member.
+func (p *planner) podWithoutMember() (step, bool) {
+	free, missing := p.freeOrdinal()
+	if missing && free < p.replicas {
+		name := PodName(p.c.Name, free)
+		pod := p.pods[free]
+		switch {
+		case pod == nil || isTerminating(pod):
+			return p.wait(name, "pod "+name+" has no member and is being recreated: adding it back once the pod is there", resyncSoon), true
+		case p.outdated(pod) && p.canReplace(free):
+			return p.replacePod(free, name, "pod "+name+" has no member: recreating it from the current spec before adding it back"), true
+		}
+		return p.addLearner(free, fmt.Sprintf("pod %s has no member: adding it back as a learner", name)), true
+	}
+	keep := p.maxMemberOrdinal() + 1
+	if missing {
+		keep = max(keep, free+1)
+	}
+	if p.replicas <= keep {
+		return step{}, false
+	}
+	return p.scaleTo(keep, PodName(p.c.Name, keep), fmt.Sprintf("pods from %s on hold no member: shrinking the StatefulSet to %d", PodName(p.c.Name, keep), keep)), true
+}
+
+// 7f. A voter only the hook cannot reach, while its pod is Ready, is unknown, not failed: it
+// is reported and never replaced, however long it lasts. An unhealthy voter on an outdated pod
+// is first recreated from the current spec (that alone may fix it, and its volume keeps the
+// data), leadership moved away first. A failed voter is replaced while quorum holds:
+// leadership is moved away and the member removed. Its pod then has no member and is added
+// back as a learner (7e) with a new incarnation, so it starts from an empty data dir. An
+// unhealthy member that may still recover is waited for.
+func (p *planner) failedMember() (step, bool) {
+	var waiting *step
+	voters := p.voters()
+	for i := len(voters) - 1; i >= 0; i-- {
+		m := voters[i]
+		if m.Healthy {
+			continue
+		}
+		if m.unanswered() && !hasAlarm(m.Member, "CORRUPT") {
+			if waiting == nil {
+				reason := fmt.Sprintf("member %s has not answered the hook since %s, though its pod is Ready: it is not replaced on the hook's view alone; check the network between the hook and the pod",
+					m.name, p.unansweredSince(m).UTC().Format(time.RFC3339))
+				s := p.blocked(m.name, reason, ReasonMemberUnanswered)
+				waiting = &s
+			}
+			continue
+		}
+		if p.c.Spec.StorageSpec != nil && m.pod != nil && !isTerminating(m.pod) && p.outdated(m.pod) && p.canReplace(m.ordinal) {
+			// Config update early: it is down anyway, and the current spec may be its fix.
+			if m == p.leader {
+				if s, ok := p.moveLeader(m, "unhealthy member "+m.name+" leads and is to be recreated"); ok {
+					return s, true
+				}
+			}
+			return p.replacePod(m.ordinal, m.name, "member "+m.name+" unhealthy on an outdated pod: recreating it from the current spec"), true
+		}
+		why := p.failureReason(m)
+		if why == "" {
+			if waiting == nil {
+				reason := "member " + m.name + " unhealthy: waiting for it to recover"
+				s := p.wait(m.name, reason, resyncHold)
+				switch {
+				case m.pod == nil || isTerminating(m.pod):
+					s.action.Reason = "member " + m.name + " unhealthy: its pod is being recreated"
+				case podStartFailure(m.pod) != "":
+					// A replacement would fail the same way: the spec or the nodes must change.
+					s = p.blocked(m.name, "member "+m.name+" unhealthy: its pod cannot start ("+podStartFailure(m.pod)+")", ReasonPodCannotStart)
+				}
+				waiting = &s
+			}
+			continue
+		}
+		if m == p.leader {
+			if s, ok := p.moveLeader(m, "failed member "+m.name+" leads"); ok {
+				return s, true
+			}
+		}
+		if !canRemoveVoter(len(voters), p.healthyVoters()) {
+			return p.wait(m.name, "member "+m.name+" failed ("+why+"), but removing it would leave no healthy quorum", resyncHold), true
+		}
+		return p.runJob(memberJob{verb: verbRemove, member: m.name, id: m.ID}, RemoveMember, "member "+m.name+" failed ("+why+"): removing it to replace it"), true
+	}
+	if waiting != nil {
+		return *waiting, true
+	}
+	return step{}, false
+}
+
+// failureReason says why an unhealthy member is beyond waiting for, or "". Only etcd's own
+// evidence counts: a CORRUPT alarm, a pod that keeps crashing, or a member unhealthy for the
+// grace period while its pod is not Ready or it answered with errors.
+func (p *planner) failureReason(m *member) string {
+	switch {
+	case hasAlarm(m.Member, "CORRUPT"):
+		return "CORRUPT alarm"
+	case m.pod == nil || isTerminating(m.pod) || podStartFailure(m.pod) != "":
+		// Its pod is being (re)created, with the same volume and identity; or it cannot start,
+		// and neither could a replacement.
+		return ""
+	case isCrashLooping(m.pod):
+		return "its pod keeps crashing"
+	case p.waitedTooLong(m.name):
+		return "unhealthy for " + stuckAfter.String()
+	}
+	return ""
+}
+
+// waitedTooLong: the last status already reported waiting on this member, long enough ago.
+func (p *planner) waitedTooLong(name string) bool {
+	a := p.obs.Cluster.Status.Action
+	return a != nil && a.Type == Wait.String() && a.Member == name && !a.Since.IsZero() &&
+		p.obs.Now.Sub(a.Since.Time) >= stuckAfter
+}
+
+// 8. Config drift: a pod whose configuration differs from the spec is rolled, highest
+// outdated ordinal first. Everything is healthy here: the fix phase waited otherwise.
+func (p *planner) configDrift() (step, bool) {
+	for _, pod := range p.pods {
+		if !isTerminating(pod) && p.drifted(pod) {
+			return p.roll("config drift")
+		}
+	}
+	return step{}, false
+}
+
+// roll replaces the highest-ordinal outdated pod, once the pods above it are replaced and
+// up: one pod at a time, each decided here with quorum and leadership checked, never left to
+// the StatefulSet controller. A cluster of two first grows its temporary third member (see
+// view.surging). Leadership is moved away first; with a volume the pod is recreated and the
+// member restarts on its data; without one the member is removed and added back through a
+// learner on a pod recreated in between (7e), because its data would not survive the pod.
+func (p *planner) roll(why string) (step, bool) {
+	target := -1
+	for ord, pod := range p.pods {
+		if !isTerminating(pod) && p.outdated(pod) && ord > target {
+			target = ord
+		}
+	}
+	if target < 0 {
+		return step{}, false
+	}
+	name := PodName(p.c.Name, target)
+	if busy, state := p.replacementBlocker(target); state != "" {
+		return p.wait(busy, why+": "+name+" is next, waiting while "+state, resyncSoon), true
+	}
+	m := p.byOrd[target]
+	if m == nil {
+		// No member lives there: recreating the pod disturbs nobody.
+		return p.replacePod(target, name, why+": recreating "+name+", which holds no member"), true
+	}
+	if len(p.members) < p.target {
+		return p.scaleOut()
+	}
+	if m == p.leader && len(p.voters()) > 1 {
+		if s, ok := p.moveLeader(m, why+": "+name+" is next and leads"); ok {
+			return s, true
+		}
+	}
+	voters, others := len(p.voters()), p.healthyVoters()-1
+	if p.c.Spec.StorageSpec == nil {
+		if voters == 1 {
+			reason := why + ": " + name + " is the only member and has no volume; recreating it would lose the data (scale to 3 first)"
+			s := p.wait(name, reason, resyncSteady)
+			s.degraded, s.degradedBy = reason, ReasonNoVolumeToRoll
+			return s, true
+		}
+		if !canRemoveVoter(voters, others) {
+			return p.wait(name, why+": removing "+name+" would leave no healthy quorum", resyncHold), true
+		}
+		return p.runJob(memberJob{verb: verbRemove, member: name, id: m.ID}, RemoveMember, why+": "+name+" has no volume, so it is removed and added back from the current spec"), true
+	}
+	if !canDisruptVoter(voters, others) {
+		return p.wait(name, why+": recreating "+name+" would leave no healthy quorum", resyncHold), true
+	}
+	return p.replacePod(target, name, why+": recreating "+name+" from the current spec"), true
+}
+
+// 9. Scale out: a learner for the lowest free ordinal below the target; the StatefulSet grows
+// once etcd has it (7c), and it is promoted once caught up (7d). A free ordinal below the
+// size with enough members means one sits beyond the size (a replacement met a scale-in):
+// its slot is filled first and the member beyond is removed after (10), so redundancy never
+// drops, and no pod is left over without a member, failing and counting against the
+// disruption budget.
+func (p *planner) scaleOut() (step, bool) {
+	ord, missing := p.freeOrdinal()
+	if !missing {
+		return step{}, false
+	}
+	name := PodName(p.c.Name, ord)
+	reason := fmt.Sprintf("%d of %d members: adding %s as a learner", len(p.members), p.size, name)
+	switch {
+	case p.target > p.size:
+		reason = fmt.Sprintf("a cluster of %d cannot lose a member to a roll without losing quorum: adding %s as a temporary member, removed once the roll is done", p.size, name)
+	case len(p.members) >= p.size:
+		reason = fmt.Sprintf("ordinal %d is free below the size: adding %s before removing the member beyond the size", ord, name)
+	}
+	return p.addLearner(ord, reason), true
+}
+
+func (p *planner) addLearner(ord int, reason string) step {
+	name := PodName(p.c.Name, ord)
+	return p.runJob(memberJob{verb: verbAddLearner, member: name, peerURL: PeerURL(p.c, name, p.cfg.ClusterDomain)}, AddLearner, reason)
+}
+
+// 10. Scale in: a member beyond the target goes, the highest first, leadership moved away
+// first; the StatefulSet then shrinks (7e).
+func (p *planner) scaleIn() (step, bool) {
+	voters := p.voters()
+	if len(voters) == 0 || voters[len(voters)-1].ordinal < p.target {
+		return step{}, false
+	}
+	m := voters[len(voters)-1]
+	why := fmt.Sprintf("%d of %d members", len(voters), p.size)
+	if p.size == 2 && len(voters) == 3 && m.ordinal == 2 {
+		why = "the roll is done"
+	}
+	if m == p.leader {
+		if s, ok := p.moveLeader(m, why+": "+m.name+" goes next and leads"); ok {
+			return s, true
+		}
+	}
+	if !canRemoveVoter(len(voters), p.healthyVoters()-1) {
+		return p.wait(m.name, why+": removing "+m.name+" would leave no healthy quorum", resyncHold), true
+	}
+	return p.runJob(memberJob{verb: verbRemove, member: m.name, id: m.ID}, RemoveMember, why+": removing "+m.name), true
+}
+
+// 11. Upgrade: only the etcd version differs (Validate allowed the path); rolled like drift.
+func (p *planner) upgrade() (step, bool) {
+	return p.roll("upgrade to " + p.c.Spec.Version)
+}
+
+// moveLeader hands leadership to the lowest-ordinal healthy voter before the leader's pod or
+// membership is disrupted; false when no voter can take it.
+func (p *planner) moveLeader(from *member, why string) (step, bool) {
+	to := p.leaderTarget(from)
+	if to == nil {
+		return step{}, false
+	}
+	return p.runJob(memberJob{verb: verbMoveLeader, member: to.name, id: to.ID}, MoveLeader, why+": moving leadership to "+to.name), true
+}
+
+// base keeps the StatefulSet as it is, except that outdated pods stay protected.
+func (p *planner) base(a Action, resync float64) step {
+	replicas := p.replicas
+	if p.sts == nil {
+		replicas = p.maxMemberOrdinal() + 1
+	}
+	return step{action: a, replicas: replicas, partition: p.protectivePartition(), resync: resync}
+}
+
+func (p *planner) wait(member, reason string, resync float64) step {
+	return p.base(Action{Type: Wait, Member: member, Reason: reason}, resync)
+}
+
+// blocked is a hold on one member that only the world outside the cluster can end (its pod
+// cannot start, the hook cannot reach it): Degraded, and not a Wait, so the grace period
+// after which a member is given up on starts only once it can be waited for.
+func (p *planner) blocked(member, reason, degradedBy string) step {
+	s := p.base(Action{Type: Hold, Member: member, Reason: reason}, resyncHold)
+	s.degraded, s.degradedBy = reason, degradedBy
+	return s
+}
+
+func (p *planner) scaleTo(replicas int, member, reason string) step {
+	s := p.base(Action{Type: ScaleStatefulSet, Member: member, Reason: reason}, resyncSoon)
+	s.replicas = replicas
+	return s
+}
+
+// replacePod lowers the partition to ord, so the StatefulSet recreates that pod, and only
+// that one, from the current template.
+func (p *planner) replacePod(ord int, member, reason string) step {
+	s := p.base(Action{Type: ReplacePod, Member: member, Reason: reason}, resyncSoon)
+	s.partition = ord
+	return s
+}
+
+// runJob starts a member Job. Its endpoints are every voter's client URL: stable while the
+// membership is, so a replayed sync renders the same Job under the same name. A step that ran
+// as often as allowed without a lasting effect (leadership that keeps moving back) waits for
+// a person instead, keeping its last Job so that the count survives.
+func (p *planner) runJob(j memberJob, t ActionType, reason string) step {
+	for _, m := range p.voters() {
+		j.endpoints = append(j.endpoints, ClientURL(p.c, m.name, p.cfg.ClusterDomain))
+	}
+	j.attempt = p.attemptFor(j)
+	if j.attempt >= maxJobAttempts {
+		s := p.wait(j.member, fmt.Sprintf("%s %s ran %d times without a lasting effect (%s); delete its Jobs to try again", j.verb, j.member, j.attempt, reason), resyncHold)
+		s.degraded, s.degradedBy = s.action.Reason, ReasonJobAttemptsExhausted
+		s.keep = p.jobsOf(j)
+		return s
+	}
+	s := p.base(Action{Type: t, Member: j.member, Reason: reason}, resyncSoon)
+	s.job = &j
+	return s
+}
+
+// attemptFor numbers a Job among the earlier attempts at the same step: after a failed Job
+// dropped in this sync, after the last status when it reported the same step, and after every
+// observed Job of the step, so that a step whose effect was undone (leadership moved back)
+// runs again under a new name rather than being answered by the completed Job forever.
+func (p *planner) attemptFor(j memberJob) int {
+	n := 0
+	if p.retry == j.verb+"/"+j.member {
+		n = p.failures
+	} else if a := p.obs.Cluster.Status.Action; a != nil && a.Member == j.member && a.Type == actionOfVerb(j.verb).String() {
+		n = int(p.obs.Cluster.Status.JobFailures)
+	}
+	for _, o := range p.jobsOf(j) {
+		n = max(n, attemptOf(o)+1)
+	}
+	return n
+}
+
+// jobsOf are the observed Jobs of the same step as j.
+func (p *planner) jobsOf(j memberJob) []*batchv1.Job {
+	var out []*batchv1.Job
+	for _, o := range p.jobs {
+		if o.Labels[LabelAction] == j.verb && o.Labels[LabelMember] == j.member {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func actionOfVerb(verb string) ActionType {
+	switch verb {
+	case verbAddLearner:
+		return AddLearner
+	case verbPromote:
+		return PromoteLearner
+	case verbRemove:
+		return RemoveMember
+	}
+	return MoveLeader
+}
+
+func memberNames(ms []*member) string {
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		names[i] = m.name
+	}
+	return strings.Join(names, ", ")
+}
