@@ -91,6 +91,9 @@ func emptyDirSpec(size int32) v1alpha1.EtcdClusterSpec {
 	return v1alpha1.EtcdClusterSpec{Size: &size, Version: baseVersion}
 }
 
+// minAcked is how many appends each window waits for before it stops its workload.
+const minAcked = 20
+
 // windows numbers the windows of this process.
 var windows atomic.Int64
 
@@ -127,6 +130,7 @@ func window(t *testing.T, env *harness.Env, sc scenario) Figure {
 		}
 		converge = time.Since(start)
 	}
+	w.AwaitAcked(minAcked, verifyBound)
 	stats := w.Stop()
 	lost, err := w.Verify(verifyBound)
 	if err != nil {

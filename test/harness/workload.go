@@ -397,6 +397,21 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// AwaitAcked waits until n appends are acknowledged, at most timeout, so that a window that
+// converges at once still sees the cluster serve.
+func (w *Workload) AwaitAcked(n int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		w.mu.Lock()
+		acked := len(w.acked)
+		w.mu.Unlock()
+		if acked >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // watchBound is how long the watchers get to reach the final revision.
 const watchBound = 15 * time.Second
 
