@@ -21,6 +21,14 @@ type Snapshot struct {
 	// Inconsistent is set when members disagree (e.g. two leaders in the same term, or a
 	// member reports a different cluster ID); the planner holds on it.
 	Inconsistent string `json:"inconsistent,omitempty"`
+	// Alarms are the cluster's active alarms, also those of members no longer in the list.
+	Alarms []Alarm `json:"alarms,omitempty"`
+}
+
+// Alarm is one active etcd alarm.
+type Alarm struct {
+	MemberID uint64 `json:"memberID"`
+	Type     string `json:"type"` // NOSPACE, CORRUPT
 }
 
 // Member is one etcd member and, when it answered, its Status.
@@ -42,8 +50,9 @@ type Member struct {
 	RaftTerm         uint64   `json:"raftTerm,omitempty"`
 	Version          string   `json:"version,omitempty"`
 	DBSize           int64    `json:"dbSize,omitempty"`
-	Alarms           []string `json:"alarms,omitempty"` // e.g. NOSPACE, CORRUPT
-	Errors           []string `json:"errors,omitempty"` // Status errors and why it was unreachable
+	DBSizeInUse      int64    `json:"dbSizeInUse,omitempty"` // logically in use; the rest is free pages
+	Alarms           []string `json:"alarms,omitempty"`      // e.g. NOSPACE, CORRUPT
+	Errors           []string `json:"errors,omitempty"`      // Status errors and why it was unreachable
 }
 
 // Started reports whether the member has ever started (etcd learns its name on start).

@@ -26,6 +26,18 @@ type State struct {
 	// Members are all current members, each as etcd's membership has it (the name is the
 	// pod's name, also for a member added but not yet started). Sorted by name.
 	Members []Member `json:"members"`
+	// Recovery, while a quorum recovery is in progress, names the survivor that restarts once
+	// with --force-new-cluster; every other member is fenced.
+	Recovery *Recovery `json:"recovery,omitempty"`
+}
+
+// Recovery is a quorum recovery from one surviving member.
+type Recovery struct {
+	// Survivor is the member that restarts with --force-new-cluster.
+	Survivor string `json:"survivor"`
+	// Token identifies the recovery; the survivor's volume records it once applied, so the
+	// flag is used once.
+	Token string `json:"token"`
 }
 
 // Member is one member's join record.
@@ -40,6 +52,10 @@ type Member struct {
 	// Established is true once the member has been seen started as a voter. An established
 	// member must never start on an empty data dir: that could fork the cluster.
 	Established bool `json:"established,omitempty"`
+	// Fenced is true while a quorum recovery is in progress from another member: this
+	// member's data belongs to the lost quorum, and starting on it could form that quorum
+	// again beside the recovered cluster. It waits until it is added back anew.
+	Fenced bool `json:"fenced,omitempty"`
 }
 
 // Find returns the member named name.

@@ -45,6 +45,9 @@ type Volume struct {
 	// HasMarker is true when the incarnation marker exists; Incarnation is its value.
 	HasMarker   bool
 	Incarnation int64
+	// Recovered is the token of the last quorum recovery this volume started with
+	// --force-new-cluster, or "".
+	Recovered string
 }
 
 // Input is everything the decision depends on.
@@ -63,21 +66,28 @@ type Decision struct {
 	Wipe bool
 	// Incarnation is written to the marker before etcd starts.
 	Incarnation int64
+	// Recovered, when set, is the quorum recovery token written to the volume before etcd
+	// starts with --force-new-cluster, so that it does so once.
+	Recovered string
 	// Args are the flags the launcher owns, added to the pod's static etcd flags.
 	Args []string
 }
 
 // OwnedFlags are the etcd flags Decide sets; the pod's static flags must not set them.
-var OwnedFlags = []string{"name", "data-dir", "initial-cluster", "initial-cluster-state", "initial-cluster-token"}
+var OwnedFlags = []string{"name", "data-dir", "initial-cluster", "initial-cluster-state", "initial-cluster-token", "force-new-cluster"}
 
 // Decide is the start decision of member in.Name. In order, first match wins:
 //  1. not in the join state → wait (the mounted file lags behind the ConfigMap)
 //  2. join state without a token → wait (malformed; never start with etcd's default token)
 //  3. marker newer than the join state → wait (the file lags behind the incarnation)
 //  4. data without a marker → refuse (nobody knows which incarnation wrote it)
-//  5. established member whose data is missing or stale → refuse (starting empty could fork
+//  5. fenced by a quorum recovery from another member → wait (its data belongs to the lost
+//     quorum; started, it could form that quorum again beside the recovered cluster)
+//  6. established member whose data is missing or stale → refuse (starting empty could fork
 //     the cluster: a seed would form a new one, a voter would vote without its log)
-//  6. otherwise start; wipe the data first when an older incarnation wrote it.
+//  7. the survivor of a quorum recovery not yet applied to this volume → start once with
+//     --force-new-cluster, recording the recovery's token first
+//  8. otherwise start; wipe the data first when an older incarnation wrote it.
 //
 // With data kept, the --initial-* flags are harmless: etcd reads them only for an empty dir.
 func Decide(in Input) Decision {
@@ -95,9 +105,29 @@ func Decide(in Input) Decision {
 	if v.HasData && !v.HasMarker {
 		return Decision{Kind: Refuse, Reason: fmt.Sprintf("data dir %s has no incarnation marker", in.DataDir)}
 	}
+	if me.Fenced {
+		survivor := "another member"
+		if r := in.Join.Recovery; r != nil {
+			survivor = r.Survivor
+		}
+		return Decision{Kind: Wait, Reason: fmt.Sprintf("fenced: quorum is being recovered from %s; %s starts again once added back", survivor, in.Name)}
+	}
 	stale := v.HasData && v.Incarnation < me.Incarnation
 	if me.Established && (!v.HasData || stale) {
 		return Decision{Kind: Refuse, Reason: fmt.Sprintf("established member %s has no data of incarnation %d in %s", in.Name, me.Incarnation, in.DataDir)}
+	}
+	d := Decision{Kind: Start, Wipe: stale, Incarnation: me.Incarnation, Args: []string{
+		"--name=" + in.Name,
+		"--data-dir=" + in.DataDir,
+		"--initial-cluster=" + initialCluster(in.Join),
+		"--initial-cluster-state=" + in.Join.ClusterState,
+		"--initial-cluster-token=" + in.Join.Token,
+	}}
+	if r := in.Join.Recovery; r != nil && r.Survivor == in.Name && r.Token != v.Recovered && v.HasData && !stale {
+		d.Reason = fmt.Sprintf("recover quorum: start once with --force-new-cluster from the data of incarnation %d (recovery %s)", me.Incarnation, r.Token)
+		d.Recovered = r.Token
+		d.Args = append(d.Args, "--force-new-cluster")
+		return d
 	}
 	reason := fmt.Sprintf("restart with data of incarnation %d", me.Incarnation)
 	switch {
@@ -108,19 +138,16 @@ func Decide(in Input) Decision {
 	case !v.HasData:
 		reason = "join the existing cluster"
 	}
-	return Decision{
-		Kind:        Start,
-		Reason:      reason,
-		Wipe:        stale,
-		Incarnation: me.Incarnation,
-		Args: []string{
-			"--name=" + in.Name,
-			"--data-dir=" + in.DataDir,
-			"--initial-cluster=" + initialCluster(in.Join),
-			"--initial-cluster-state=" + in.Join.ClusterState,
-			"--initial-cluster-token=" + in.Join.Token,
-		},
-	}
+	d.Reason = reason
+	return d
+}
+
+// RecoveryPending reports whether member name is the survivor of a quorum recovery that its
+// volume has not started from yet: its running etcd must restart, through the launcher, with
+// --force-new-cluster. The liveness probe fails while it is, so the kubelet restarts it.
+func RecoveryPending(join joinstate.State, name string, v Volume) bool {
+	r := join.Recovery
+	return r != nil && r.Survivor == name && r.Token != v.Recovered
 }
 
 // initialCluster lists every member of the join state as etcd wants it, name=peerURL.

@@ -11,13 +11,22 @@ import (
 	"etcdops.dev/etcdops/joinstate"
 )
 
-// MarkerFile is the incarnation marker's name, beside the data dir on the member's volume.
-const MarkerFile = "incarnation"
+// MarkerFile is the incarnation marker's name, beside the data dir on the member's volume;
+// RecoveredFile records the last quorum recovery the volume started from.
+const (
+	MarkerFile    = "incarnation"
+	RecoveredFile = "recovered"
+)
 
 // MarkerPath is where the incarnation marker of dataDir lives: in its parent, so that wiping
 // the data dir never loses it.
 func MarkerPath(dataDir string) string {
 	return filepath.Join(filepath.Dir(filepath.Clean(dataDir)), MarkerFile)
+}
+
+// RecoveredPath is where the recovery marker of dataDir lives, beside the incarnation marker.
+func RecoveredPath(dataDir string) string {
+	return filepath.Join(filepath.Dir(filepath.Clean(dataDir)), RecoveredFile)
 }
 
 // ErrBadOptions marks errors in the launch command line, as opposed to I/O failures.
@@ -70,8 +79,15 @@ func Prepare(o Options) (argv []string, d Decision, err error) {
 			return nil, d, fmt.Errorf("wipe %s: %w", dataDir, err)
 		}
 	}
-	if err := writeMarker(MarkerPath(dataDir), d.Incarnation); err != nil {
+	if err := writeMarker(MarkerPath(dataDir), strconv.FormatInt(d.Incarnation, 10)); err != nil {
 		return nil, d, fmt.Errorf("write incarnation marker: %w", err)
+	}
+	if d.Recovered != "" {
+		// Written before etcd starts: a crash after this point restarts without the flag,
+		// which is the safe way round (forcing twice would drop members added since).
+		if err := writeMarker(RecoveredPath(dataDir), d.Recovered); err != nil {
+			return nil, d, fmt.Errorf("write recovery marker: %w", err)
+		}
 	}
 	argv = append([]string{o.Etcd}, o.Static...)
 	return append(argv, d.Args...), d, nil
@@ -105,6 +121,14 @@ func Inspect(dataDir string) (Volume, error) {
 	default:
 		v.HasData = len(entries) > 0
 	}
+	recovered, err := os.ReadFile(RecoveredPath(dataDir))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return Volume{}, fmt.Errorf("read recovery marker: %w", err)
+	default:
+		v.Recovered = strings.TrimSpace(string(recovered))
+	}
 	raw, err := os.ReadFile(MarkerPath(dataDir))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -120,19 +144,19 @@ func Inspect(dataDir string) (Volume, error) {
 	return v, nil
 }
 
-// writeMarker records incarnation durably: written aside, synced, then renamed into place,
-// so a crash leaves either the old marker or the new one.
-func writeMarker(path string, incarnation int64) error {
+// writeMarker records value durably: written aside, synced, then renamed into place, so a
+// crash leaves either the old marker or the new one.
+func writeMarker(path, value string) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, MarkerFile+".*")
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := fmt.Fprintf(tmp, "%d\n", incarnation); err != nil {
+	if _, err := fmt.Fprintln(tmp, value); err != nil {
 		tmp.Close()
 		return err
 	}

@@ -126,3 +126,41 @@ func TestInspectRejectsBadMarker(t *testing.T) {
 		t.Fatal("a marker that is not a number was accepted")
 	}
 }
+
+// TestPrepareQuorumRecovery: the survivor starts once with --force-new-cluster, recording the
+// recovery first; the fenced members wait; a restart afterwards starts normally.
+func TestPrepareQuorumRecovery(t *testing.T) {
+	p := newPod(t)
+	p.mount(join("new", member("e-0", 1, false)))
+	if _, d, err := p.launch("e-0"); err != nil || d.Kind != Start {
+		t.Fatalf("seed: %+v %v", d, err)
+	}
+	p.etcdWrites()
+
+	recovering := join("existing", member("e-0", 1, true), fenced(member("e-1", 1, true)), fenced(member("e-2", 1, true)))
+	recovering.Recovery = &joinstate.Recovery{Survivor: "e-0", Token: "r1"}
+	p.mount(recovering)
+	if v, _ := Inspect(p.dataDir); !RecoveryPending(recovering, "e-0", v) {
+		t.Fatal("the survivor's probe would not ask for the restart")
+	}
+	argv, d, err := p.launch("e-0")
+	if err != nil || d.Kind != Start || d.Recovered != "r1" || argv[len(argv)-1] != "--force-new-cluster" {
+		t.Fatalf("survivor: got %q %+v %v", argv, d, err)
+	}
+	v, err := Inspect(p.dataDir)
+	if err != nil || v.Recovered != "r1" || RecoveryPending(recovering, "e-0", v) {
+		t.Fatalf("recovery marker: %+v %v", v, err)
+	}
+	argv, d, err = p.launch("e-0")
+	if err != nil || d.Kind != Start || d.Recovered != "" || slices.Contains(argv, "--force-new-cluster") {
+		t.Fatalf("a restart after the recovery forces again: %q %+v %v", argv, d, err)
+	}
+	if _, d, err := p.launch("e-1"); err != nil || d.Kind != Wait || !strings.Contains(d.Reason, "fenced") {
+		t.Fatalf("fenced member: got %+v %v", d, err)
+	}
+}
+
+func fenced(m joinstate.Member) joinstate.Member {
+	m.Fenced = true
+	return m
+}

@@ -480,6 +480,8 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		Warnings:    []string{v1alpha1.EvenSizeWarning(4)},
 		Action:      &v1alpha1.Action{Type: "PromoteLearner", Member: "status-2", Reason: "learner caught up", Since: since},
 		JobFailures: 1,
+		Maintenance: &v1alpha1.MaintenanceStatus{Operation: "NoSpace", Phase: "Defragmenting", Member: "status-1", Since: since, LastDisarmed: &since},
+		Recovery:    &v1alpha1.RecoveryStatus{Survivor: "status-0", ID: "8e9e05c52164694d", RaftIndex: 4711, Trigger: "Automatic", Phase: "Done", Token: "r-1", Since: since},
 		Ledger: []v1alpha1.LedgerRecord{
 			{Name: "status-0", ID: "8e9e05c52164694d", Incarnation: 0, Established: true},
 			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true},

@@ -510,6 +510,11 @@ func TestCRDDefaultsMatchGo(t *testing.T) {
 		{"spec.imageRegistry", spec.Properties["imageRegistry"].Default, v1alpha1.DefaultImageRegistry},
 		{"spec.storageSpec.accessModes", storage.Properties["accessModes"].Default, corev1.ReadWriteOnce},
 		{"spec.storageSpec.whenDeleted", storage.Properties["whenDeleted"].Default, v1alpha1.PVCRetain},
+		{"spec.maintenance.noSpace", spec.Properties["maintenance"].Properties["noSpace"].Default, v1alpha1.NoSpaceRemediate},
+		{"spec.maintenance.defragment.inUseBelowPercent", spec.Properties["maintenance"].Properties["defragment"].Properties["inUseBelowPercent"].Default, v1alpha1.DefaultDefragmentInUseBelowPercent},
+		{"spec.maintenance.defragment.minFree", spec.Properties["maintenance"].Properties["defragment"].Properties["minFree"].Default, v1alpha1.DefaultDefragmentMinFree},
+		{"spec.recovery.quorumLoss", spec.Properties["recovery"].Properties["quorumLoss"].Default, v1alpha1.QuorumLossManual},
+		{"spec.recovery.after", spec.Properties["recovery"].Properties["after"].Default, metav1.Duration{Duration: v1alpha1.DefaultRecoveryAfter}},
 	} {
 		want, _ := json.Marshal(c.want)
 		if c.got == nil || string(c.got.Raw) != string(want) {
@@ -576,6 +581,7 @@ func jsonFields(t reflect.Type) map[string]reflect.StructField {
 var (
 	quantityType = reflect.TypeFor[resource.Quantity]()
 	timeType     = reflect.TypeFor[metav1.Time]()
+	durationType = reflect.TypeFor[metav1.Duration]()
 )
 
 func compareSchema(t *testing.T, at string, typ reflect.Type, s *apiextv1.JSONSchemaProps) {
@@ -598,10 +604,15 @@ func compareSchema(t *testing.T, at string, typ reflect.Type, s *apiextv1.JSONSc
 			t.Errorf("%s: a time should be a date-time string, schema says %s/%s", at, s.Type, s.Format)
 		}
 		return
+	case typ == durationType:
+		if s.Type != "string" {
+			t.Errorf("%s: a duration should be a string, schema says %s", at, s.Type)
+		}
+		return
 	}
 	want := map[reflect.Kind]string{
 		reflect.String: "string", reflect.Bool: "boolean",
-		reflect.Int32: "integer", reflect.Int64: "integer", reflect.Int: "integer",
+		reflect.Int32: "integer", reflect.Int64: "integer", reflect.Int: "integer", reflect.Uint64: "integer",
 		reflect.Struct: "object", reflect.Map: "object", reflect.Slice: "array",
 	}[typ.Kind()]
 	if want == "" || s.Type != want {

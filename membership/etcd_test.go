@@ -37,6 +37,7 @@ type testCluster struct {
 	token   string
 	pki     *testPKI
 	strict  bool
+	quota   int64
 	mu      sync.Mutex
 	members []*testMember
 }
@@ -48,6 +49,8 @@ type clusterOptions struct {
 	members int
 	pki     *testPKI
 	strict  bool
+	// quota is --quota-backend-bytes; etcd's default when 0.
+	quota int64
 }
 
 // freePort asks the kernel for an unused loopback port.
@@ -69,7 +72,7 @@ func newTestCluster(t testing.TB, n int, pki *testPKI) *testCluster {
 
 func startTestCluster(t testing.TB, opts clusterOptions) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, token: fmt.Sprintf("test-%d", time.Now().UnixNano()), pki: opts.pki, strict: opts.strict}
+	c := &testCluster{t: t, token: fmt.Sprintf("test-%d", time.Now().UnixNano()), pki: opts.pki, strict: opts.strict, quota: opts.quota}
 	t.Cleanup(c.stopAll)
 	for i := range opts.members {
 		c.newMember(fmt.Sprintf("m-%d", i))
@@ -127,6 +130,7 @@ func (c *testCluster) start(m *testMember, state, initial string) {
 	cfg.ClusterState = state
 	cfg.InitialClusterToken = c.token
 	cfg.StrictReconfigCheck = c.strict
+	cfg.QuotaBackendBytes = c.quota
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	if c.pki != nil {
 		cfg.ClientTLSInfo = c.pki.serverInfo(c.t, m.name)

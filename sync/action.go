@@ -28,6 +28,15 @@ const (
 	ScaleStatefulSet
 	// Teardown: a finalize step.
 	Teardown
+	// Compact: a Job compacts the key space at the current revision (NOSPACE remediation).
+	Compact
+	// Defragment: a Job defragments one member's database.
+	Defragment
+	// DisarmAlarm: a Job disarms an alarm (NOSPACE once space is freed; CORRUPT of a member
+	// that was replaced).
+	DisarmAlarm
+	// RecoverQuorum: a step of a quorum recovery from one surviving member.
+	RecoverQuorum
 )
 
 var actionNames = [...]string{
@@ -42,6 +51,10 @@ var actionNames = [...]string{
 	ReplacePod:       "ReplacePod",
 	ScaleStatefulSet: "ScaleStatefulSet",
 	Teardown:         "Teardown",
+	Compact:          "Compact",
+	Defragment:       "Defragment",
+	DisarmAlarm:      "DisarmAlarm",
+	RecoverQuorum:    "RecoverQuorum",
 }
 
 func (t ActionType) String() string {

@@ -35,6 +35,12 @@ func (v *view) decision(s step) Decision {
 // ledger the join ConfigMap now carries.
 func (v *view) children(s step) ([]Child, ledger) {
 	state, l := v.joinState(v.rebaseline())
+	if r := s.recoveryJoin; r != nil {
+		state.Recovery = r
+		for i := range state.Members {
+			state.Members[i].Fenced = state.Members[i].Name != r.Survivor
+		}
+	}
 	children := []Child{
 		headlessService(v.c),
 		clientService(v.c),

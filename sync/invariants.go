@@ -103,6 +103,16 @@ func checkInvariants(v *view, s step) error {
 		}
 	}
 
+	if r := s.recoveryJoin; r != nil {
+		prev := v.obs.Cluster.Status.Recovery
+		switch {
+		case hasQuorum(voters, healthy):
+			return errors.New("forcing a new cluster while quorum holds")
+		case prev == nil || prev.Survivor != r.Survivor || prev.Token != r.Token || prev.Phase != recoveryChosen && prev.Phase != recoveryForcing:
+			return fmt.Errorf("forcing a new cluster from %s before status recorded the choice", r.Survivor)
+		}
+		changes++
+	}
 	if changes > 1 {
 		return fmt.Errorf("%d changes in one sync", changes)
 	}

@@ -18,6 +18,8 @@ import (
 const (
 	LabelAttempt       = "etcdops.dev/attempt"
 	AnnotationMemberID = "etcdops.dev/member-id"
+	// LabelAlarm on a disarm Job names the alarm it disarms.
+	LabelAlarm = "etcdops.dev/alarm"
 )
 
 // Member Job settings.
@@ -38,14 +40,21 @@ const (
 	verbPromote    = "promote"
 	verbRemove     = "remove"
 	verbMoveLeader = "move-leader"
+	verbCompact    = "compact"
+	verbDefragment = "defragment"
+	verbDisarm     = "disarm"
 )
 
-// memberJob is one membership change for the member tool to run.
+// memberJob is one membership change or maintenance operation for the member tool to run.
 type memberJob struct {
-	verb      string
-	member    string // pod name the change is about; for move-leader the new leader
-	peerURL   string // add-learner
-	id        uint64 // promote, remove, move-leader
+	verb   string
+	member string // pod name the change is about; for move-leader the new leader
+	// peerURL: add-learner.
+	peerURL string
+	// id: promote, remove, move-leader, defragment, and disarm of one member's alarm.
+	id uint64
+	// alarm: disarm.
+	alarm     string
 	endpoints []string
 	attempt   int
 }
@@ -56,8 +65,15 @@ func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.peerURL != "" {
 		args = append(args, "--peer-url="+j.peerURL)
 	}
-	if j.verb != verbAddLearner {
+	if j.alarm != "" {
+		args = append(args, "--alarm="+j.alarm)
+	}
+	if j.id != 0 {
 		args = append(args, fmt.Sprintf("--id=%x", j.id))
+	}
+	if j.verb == verbCompact || j.verb == verbDefragment {
+		// A large database takes minutes: give the tool most of the Job's deadline.
+		args = append(args, "--timeout=4m")
 	}
 	if clientTLS(c) {
 		args = append(args, "--cacert="+ClientTLSDir+"/ca.crt", "--cert="+ClientTLSDir+"/tls.crt", "--key="+ClientTLSDir+"/tls.key")
@@ -72,6 +88,9 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	labels[LabelAction] = j.verb
 	labels[LabelMember] = j.member
 	labels[LabelAttempt] = strconv.Itoa(j.attempt)
+	if j.alarm != "" {
+		labels[LabelAlarm] = j.alarm
+	}
 
 	container := object{"name": "member", "image": cfg.ToolImage, "command": j.args(c), "securityContext": containerSecurityContext()}
 	// The member tool talks to etcd only, never to the Kubernetes API.
@@ -106,7 +125,7 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	}
 	name += "-" + hash
 	meta := metadata(c, name, labels)
-	if j.verb != verbAddLearner {
+	if j.id != 0 {
 		meta["annotations"] = map[string]string{AnnotationMemberID: fmt.Sprintf("%x", j.id)}
 	}
 	return Child{APIVersion: "batch/v1", Kind: "Job", Name: name, Object: object{

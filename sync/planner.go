@@ -9,6 +9,9 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/joinstate"
 )
 
 // planner runs phases 6 to 11 over one view.
@@ -24,6 +27,13 @@ type planner struct {
 	// exhausted is a failed Job at its attempt limit. It blocks only its own step: when the
 	// phases decide anything else (its member is gone, the spec changed), it is dropped.
 	exhausted *batchv1.Job
+	// done are the steps (verb/member) whose Jobs succeeded and are dropped in this sync:
+	// maintenance that leaves nothing in the membership to show for it reads them here.
+	done []string
+	// maintenance and recovery, when set, are what status records of them now; otherwise the
+	// last status's records are kept.
+	maintenance *v1alpha1.MaintenanceStatus
+	recovery    *v1alpha1.RecoveryStatus
 }
 
 // step is what phases 6 to 11 decided.
@@ -44,9 +54,27 @@ type step struct {
 	degraded    string // why the cluster is Degraded, beyond unhealthy members
 	// degradedBy is the Degraded condition's reason when degraded is set; Blocked if empty.
 	degradedBy string
+	// maintenance and recovery, when set, replace what status records of them.
+	maintenance *v1alpha1.MaintenanceStatus
+	recovery    *v1alpha1.RecoveryStatus
+	// recoveryJoin, when set, is the quorum recovery the join state carries: the survivor
+	// told to force a new cluster, every other member fenced.
+	recoveryJoin *joinstate.Recovery
 }
 
 func (p *planner) decide() step {
+	s := p.decideStep()
+	if s.maintenance == nil {
+		s.maintenance = p.maintenance
+	}
+	if s.recovery == nil {
+		s.recovery = p.recovery
+	}
+	return s
+}
+
+func (p *planner) decideStep() step {
+	p.recoveryProgress()
 	if s, ok := p.memberJob(); ok {
 		s.keep = p.keep
 		return s
@@ -64,6 +92,7 @@ func (p *planner) decide() step {
 func (p *planner) change() step {
 	phases := []func() (step, bool){
 		p.quorumLost,       // 7a
+		p.staleAlarm,       // 7b
 		p.noSpace,          // 7b
 		p.memberWithoutPod, // 7c
 		p.learner,          // 7d
@@ -73,6 +102,7 @@ func (p *planner) change() step {
 		p.scaleOut,         // 9
 		p.scaleIn,          // 10
 		p.upgrade,          // 11
+		p.defragment,       // 12
 	}
 	for _, phase := range phases {
 		if s, ok := phase(); ok {
@@ -97,6 +127,7 @@ func (p *planner) memberJob() (step, bool) {
 			s = p.wait(who, fmt.Sprintf("%s %s: Job %s running", verb, who, j.Name), resyncSoon)
 		case jobSucceeded:
 			if p.effectShows(j) {
+				p.done = append(p.done, verb+"/"+who)
 				continue
 			}
 			s = p.wait(who, fmt.Sprintf("%s %s: Job %s done, membership does not show it yet", verb, who, j.Name), resyncSoon)
@@ -162,9 +193,18 @@ func (p *planner) effectShows(j *batchv1.Job) bool {
 			}
 		}
 		return true
+	case verbDisarm:
+		alarm, id := j.Labels[LabelAlarm], j.Annotations[AnnotationMemberID]
+		for _, a := range p.obs.Etcd.Alarms {
+			if a.Type == alarm && (id == "" || fmt.Sprintf("%x", a.MemberID) == id) {
+				return false
+			}
+		}
+		return true
 	}
 	// A leader move has no lasting effect to check: leadership may move again on its own. If
-	// it moved back, the move is planned again as the next attempt (attemptFor).
+	// it moved back, the move is planned again as the next attempt (attemptFor). Compaction
+	// and defragmentation are read from done, and from the members' database sizes.
 	return true
 }
 
@@ -173,7 +213,10 @@ func (p *planner) effectShows(j *batchv1.Job) bool {
 // Voters only the hook cannot reach may be what is missing: then quorum is unconfirmed, not
 // lost, and said so.
 func (p *planner) quorumLost() (step, bool) {
-	voters, healthy := len(p.voters()), p.healthyVoters()
+	// A member with a CORRUPT alarm that answers still takes part in raft: the alarm stops
+	// reads and writes, not membership changes, which is how it is replaced (7f).
+	corrupt := p.filter(func(m *member) bool { return !m.IsLearner && m.Reachable && hasAlarm(m.Member, "CORRUPT") })
+	voters, healthy := len(p.voters()), p.healthyVoters()+len(corrupt)
 	if hasQuorum(voters, healthy) {
 		return step{}, false
 	}
@@ -184,24 +227,14 @@ func (p *planner) quorumLost() (step, bool) {
 		s.degradedBy = ReasonQuorumUnconfirmed
 		return s, true
 	}
-	reason := fmt.Sprintf("quorum lost: %d of %d voters healthy; no membership change can commit: restore from a snapshot, or restart the most up-to-date member once with --force-new-cluster", healthy, voters)
+	if s, ok := p.recoverQuorum(); ok {
+		return s, true
+	}
+	reason := fmt.Sprintf("quorum lost: %d of %d voters healthy; no membership change can commit: restore from a snapshot, or recover from the most up-to-date member (annotation %s=<member>, or spec.recovery.quorumLoss: ForceNewCluster)",
+		healthy, voters, v1alpha1.AnnotationForceNewClusterFrom)
 	s := p.hold(reason, reason)
 	s.degradedBy = ReasonQuorumLost
 	return s, true
-}
-
-// 7b. A NOSPACE alarm stops writes until space is reclaimed (compact, defragment each
-// member, disarm). Replacing members would copy the same data, so only report it.
-func (p *planner) noSpace() (step, bool) {
-	for _, m := range p.members {
-		if hasAlarm(m.Member, "NOSPACE") {
-			reason := "NOSPACE alarm raised by " + m.name + ": compact, defragment each member, then disarm the alarm"
-			s := p.wait(m.name, reason, resyncHold)
-			s.degraded, s.degradedBy = reason, ReasonNoSpace
-			return s, true
-		}
-	}
-	return step{}, false
 }
 
 // 7c. A member whose ordinal the StatefulSet does not reach has no pod: a scale-out was
@@ -627,6 +660,12 @@ func actionOfVerb(verb string) ActionType {
 		return PromoteLearner
 	case verbRemove:
 		return RemoveMember
+	case verbCompact:
+		return Compact
+	case verbDefragment:
+		return Defragment
+	case verbDisarm:
+		return DisarmAlarm
 	}
 	return MoveLeader
 }

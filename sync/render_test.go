@@ -3,6 +3,7 @@ package sync
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,8 +102,11 @@ func TestRenderingIsStableAndOwnsOnlyItsFields(t *testing.T) {
 	if etcd.Image != "gcr.io/etcd-development/etcd:v3.6.16" || pod.Spec.InitContainers[0].Image != simConfig.ToolImage {
 		t.Errorf("images %s, %s", etcd.Image, pod.Spec.InitContainers[0].Image)
 	}
-	if p := etcd.ReadinessProbe; p == nil || p.HTTPGet.Port.IntValue() != MetricsPort || !strings.Contains(p.HTTPGet.Path, "serializable=true") {
-		t.Errorf("readiness probe %+v must not need quorum", p)
+	if p := etcd.ReadinessProbe; p == nil || p.HTTPGet.Port.IntValue() != MetricsPort || !strings.Contains(p.HTTPGet.Path, "exclude=linearizable_read") || !strings.Contains(p.HTTPGet.Path, "exclude=non_learner") {
+		t.Errorf("readiness probe %+v must need neither quorum nor a vote", p)
+	}
+	if p := etcd.LivenessProbe; p == nil || p.Exec == nil || !slices.Contains(p.Exec.Command, "probe") || !slices.Contains(p.Exec.Command, "--health=http://127.0.0.1:2381/livez") {
+		t.Errorf("liveness probe %+v must be the member tool's probe of /livez", p)
 	}
 
 	var job batchv1.Job

@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
@@ -34,14 +35,18 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     line that consecutive syncs repeat once with (xN)
 //	plan                                 the decision on the world as it is, not applied
 //	world                                the world in three lines
-//	spec size=N | version=V | options=A,B | paused | unpaused | delete
+//	spec size=N | version=V | options=A,B | paused | unpaused | delete | recovery=POLICY |
+//	     nospace=POLICY | defragment     (defragment: spec.maintenance.defragment, defaults)
 //	leader POD                           make POD's member the leader
-//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|heal   unreachable: the hook
+//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|heal   unreachable: the hook
 //	                                     alone cannot reach it, etcd and the kubelet see it healthy;
-//	                                     slow: it keeps its raft role but fails health checks
+//	                                     slow: it keeps its raft role but fails health checks;
+//	                                     lost: its volume is gone for good
 //	unschedulable POD | schedulable POD  the pod at that ordinal cannot be scheduled (any template)
 //	delete statefulset [orphan] | configmap | services | pdb   a child deleted behind the planner's back
 //	leader-returns N                     leadership goes back after each of the next N leader moves
+//	db [POD] live=S history=S [file=S]   database sizes (all members, or POD's)
+//	grow S                               a writer adds S of revisions per tick; NOSPACE at the quota
 //	annotate KEY=VALUE                   an annotation on the EtcdCluster
 //	member-add POD                       a learner added behind the planner's back
 //	member-remove POD                    a member removed behind the planner's back
@@ -207,6 +212,12 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 				w.cluster.Spec.Version = v
 			case "options":
 				w.cluster.Spec.EtcdOptions = strings.Split(v, ",")
+			case "recovery":
+				w.cluster.Spec.Recovery = &v1alpha1.RecoverySpec{QuorumLoss: v1alpha1.QuorumLossPolicy(v)}
+			case "nospace":
+				w.maintenance().NoSpace = v1alpha1.NoSpacePolicy(v)
+			case "defragment":
+				w.maintenance().Defragment = &v1alpha1.DefragmentSpec{}
 			case "paused":
 				w.cluster.Spec.Paused = true
 			case "unpaused":
@@ -234,9 +245,16 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		case "down":
 			p.down = true
 		case "corrupt":
-			m.alarms = []string{"CORRUPT"}
+			w.raise(m.id, "CORRUPT")
 		case "nospace":
-			m.alarms = []string{"NOSPACE"}
+			w.raise(m.id, "NOSPACE")
+		case "lost":
+			// Its volume is gone for good: the pod restarts on an empty one.
+			delete(w.data, ord)
+			p.running = false
+			if !m.learner {
+				w.lost++
+			}
 		case "gone":
 			p.terminating = true
 		case "unreachable":
@@ -246,11 +264,40 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		case "heal":
 			p.crash, p.down, p.blind, p.slow = false, false, false, false
 			if m != nil {
-				m.alarms = nil
+				w.disarm("CORRUPT", m.id)
+				w.disarm("NOSPACE", m.id)
 			}
 		default:
 			t.Fatalf("%q: unknown fault", line)
 		}
+	case "db":
+		// db [POD] live=SIZE history=SIZE [file=SIZE]: database sizes of one member or all.
+		ms := w.members
+		if len(args) > 0 && !strings.Contains(args[0], "=") {
+			ms = []*simMember{w.memberAt(w.ordinalOf(args[0]))}
+			args = args[1:]
+		}
+		for _, m := range ms {
+			for _, a := range args {
+				k, v, _ := strings.Cut(a, "=")
+				q := resource.MustParse(v)
+				n := q.Value()
+				switch k {
+				case "live":
+					m.live = n
+				case "history":
+					m.history = n
+				case "file":
+					m.file = n
+				default:
+					t.Fatalf("%q: unknown size", line)
+				}
+			}
+			m.file = max(m.file, m.live+m.history)
+		}
+	case "grow":
+		q := resource.MustParse(arg(0))
+		w.growth = q.Value()
 	case "unschedulable", "schedulable":
 		w.unschedulable[w.ordinalOf(arg(0))] = cmd == "unschedulable"
 	case "delete":
@@ -340,6 +387,13 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		t.Fatalf("%q: unknown command", line)
 	}
 	return w
+}
+
+func (w *simWorld) maintenance() *v1alpha1.MaintenanceSpec {
+	if w.cluster.Spec.Maintenance == nil {
+		w.cluster.Spec.Maintenance = &v1alpha1.MaintenanceSpec{}
+	}
+	return w.cluster.Spec.Maintenance
 }
 
 // deleteChild deletes an applied child as a person would with kubectl.
@@ -475,6 +529,12 @@ func decisionText(t *testing.T, d Decision) string {
 		b.WriteString(" finalized")
 	}
 	b.WriteString("\n")
+	if m := st.Maintenance; m != nil {
+		fmt.Fprintf(&b, "  maintenance: %s %s %s\n", m.Operation, m.Phase, m.Member)
+	}
+	if r := st.Recovery; r != nil {
+		fmt.Fprintf(&b, "  recovery: %s from %s (%s)\n", r.Phase, r.Survivor, r.Trigger)
+	}
 	for _, w := range st.Warnings {
 		fmt.Fprintf(&b, "  warning: %s\n", w)
 	}

@@ -348,7 +348,7 @@ func TestEmptyDirRollStartsEachMemberOnce(t *testing.T) {
 // checks, children deleted behind the planner's back (the StatefulSet with or without its
 // pods, the join ConfigMap), leadership that moves back, a learner's pod that cannot be
 // scheduled, a cluster that suddenly answers with another cluster ID (accepted a little later,
-// as after a restore). Every step keeps the invariants, and the cluster converges once the
+// as after a restore), a database filled to NOSPACE, a member found CORRUPT. Every step keeps the invariants, and the cluster converges once the
 // world heals.
 func TestRandomPartialKnowledge(t *testing.T) {
 	for seed := int64(1); seed <= 8; seed++ {
@@ -401,6 +401,15 @@ func TestRandomPartialKnowledge(t *testing.T) {
 					ord := 3 + rng.Intn(2)
 					w.unschedulable[ord] = true
 					heal = append(heal, func() { w.unschedulable[ord] = false })
+				},
+				func() { // a writer fills the database to NOSPACE
+					w.growth = 300 << 20
+					heal = append(heal, func() { w.growth = 0 })
+				},
+				func() { // etcd finds a member's data corrupt
+					if ms := w.members; len(ms) > 0 {
+						w.raise(ms[rng.Intn(len(ms))].id, "CORRUPT")
+					}
 				},
 				func() {
 					w.newCluster()

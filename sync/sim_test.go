@@ -43,13 +43,17 @@ type simMember struct {
 	started bool
 	learner bool
 	raft    uint64
-	alarms  []string
+	// live is the data the member holds at the current revision, history the older revisions
+	// compaction frees; file is its database file, which only defragmentation shrinks.
+	live, history, file int64
 }
 
-// simData is what a member's data dir holds: the incarnation and member that wrote it.
+// simData is what a member's data dir holds: the incarnation and member that wrote it, and the
+// quorum recovery it last started from.
 type simData struct {
-	inc int64
-	id  uint64
+	inc       int64
+	id        uint64
+	recovered string
 }
 
 type simPod struct {
@@ -89,6 +93,7 @@ type simJob struct {
 	member  string
 	peerURL string
 	id      uint64
+	alarm   string
 	state   jobState
 	at      time.Time
 	failNow bool
@@ -96,6 +101,8 @@ type simJob struct {
 
 type simStats struct {
 	syncs, adds, promotes, removes, leaderMoves, replacements, jobFailures int
+	// forced counts etcd starts with --force-new-cluster.
+	forced int
 }
 
 func (s simStats) String() string {
@@ -143,6 +150,14 @@ type simWorld struct {
 	leaderReturns int
 	// orphaned: the StatefulSet was deleted leaving its pods (kubectl delete --cascade=orphan).
 	orphaned bool
+	// alarms are the cluster's active alarms, as etcd keeps them: by member ID, also of
+	// members removed since.
+	alarms []etcdstate.Alarm
+	// growth bytes are written per tick; past the quota etcd raises NOSPACE and refuses them.
+	growth int64
+	// lost counts voters whose volumes a story lost for good: fewer voters hold the data,
+	// until a quorum recovery makes a cluster of the survivor.
+	lost int
 	// onTick, when set, runs at the end of every tick: a fault that heals on a condition.
 	onTick func()
 	log    []string
@@ -190,7 +205,44 @@ func (w *simWorld) podName(ord int) string { return PodName(w.cluster.Name, ord)
 // etcd answers until the pod is gone: it shuts down gracefully.
 func (w *simWorld) healthy(m *simMember) bool {
 	p := w.pods[m.ord]
-	return m.started && p != nil && p.running && !p.down && len(m.alarms) == 0
+	return m.started && p != nil && p.running && !p.down
+}
+
+// anyCorrupt: a CORRUPT alarm stands; etcd then serves no reads or writes anywhere, and every
+// member's /readyz fails.
+func (w *simWorld) anyCorrupt() bool {
+	for _, a := range w.alarms {
+		if a.Type == "CORRUPT" {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *simWorld) hasAlarm(id uint64, alarm string) bool {
+	for _, a := range w.alarms {
+		if a.MemberID == id && a.Type == alarm {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *simWorld) raise(id uint64, alarm string) {
+	if !w.hasAlarm(id, alarm) {
+		w.alarms = append(w.alarms, etcdstate.Alarm{MemberID: id, Type: alarm})
+	}
+}
+
+// disarm removes the alarms of a type, of one member when id is not 0.
+func (w *simWorld) disarm(alarm string, id uint64) {
+	var kept []etcdstate.Alarm
+	for _, a := range w.alarms {
+		if a.Type != alarm || id != 0 && a.MemberID != id {
+			kept = append(kept, a)
+		}
+	}
+	w.alarms = kept
 }
 
 func (w *simWorld) voters() (voters, healthy int) {
@@ -263,7 +315,7 @@ func (w *simWorld) observe() Observed {
 		// Ready is the kubelet's probe of the member's own health: the hook's reach plays no
 		// part in it.
 		ready := corev1.ConditionFalse
-		if m := w.memberAt(ord); m != nil && w.healthy(m) && !p.slow {
+		if m := w.memberAt(ord); m != nil && w.healthy(m) && !p.slow && !w.anyCorrupt() {
 			ready = corev1.ConditionTrue
 		}
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
@@ -324,13 +376,19 @@ func (w *simWorld) snapshot() etcdstate.Snapshot {
 			em.RaftIndex = m.raft
 			em.Version = strings.TrimPrefix(p.version, "v")
 			em.IsLeader = m.id == w.leader
-			em.Alarms = m.alarms
-			em.Healthy = w.healthy(m) && quorum && !p.slow
+			for _, a := range w.alarms {
+				if a.MemberID == m.id {
+					em.Alarms = append(em.Alarms, a.Type)
+				}
+			}
+			em.DBSize, em.DBSizeInUse = m.file, m.live+m.history
+			em.Healthy = w.healthy(m) && quorum && !p.slow && !w.hasAlarm(m.id, "CORRUPT")
 		}
 		s.Complete = s.Complete && em.Reachable
 		s.Members = append(s.Members, em)
 	}
 	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].ID < s.Members[j].ID })
+	s.Alarms = append([]etcdstate.Alarm(nil), w.alarms...)
 	return s
 }
 
@@ -491,6 +549,9 @@ func (w *simWorld) newJob(b []byte) *simJob {
 		if v, ok := strings.CutPrefix(a, "--id="); ok {
 			fmt.Sscanf(v, "%x", &sj.id)
 		}
+		if v, ok := strings.CutPrefix(a, "--alarm="); ok {
+			sj.alarm = v
+		}
 	}
 	if w.failJobs > 0 {
 		w.failJobs--
@@ -568,6 +629,19 @@ func (w *simWorld) runJob(j *simJob) {
 			w.leader = 0
 			w.elect()
 		}
+	case verbCompact:
+		for _, m := range w.members {
+			m.history = 0
+		}
+	case verbDefragment:
+		m := w.memberByID(j.id)
+		if m == nil || !w.healthy(m) {
+			fail()
+			return
+		}
+		m.file = m.live + m.history
+	case verbDisarm:
+		w.disarm(j.alarm, j.id)
 	case verbMoveLeader:
 		m := w.memberByID(j.id)
 		if m == nil || m.learner || !w.healthy(m) {
@@ -668,6 +742,13 @@ func (w *simWorld) kubelet() {
 			p.restarts++
 			continue
 		}
+		if p.running && w.join != nil && launcher.RecoveryPending(*w.join, w.podName(ord), volumeOf(w.data[ord])) {
+			// The liveness probe fails while a quorum recovery waits for this member: the
+			// kubelet restarts its etcd through the launcher.
+			p.running = false
+			p.restarts++
+			continue
+		}
 		if p.running {
 			continue
 		}
@@ -691,11 +772,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 		return "no join state" // the kubelet cannot mount a missing ConfigMap
 	}
 	d := w.data[p.ord]
-	var vol launcher.Volume
-	if d != nil {
-		vol = launcher.Volume{HasData: true, HasMarker: true, Incarnation: d.inc}
-	}
-	dec := launcher.Decide(launcher.Input{Join: *w.join, Name: w.podName(p.ord), DataDir: "/var/lib/etcd/data", Volume: vol})
+	dec := launcher.Decide(launcher.Input{Join: *w.join, Name: w.podName(p.ord), DataDir: "/var/lib/etcd/data", Volume: volumeOf(d)})
 	if dec.Kind != launcher.Start {
 		return dec.Kind.String() + ": " + dec.Reason
 	}
@@ -704,7 +781,11 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 		d = nil
 	}
 	if d != nil {
-		if m == nil || d.id != m.id {
+		if dec.Recovered != "" {
+			d.recovered = dec.Recovered
+			w.forceNewCluster(p.ord, d)
+		}
+		if m := w.memberAt(p.ord); m == nil || d.id != m.id {
 			return "member removed from the cluster"
 		}
 		return ""
@@ -730,8 +811,35 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 	}
 	m.started = true
 	m.raft = 0
+	if l := w.memberByID(w.leader); l != nil {
+		// The new member receives a snapshot of the leader's data.
+		m.live, m.history = l.live, l.history
+		m.file = m.live + m.history
+	}
 	w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id}
 	return ""
+}
+
+// volumeOf is what the launcher finds on a volume.
+func volumeOf(d *simData) launcher.Volume {
+	if d == nil {
+		return launcher.Volume{}
+	}
+	return launcher.Volume{HasData: true, HasMarker: true, Incarnation: d.inc, Recovered: d.recovered}
+}
+
+// forceNewCluster is etcd started with --force-new-cluster on the data d at ord: the member
+// that wrote it becomes a cluster of one, every other member is removed from it.
+func (w *simWorld) forceNewCluster(ord int, d *simData) {
+	m := w.memberByID(d.id)
+	if m == nil {
+		w.t.Fatalf("%s forces a new cluster from data of a member that is gone", w.podName(ord))
+	}
+	w.members = []*simMember{m}
+	m.learner = false
+	w.leader = m.id
+	w.stats.forced++
+	w.lost = 0
 }
 
 // raft moves the leader's index on and lets healthy members follow; a learner needs one
@@ -743,6 +851,7 @@ func (w *simWorld) raft() {
 		return
 	}
 	leader.raft += 10
+	w.write()
 	for _, m := range w.members {
 		if m == leader || !w.healthy(m) {
 			continue
@@ -752,6 +861,29 @@ func (w *simWorld) raft() {
 			continue
 		}
 		m.raft = leader.raft
+	}
+}
+
+// write adds w.growth of new revisions to every member while quorum holds, as a steady
+// writer would; the first member whose file reaches its quota raises NOSPACE, and from then
+// on writes are refused.
+func (w *simWorld) write() {
+	if w.growth == 0 || !w.hasQuorum() {
+		return
+	}
+	for _, a := range w.alarms {
+		if a.Type == "NOSPACE" {
+			return
+		}
+	}
+	c := v1alpha1.Defaulted(w.cluster)
+	quota := quotaBytes(&c)
+	for _, m := range w.members {
+		m.history += w.growth
+		m.file = max(m.file, m.live+m.history)
+		if m.file >= quota {
+			w.raise(m.id, "NOSPACE")
+		}
 	}
 }
 
@@ -821,7 +953,7 @@ func (w *simWorld) checkWorld() {
 				holders++
 			}
 		}
-		if holders < etcdstate.Quorum(v) {
+		if holders < etcdstate.Quorum(v)-w.lost {
 			w.t.Fatalf("only %d of %d voters hold the data\n%s", holders, v, w.describe())
 		}
 	}

@@ -110,11 +110,24 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[s
 			object{"name": "peer", "containerPort": PeerPort},
 			object{"name": "metrics", "containerPort": MetricsPort},
 		},
-		// Serializable health answers from the member's own data: it needs no quorum, so a
-		// seed or a joining learner becomes ready while the cluster is still forming.
-		"readinessProbe": healthProbe(object{"periodSeconds": 5, "failureThreshold": 3}),
-		"livenessProbe":  healthProbe(object{"initialDelaySeconds": 15, "periodSeconds": 10, "failureThreshold": 8}),
-		"volumeMounts":   podVolumeMounts(c),
+		// Ready: etcd serves reads from its own data and no CORRUPT alarm stands. Neither
+		// quorum nor voting is asked for (a seed or a joining learner becomes ready while the
+		// cluster forms), nor the absence of a NOSPACE alarm: reads still work then.
+		"readinessProbe": object{
+			"httpGet":       object{"path": readinessPath, "port": MetricsPort, "scheme": "HTTP"},
+			"periodSeconds": 5, "failureThreshold": 3,
+		},
+		// Alive: etcd answers /livez (no alarm restarts it: a NOSPACE alarm must not become a
+		// crash loop), and no quorum recovery waits for this member to restart
+		// (etcdops-member probe, docs/architecture.md).
+		"livenessProbe": object{
+			"exec": object{"command": []string{toolPath, "probe",
+				"--join-state=" + joinDir + "/" + joinstate.ConfigMapKey,
+				"--data-dir=" + dataDir,
+				fmt.Sprintf("--health=http://127.0.0.1:%d%s", MetricsPort, livenessPath)}},
+			"initialDelaySeconds": 15, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 8,
+		},
+		"volumeMounts": podVolumeMounts(c),
 		// The launcher writes only under /var/lib/etcd, and etcd only under its data dir
 		// (its temporary files too: snapshots and defragmentation write beside the data), so
 		// the image stays read-only and no /tmp is needed.
@@ -154,10 +167,11 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[s
 	return object{"metadata": meta, "spec": spec}
 }
 
-func healthProbe(timing object) object {
-	timing["httpGet"] = object{"path": "/health?serializable=true", "port": MetricsPort, "scheme": "HTTP"}
-	return timing
-}
+// etcd's probe endpoints, served on the metrics port from v3.5.11 (v1alpha1.MinVersion).
+const (
+	readinessPath = "/readyz?exclude=linearizable_read&exclude=non_learner"
+	livenessPath  = "/livez"
+)
 
 // etcdFlags are the static flags of every member; the launcher adds name, data dir and the
 // initial-cluster flags from the join state. $(POD_NAME) is expanded by the kubelet.

@@ -69,6 +69,8 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		CurrentVersion: prev.CurrentVersion,
 		Action:         &v1alpha1.Action{Type: a.Type.String(), Member: a.Member, Reason: a.Reason, Since: since},
 		Warnings:       warnings(c),
+		Maintenance:    prev.Maintenance,
+		Recovery:       prev.Recovery,
 	}
 }
 
@@ -127,6 +129,12 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 		phase = v1alpha1.PhaseCreating
 	}
 	st := newStatus(v.obs, v.c, phase, s.action)
+	if s.maintenance != nil {
+		st.Maintenance = s.maintenance
+	}
+	if s.recovery != nil {
+		st.Recovery = s.recovery
+	}
 	if len(s.keep) > 0 {
 		st.JobFailures = int32(attemptOf(s.keep[0]))
 		if state, _ := stateOf(s.keep[0]); state == jobFailed {
@@ -173,7 +181,7 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, false, "QuorumLost", fmt.Sprintf("%d of %d voters healthy", healthy, voters))
 	}
 	switch {
-	case s.action.Type == Steady || s.action.Type == Hold || s.degraded != "":
+	case s.action.Type == Steady || s.action.Type == Hold || s.degraded != "" && s.action.Type == Wait:
 		// Blocked is not progressing, even while it waits.
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionProgressing, false, s.action.Type.String(), s.action.Reason)
 	default:

@@ -3,8 +3,11 @@ package v1alpha1
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Defaults applied to an unset spec field.
@@ -12,6 +15,10 @@ const (
 	DefaultSize          int32 = 3
 	DefaultVersion             = "v3.6.16"
 	DefaultImageRegistry       = "gcr.io/etcd-development/etcd"
+
+	DefaultDefragmentInUseBelowPercent int32 = 50
+	DefaultDefragmentMinFree                 = "64Mi"
+	DefaultRecoveryAfter                     = 5 * time.Minute
 )
 
 // Defaulted returns a copy of c with every unset spec field defaulted and the version
@@ -40,6 +47,34 @@ func Defaulted(c EtcdCluster) EtcdCluster {
 			st.WhenDeleted = PVCRetain
 		}
 		s.StorageSpec = &st
+	}
+	if s.Maintenance != nil {
+		m := *s.Maintenance
+		if m.NoSpace == "" {
+			m.NoSpace = NoSpaceRemediate
+		}
+		if m.Defragment != nil {
+			d := *m.Defragment
+			if d.InUseBelowPercent == 0 {
+				d.InUseBelowPercent = DefaultDefragmentInUseBelowPercent
+			}
+			if d.MinFree == nil {
+				q := resource.MustParse(DefaultDefragmentMinFree)
+				d.MinFree = &q
+			}
+			m.Defragment = &d
+		}
+		s.Maintenance = &m
+	}
+	if s.Recovery != nil {
+		r := *s.Recovery
+		if r.QuorumLoss == "" {
+			r.QuorumLoss = QuorumLossManual
+		}
+		if r.After == nil {
+			r.After = &metav1.Duration{Duration: DefaultRecoveryAfter}
+		}
+		s.Recovery = &r
 	}
 	return c
 }

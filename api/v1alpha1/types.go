@@ -120,7 +120,95 @@ type EtcdClusterSpec struct {
 	//
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+	// Maintenance says what the operator does on its own to keep etcd's database in shape.
+	// Absent, a NOSPACE alarm is remediated and nothing is defragmented on a schedule.
+	//
+	// +optional
+	Maintenance *MaintenanceSpec `json:"maintenance,omitempty"`
+	// Recovery says what the operator may do when quorum is lost. Absent, it only reports and
+	// waits for a person.
+	//
+	// +optional
+	Recovery *RecoverySpec `json:"recovery,omitempty"`
 }
+
+// MaintenanceSpec configures the operator's database maintenance.
+type MaintenanceSpec struct {
+	// NoSpace is what happens when a member raises etcd's NOSPACE alarm: Remediate compacts
+	// the key space at the current revision, defragments the members one at a time (the
+	// leader last) and disarms the alarm once every member's database is below 90% of its
+	// quota; Report only reports the alarm.
+	//
+	// +kubebuilder:validation:Enum=Remediate;Report
+	// +kubebuilder:default=Remediate
+	// +optional
+	NoSpace NoSpacePolicy `json:"noSpace,omitempty"`
+	// Defragment, when set, defragments a member whose database file is mostly free space,
+	// one member at a time and the leader last, only while every member is healthy and
+	// nothing else is in progress.
+	//
+	// +optional
+	Defragment *DefragmentSpec `json:"defragment,omitempty"`
+}
+
+// NoSpacePolicy is what the operator does about a NOSPACE alarm.
+type NoSpacePolicy string
+
+// NoSpace policies.
+const (
+	NoSpaceRemediate NoSpacePolicy = "Remediate"
+	NoSpaceReport    NoSpacePolicy = "Report"
+)
+
+// DefragmentSpec says when a member's database is fragmented enough to defragment.
+type DefragmentSpec struct {
+	// InUseBelowPercent: a member qualifies when the share of its database file in use is
+	// below this.
+	//
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=99
+	// +kubebuilder:default=50
+	// +optional
+	InUseBelowPercent int32 `json:"inUseBelowPercent,omitempty"`
+	// MinFree: and when defragmenting it would free at least this much.
+	//
+	// +kubebuilder:default="64Mi"
+	// +optional
+	MinFree *resource.Quantity `json:"minFree,omitempty"`
+}
+
+// RecoverySpec configures what the operator may do after quorum is lost.
+type RecoverySpec struct {
+	// QuorumLoss: Manual reports a lost quorum and waits for a person (docs/runbooks.md).
+	// ForceNewCluster, once quorum has stayed lost for After and the kubelet reports every
+	// other voter's etcd not running, restarts the surviving member with the highest raft
+	// index once with --force-new-cluster and rebuilds the others from it. It loses the
+	// writes only the lost members had, and forks the cluster if a lost member comes back
+	// with its data outside the operator's fence: choose it only where a lost member stays
+	// lost (its node is gone, not partitioned). The annotation
+	// etcdops.dev/force-new-cluster-from=<member> asks for the same once, from that member,
+	// whatever this says.
+	//
+	// +kubebuilder:validation:Enum=Manual;ForceNewCluster
+	// +kubebuilder:default=Manual
+	// +optional
+	QuorumLoss QuorumLossPolicy `json:"quorumLoss,omitempty"`
+	// After is how long quorum must stay lost before ForceNewCluster acts; at least 1m.
+	//
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="spec.recovery.after must be at least 1m, so that a restart or a brief partition is not taken for a lost quorum"
+	// +kubebuilder:default="5m0s"
+	// +optional
+	After *metav1.Duration `json:"after,omitempty"`
+}
+
+// QuorumLossPolicy is what the operator does about a lost quorum.
+type QuorumLossPolicy string
+
+// Quorum loss policies.
+const (
+	QuorumLossManual          QuorumLossPolicy = "Manual"
+	QuorumLossForceNewCluster QuorumLossPolicy = "ForceNewCluster"
+)
 
 // StorageSpec describes each member's PersistentVolumeClaim. Everything but whenDeleted is
 // fixed at creation: a StatefulSet's volume claim templates cannot change.
@@ -316,6 +404,53 @@ type EtcdClusterStatus struct {
 	// +listMapKey=name
 	// +optional
 	Ledger []LedgerRecord `json:"ledger,omitempty"`
+	// Maintenance is the database maintenance in progress, or the last one done.
+	//
+	// +optional
+	Maintenance *MaintenanceStatus `json:"maintenance,omitempty"`
+	// Recovery is the quorum recovery in progress, or the last one done.
+	//
+	// +optional
+	Recovery *RecoveryStatus `json:"recovery,omitempty"`
+}
+
+// MaintenanceStatus records a NOSPACE remediation or a scheduled defragmentation.
+type MaintenanceStatus struct {
+	// Operation: NoSpace (remediating a NOSPACE alarm) or Defragment (scheduled).
+	Operation string `json:"operation"`
+	// Phase: Compacting, Defragmenting, Disarming, Done, or Stuck (space cannot be freed).
+	Phase string `json:"phase"`
+	// Member is the member being defragmented, if any.
+	//
+	// +optional
+	Member string `json:"member,omitempty"`
+	// Since is when the phase began.
+	Since metav1.Time `json:"since"`
+	// LastDisarmed is when a NOSPACE alarm was last disarmed; a new one within 10 minutes is
+	// reported, not remediated again.
+	//
+	// +optional
+	LastDisarmed *metav1.Time `json:"lastDisarmed,omitempty"`
+}
+
+// RecoveryStatus records a quorum recovery from one surviving member.
+type RecoveryStatus struct {
+	// Survivor is the member quorum is recovered from, ID its member ID in hex, RaftIndex its
+	// raft index when it was chosen.
+	Survivor  string `json:"survivor"`
+	ID        string `json:"id"`
+	RaftIndex uint64 `json:"raftIndex"`
+	// Trigger: Automatic (spec.recovery) or Annotation.
+	Trigger string `json:"trigger"`
+	// Phase: Chosen (recorded, nothing done yet), Forcing (the survivor is told to restart
+	// with --force-new-cluster; the others are fenced), Done (the survivor leads a cluster of
+	// one; the others are rebuilt through the normal path).
+	Phase string `json:"phase"`
+	// Token identifies this recovery in the join state and on the survivor's volume, so that
+	// --force-new-cluster is used once.
+	Token string `json:"token"`
+	// Since is when the phase began.
+	Since metav1.Time `json:"since"`
 }
 
 // LedgerRecord is what the operator remembers of one member name.
@@ -408,6 +543,11 @@ type Action struct {
 	// +optional
 	Since metav1.Time `json:"since"`
 }
+
+// AnnotationForceNewClusterFrom on an EtcdCluster asks, once, for a quorum recovery from the
+// member it names (see RecoverySpec), whatever spec.recovery says. It acts only while quorum
+// is lost and that member answers.
+const AnnotationForceNewClusterFrom = "etcdops.dev/force-new-cluster-from"
 
 // AnnotationAcceptClusterID on an EtcdCluster accepts an etcd cluster ID other than
 // status.clusterID, in hex, on purpose (after a restore that made a new cluster). Without it

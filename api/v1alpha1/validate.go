@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -63,6 +64,8 @@ func Validate(c EtcdCluster) error {
 
 	if err := CheckUpgrade(c.Status.CurrentVersion, s.Version); err != nil {
 		add("spec.%s", err)
+	} else if v, err := version.ParseSemantic(s.Version); err == nil && v.LessThan(version.MustParseSemantic(MinVersion)) {
+		add("spec.version %s is older than %s; allowed: %s or later (the pods' probes use etcd's /livez and /readyz, which it serves from %s)", s.Version, MinVersion, MinVersion, MinVersion)
 	}
 
 	if s.ImageRegistry == "" {
@@ -89,11 +92,30 @@ func Validate(c EtcdCluster) error {
 			add("%s", msg)
 		}
 	}
+	if r := s.Recovery; r != nil && r.After != nil && r.After.Duration < MinRecoveryAfter {
+		add("spec.recovery.after %s is too short; allowed: %s or more, so that a restart or a brief partition is not taken for a lost quorum", r.After.Duration, MinRecoveryAfter)
+	}
+	if d := maintenanceDefragment(s); d != nil && d.MinFree != nil && d.MinFree.Sign() < 0 {
+		add("spec.maintenance.defragment.minFree %s is negative; allowed: 0 or more bytes", d.MinFree.String())
+	}
 
 	if len(p) == 0 {
 		return nil
 	}
 	return &InvalidSpecError{Problems: p}
+}
+
+// MinVersion is the oldest etcd release the operator runs.
+const MinVersion = "v3.5.11"
+
+// MinRecoveryAfter bounds spec.recovery.after from below.
+const MinRecoveryAfter = time.Minute
+
+func maintenanceDefragment(s EtcdClusterSpec) *DefragmentSpec {
+	if s.Maintenance == nil {
+		return nil
+	}
+	return s.Maintenance.Defragment
 }
 
 // isRepository rejects a tag or digest: the image is ImageRegistry:Version, so a tag here

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"etcdops.dev/etcdops/joinstate"
 	"etcdops.dev/etcdops/launcher"
 	"etcdops.dev/etcdops/membership"
 )
@@ -38,9 +40,13 @@ commands:
   promote     --endpoints=URL[,URL] --member=POD --id=HEX
   remove      --endpoints=URL[,URL] --member=POD --id=HEX
   move-leader --endpoints=URL[,URL] --member=POD --id=HEX
+  compact     --endpoints=URL[,URL] --member=POD
+  defragment  --endpoints=URL --member=POD --id=HEX          (the member's own endpoint)
+  disarm      --endpoints=URL[,URL] --member=POD --alarm=NOSPACE|CORRUPT [--id=HEX]
       common: --cacert=FILE --cert=FILE --key=FILE --timeout=30s
   install --to=PATH
   launch --join-state=FILE --name=POD --data-dir=DIR --etcd=PATH -- <etcd flags>
+  probe  --join-state=FILE --data-dir=DIR --health=URL [--name=POD, else $POD_NAME]
 `
 
 // retryEvery spaces attempts of an operation that failed retryably within --timeout.
@@ -55,8 +61,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
-	case "add-learner", "promote", "remove", "move-leader":
+	case "add-learner", "promote", "remove", "move-leader", "compact", "defragment", "disarm":
 		return runOperation(ctx, cmd, rest, stdout, stderr)
+	case "probe":
+		return runProbe(ctx, rest, stderr)
 	case "install":
 		return runInstall(rest, stdout, stderr)
 	case "launch":
@@ -69,11 +77,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return ExitUsage
 }
 
-// operationFlags are the flags of the membership commands.
+// operationFlags are the flags of the membership and maintenance commands.
 type operationFlags struct {
-	endpoints, member, peerURL, id string
-	cacert, cert, key              string
-	timeout                        time.Duration
+	endpoints, member, peerURL, id, alarm string
+	cacert, cert, key                     string
+	timeout                               time.Duration
 }
 
 // parseOperation parses a membership command's flags; the caller prints the error, on one line.
@@ -87,9 +95,14 @@ func parseOperation(cmd string, args []string) (operationFlags, error) {
 	fs.StringVar(&f.cert, "cert", "", "client certificate file (PEM)")
 	fs.StringVar(&f.key, "key", "", "client key file (PEM)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long, retrying what is retryable")
-	if cmd == "add-learner" {
+	switch cmd {
+	case "add-learner":
 		fs.StringVar(&f.peerURL, "peer-url", "", "peer URL of the new member")
-	} else {
+	case "compact":
+	case "disarm":
+		fs.StringVar(&f.alarm, "alarm", "", "the alarm to disarm: NOSPACE or CORRUPT")
+		fs.StringVar(&f.id, "id", "", "member ID in hex; every member's alarm when absent")
+	default:
 		fs.StringVar(&f.id, "id", "", "member ID in hex")
 	}
 	if err := fs.Parse(args); err != nil {
@@ -102,7 +115,9 @@ func parseOperation(cmd string, args []string) (operationFlags, error) {
 		return f, errors.New("--endpoints and --member are required")
 	case cmd == "add-learner" && f.peerURL == "":
 		return f, errors.New("--peer-url is required")
-	case cmd != "add-learner" && f.id == "":
+	case cmd == "disarm" && f.alarm == "":
+		return f, errors.New("--alarm is required")
+	case cmd != "add-learner" && cmd != "compact" && cmd != "disarm" && f.id == "":
 		return f, errors.New("--id is required")
 	}
 	return f, nil
@@ -167,6 +182,15 @@ func runOperation(ctx context.Context, cmd string, args []string, stdout, stderr
 			return out.String(), err
 		case "remove":
 			out, err := op.Remove(ctx, f.member, id)
+			return out.String(), err
+		case "compact":
+			out, rev, err := op.Compact(ctx)
+			return fmt.Sprintf("%v (revision %d)", out, rev), err
+		case "defragment":
+			out, err := op.Defragment(ctx, f.member, id)
+			return out.String(), err
+		case "disarm":
+			out, err := op.Disarm(ctx, f.alarm, id)
 			return out.String(), err
 		default:
 			out, err := op.MoveLeader(ctx, f.member, id)
@@ -289,4 +313,49 @@ func runLaunch(args []string, stderr io.Writer) int {
 	err = syscall.Exec(argv[0], argv, os.Environ())
 	fmt.Fprintf(stderr, "launch: exec %s: %v\n", argv[0], err)
 	return ExitRetryable
+}
+
+// runProbe is the etcd container's liveness probe. It fails while a quorum recovery waits for
+// this member to restart with --force-new-cluster (the kubelet then restarts the container,
+// and launch applies the recovery), and when etcd's health endpoint does not answer 200.
+func runProbe(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	joinState := fs.String("join-state", "/etc/etcdops/join/join-state.json", "mounted join state file")
+	name := fs.String("name", os.Getenv("POD_NAME"), "pod name, which is the member name")
+	dataDir := fs.String("data-dir", "/var/lib/etcd/data", "etcd data dir; the recovery marker lives beside it")
+	health := fs.String("health", "", "etcd health URL to GET")
+	timeout := fs.Duration("timeout", 3*time.Second, "bound on the health request")
+	if err := fs.Parse(args); err != nil || *name == "" || *health == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "probe: --health=URL and --name (or $POD_NAME) are required")
+		return ExitUsage
+	}
+	if raw, err := os.ReadFile(*joinState); err == nil {
+		join, err := joinstate.Decode(raw)
+		if err == nil {
+			vol, err := launcher.Inspect(filepath.Clean(*dataDir))
+			if err == nil && launcher.RecoveryPending(join, *name, vol) {
+				fmt.Fprintf(stderr, "probe: quorum recovery %s waits for %s to restart\n", join.Recovery.Token, *name)
+				return ExitRetryable
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *health, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "probe: %v\n", err)
+		return ExitUsage
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "probe: %v\n", err)
+		return ExitRetryable
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "probe: %s answered %s\n", *health, resp.Status)
+		return ExitRetryable
+	}
+	return ExitOK
 }

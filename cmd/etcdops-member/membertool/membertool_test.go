@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -130,6 +132,67 @@ func TestMembershipCommands(t *testing.T) {
 		t.Fatalf("remove the last voter: exit %d", code)
 	}
 	oneLine(t, "remove the last voter", errOut, "refused")
+
+	code, out, errOut = run(with("compact", "--member=e-0")...)
+	if code != ExitOK {
+		t.Fatalf("compact: exit %d: %s", code, errOut)
+	}
+	oneLine(t, "compact", out, "(revision ")
+	code, out, errOut = run(with("defragment", "--member=e-0", "--id="+seed)...)
+	if code != ExitOK {
+		t.Fatalf("defragment: exit %d: %s", code, errOut)
+	}
+	oneLine(t, "defragment", out, ": done")
+	code, out, errOut = run(with("disarm", "--member=e-0", "--alarm=NOSPACE")...)
+	if code != ExitOK {
+		t.Fatalf("disarm: exit %d: %s", code, errOut)
+	}
+	oneLine(t, "disarm", out, "already done")
+}
+
+// TestProbe: the liveness probe passes while etcd's health answers 200, fails while it does
+// not, and fails while a quorum recovery waits for this member to restart.
+func TestProbe(t *testing.T) {
+	status := http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	joinFile, dataDir := filepath.Join(dir, "join.json"), filepath.Join(dir, "volume", "data")
+	mount := func(s joinstate.State) {
+		if err := os.WriteFile(joinFile, []byte(joinstate.Encode(s)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe := func() int {
+		code, _, _ := run("probe", "--join-state="+joinFile, "--data-dir="+dataDir, "--name=e-0", "--health="+srv.URL+"/livez")
+		return code
+	}
+	mount(joinstate.State{Token: "t", ClusterState: "existing", Members: []joinstate.Member{{Name: "e-0", PeerURL: "http://e-0:2380", Established: true}}})
+	if code := probe(); code != ExitOK {
+		t.Errorf("healthy: exit %d", code)
+	}
+	status = http.StatusServiceUnavailable
+	if code := probe(); code != ExitRetryable {
+		t.Errorf("etcd unhealthy: exit %d", code)
+	}
+	status = http.StatusOK
+	mount(joinstate.State{Token: "t", ClusterState: "existing", Members: []joinstate.Member{{Name: "e-0", PeerURL: "http://e-0:2380", Established: true}},
+		Recovery: &joinstate.Recovery{Survivor: "e-0", Token: "r1"}})
+	if code := probe(); code != ExitRetryable {
+		t.Errorf("recovery pending: exit %d, want a failed probe so the kubelet restarts etcd", code)
+	}
+	if err := os.MkdirAll(filepath.Dir(dataDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(launcher.RecoveredPath(dataDir), []byte("r1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := probe(); code != ExitOK {
+		t.Errorf("recovery applied: exit %d", code)
+	}
+	if code, _, _ := run("probe", "--join-state="+joinFile); code != ExitUsage {
+		t.Errorf("probe without --health: exit %d", code)
+	}
 }
 
 func TestUsage(t *testing.T) {
@@ -139,6 +202,8 @@ func TestUsage(t *testing.T) {
 		{"promote", "--endpoints=http://127.0.0.1:1", "--member=e-1"},
 		{"promote", "--endpoints=http://127.0.0.1:1", "--member=e-1", "--id=xyz"},
 		{"add-learner", "--endpoints=http://127.0.0.1:1", "--member=e-1", "--id=1"},
+		{"defragment", "--endpoints=http://127.0.0.1:1", "--member=e-1"},
+		{"disarm", "--endpoints=http://127.0.0.1:1", "--member=e-1"},
 		{"install"},
 		{"launch", "--name=e-0", "--", "--name=other"},
 	} {

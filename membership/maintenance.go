@@ -1,0 +1,77 @@
+package membership
+
+import (
+	"context"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Maintenance operations, idempotent like the membership changes: each finds out first
+// whether there is anything to do.
+
+// Compact compacts the key space at the current revision and waits until the compaction is
+// applied, so that the space it frees is visible to a defragmentation that follows. A key
+// space already compacted at that revision is done.
+func (o *Operator) Compact(ctx context.Context) (Outcome, int64, error) {
+	// Any key will do: the response header carries the current revision.
+	resp, err := o.cli.Get(ctx, "\x00", clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		return 0, 0, transient("read the current revision", err)
+	}
+	rev := resp.Header.Revision
+	_, err = o.cli.Compact(ctx, rev, clientv3.WithCompactPhysical())
+	switch {
+	case err == nil:
+		return Done, rev, nil
+	case isEtcdError(err, rpctypes.ErrCompacted):
+		return AlreadyDone, rev, nil
+	}
+	return 0, rev, transient("compact", err)
+}
+
+// Defragment defragments the database of member id (pod name), through that member's own
+// endpoint: the Operator must be dialled with that endpoint alone. The member answering is
+// checked to be the one meant, so a stale endpoint never defragments another member.
+func (o *Operator) Defragment(ctx context.Context, name string, id uint64) (Outcome, error) {
+	eps := o.cli.Endpoints()
+	if len(eps) != 1 {
+		return 0, refused("defragment %s: dial the member's own endpoint alone, not %d endpoints", name, len(eps))
+	}
+	st, err := o.cli.Status(ctx, eps[0])
+	if err != nil {
+		return 0, transient("status of "+name, err)
+	}
+	if st.Header.MemberId != id {
+		return 0, refused("%s answers as member %x, not %x", eps[0], st.Header.MemberId, id)
+	}
+	if _, err := o.cli.Defragment(ctx, eps[0]); err != nil {
+		return 0, transient("defragment "+name, err)
+	}
+	return Done, nil
+}
+
+// Disarm disarms alarm (NOSPACE, CORRUPT) of member id, or of every member when id is 0.
+// No such alarm active is done.
+func (o *Operator) Disarm(ctx context.Context, alarm string, id uint64) (Outcome, error) {
+	typ, ok := etcdserverpb.AlarmType_value[alarm]
+	if !ok || typ == int32(etcdserverpb.AlarmType_NONE) {
+		return 0, refused("unknown alarm %q", alarm)
+	}
+	resp, err := o.cli.AlarmList(ctx)
+	if err != nil {
+		return 0, transient("alarm list", err)
+	}
+	out := AlreadyDone
+	for _, a := range resp.Alarms {
+		if a.Alarm != etcdserverpb.AlarmType(typ) || id != 0 && a.MemberID != id {
+			continue
+		}
+		if _, err := o.cli.AlarmDisarm(ctx, (*clientv3.AlarmMember)(a)); err != nil {
+			return 0, transient("disarm "+alarm, err)
+		}
+		out = Done
+	}
+	return out, nil
+}

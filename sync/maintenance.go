@@ -1,0 +1,280 @@
+package sync
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+)
+
+// Database maintenance: a NOSPACE alarm remediated in the fix stage (7b), alarms of members
+// that are gone disarmed (7b), and scheduled defragmentation once everything else is done
+// (12). Each is one Job at a time, and status.maintenance records where a remediation
+// stands, so that a sync picks it up where the last one left it.
+
+// Maintenance operations and phases, as status.maintenance records them.
+const (
+	opNoSpace    = "NoSpace"
+	opDefragment = "Defragment"
+
+	phaseCompacting    = "Compacting"
+	phaseDefragmenting = "Defragmenting"
+	phaseDisarming     = "Disarming"
+	phaseDone          = "Done"
+	phaseStuck         = "Stuck"
+)
+
+// Thresholds of the NOSPACE remediation.
+const (
+	// noSpaceDisarmBelowPercent: the alarm is disarmed once every member's database file is
+	// below this share of its quota; at the quota itself the next write raises it again.
+	noSpaceDisarmBelowPercent = 90
+	// noSpaceThrottle: a NOSPACE alarm again this soon after one was disarmed is reported, not
+	// remediated again: the data grows faster than compaction frees it.
+	noSpaceThrottle = 10 * time.Minute
+	// noSpaceMinFree: after compaction a member is defragmented when that frees at least this
+	// much; less is not worth blocking it for.
+	noSpaceMinFree = 1 << 20
+	// defaultQuotaBytes is etcd's --quota-backend-bytes when not set.
+	defaultQuotaBytes = 2 << 30
+)
+
+// 7b. An alarm of a member no longer in the membership (a CORRUPT member that was removed to
+// be replaced) is disarmed: etcd keeps it, and a CORRUPT alarm keeps the whole cluster from
+// serving.
+func (p *planner) staleAlarm() (step, bool) {
+	for _, a := range p.obs.Etcd.Alarms {
+		if p.memberByID(a.MemberID) != nil {
+			continue
+		}
+		reason := fmt.Sprintf("%s alarm of member %x, which is no longer a member: disarming it", a.Type, a.MemberID)
+		return p.runJob(memberJob{verb: verbDisarm, member: p.leaderName(), alarm: a.Type, id: a.MemberID}, DisarmAlarm, reason), true
+	}
+	return step{}, false
+}
+
+// 7b. A NOSPACE alarm stops every write. Remediated (spec.maintenance.noSpace, by default):
+// compact the key space at the current revision; then defragment the members one per sync,
+// the leader last; then disarm the alarm once every member's database is below
+// noSpaceDisarmBelowPercent of the quota. When that cannot be reached, say what to raise, and
+// let a roll that raises the quota go ahead. A new alarm soon after a disarm is only reported.
+func (p *planner) noSpace() (step, bool) {
+	alarmed := p.alarmed("NOSPACE")
+	prev := p.obs.Cluster.Status.Maintenance
+	ongoing := prev != nil && prev.Operation == opNoSpace && prev.Phase != phaseDone
+	if len(alarmed) == 0 {
+		if ongoing {
+			// Disarmed, by the remediation or by a person.
+			now := metav1.NewTime(p.obs.Now)
+			p.maintenance = &v1alpha1.MaintenanceStatus{Operation: opNoSpace, Phase: phaseDone, Since: now, LastDisarmed: &now}
+		}
+		return step{}, false
+	}
+	names := memberNames(alarmed)
+	if m := p.c.Spec.Maintenance; m != nil && m.NoSpace == v1alpha1.NoSpaceReport {
+		reason := "NOSPACE alarm raised by " + names + ": writes are refused; spec.maintenance.noSpace is Report: compact, defragment each member, then disarm the alarm (docs/runbooks.md)"
+		return p.blocked(alarmed[0].name, reason, ReasonNoSpace), true
+	}
+	if !ongoing && prev != nil && prev.LastDisarmed != nil && p.obs.Now.Sub(prev.LastDisarmed.Time) < noSpaceThrottle {
+		reason := fmt.Sprintf("NOSPACE alarm raised by %s again within %s of the last remediation (%s): the data grows faster than compaction frees it; raise --quota-backend-bytes in spec.etcdOptions or compact more often",
+			names, noSpaceThrottle, prev.LastDisarmed.UTC().Format(time.RFC3339))
+		return p.blocked(alarmed[0].name, reason, ReasonNoSpace), true
+	}
+	phase := phaseCompacting
+	if ongoing {
+		phase = prev.Phase
+	}
+	if p.finished(verbCompact) {
+		phase = phaseDefragmenting
+	}
+	if phase == phaseCompacting {
+		s := p.runJob(memberJob{verb: verbCompact, member: p.leaderName()}, Compact, "NOSPACE alarm raised by "+names+": compacting the key space at the current revision")
+		return p.maintaining(s, opNoSpace, phaseCompacting, ""), true
+	}
+	if m := p.nextToDefragment(func(m *member) bool { return m.DBSize-m.DBSizeInUse >= noSpaceMinFree }); m != nil {
+		return p.defragmentStep(m, opNoSpace, "NOSPACE alarm raised by "+names+": compacted"), true
+	}
+	quota := quotaBytes(p.c)
+	var full []string
+	for _, m := range p.members {
+		if m.DBSize*100 >= quota*noSpaceDisarmBelowPercent {
+			full = append(full, fmt.Sprintf("%s %s", m.name, bytesString(m.DBSize)))
+		}
+	}
+	if len(full) == 0 && !p.anyDrifted() {
+		s := p.runJob(memberJob{verb: verbDisarm, member: p.leaderName(), alarm: "NOSPACE"}, DisarmAlarm,
+			fmt.Sprintf("NOSPACE: every member's database is below %d%% of its %s quota: disarming the alarm", noSpaceDisarmBelowPercent, bytesString(quota)))
+		return p.maintaining(s, opNoSpace, phaseDisarming, ""), true
+	}
+	if p.anyDrifted() {
+		// A roll, which may raise the quota, goes first; the alarm is disarmed after it.
+		p.maintenance = p.record(opNoSpace, phaseStuck, "")
+		return step{}, false
+	}
+	reason := fmt.Sprintf("NOSPACE: after compaction and defragmentation the database still fills %d%% or more of its %s quota (%s): the data in use needs the room; raise --quota-backend-bytes in spec.etcdOptions (the pods roll one at a time) or delete keys",
+		noSpaceDisarmBelowPercent, bytesString(quota), strings.Join(full, ", "))
+	return p.maintaining(p.blocked(alarmed[0].name, reason, ReasonNoSpace), opNoSpace, phaseStuck, ""), true
+}
+
+// 12. Scheduled defragmentation (spec.maintenance.defragment): a member whose database file
+// is mostly free pages is defragmented, one per sync and the leader last, only now that every
+// earlier phase found nothing to do: every voter healthy, no learner, no alarm, the spec
+// applied.
+func (p *planner) defragment() (step, bool) {
+	m := p.c.Spec.Maintenance
+	if m == nil || m.Defragment == nil || len(p.learners()) > 0 || p.healthyVoters() < len(p.voters()) || len(p.obs.Etcd.Alarms) > 0 {
+		return step{}, false
+	}
+	threshold, minFree := int64(m.Defragment.InUseBelowPercent), quantityBytes(m.Defragment.MinFree)
+	target := p.nextToDefragment(func(m *member) bool {
+		free := m.DBSize - m.DBSizeInUse
+		return m.DBSizeInUse > 0 && m.DBSizeInUse*100 < m.DBSize*threshold && free >= minFree
+	})
+	if target == nil {
+		return step{}, false
+	}
+	return p.defragmentStep(target, opDefragment, fmt.Sprintf("%s's database is less than %d%% in use", target.name, threshold)), true
+}
+
+// nextToDefragment is the next member to defragment among those fragmented says qualify:
+// followers first, highest ordinal first, the leader last.
+func (p *planner) nextToDefragment(fragmented func(*member) bool) *member {
+	var leader *member
+	for i := len(p.members) - 1; i >= 0; i-- {
+		m := p.members[i]
+		if !m.Reachable || !fragmented(m) || p.finished(verbDefragment+"/"+m.name) {
+			continue
+		}
+		if m != p.leader {
+			return m
+		}
+		leader = m
+	}
+	return leader
+}
+
+// defragmentStep defragments m; a leader hands leadership over first when another voter can
+// take it, and a member whose pause would cost quorum waits.
+func (p *planner) defragmentStep(m *member, op, why string) step {
+	phase := phaseDefragmenting
+	if m == p.leader && len(p.voters()) > 1 {
+		if s, ok := p.moveLeader(m, why+": "+m.name+" is the last to defragment and leads"); ok {
+			return p.maintaining(s, op, phase, m.name)
+		}
+	}
+	// Under NOSPACE writes are refused already: a cluster of two may pause a member for it.
+	if !m.IsLearner && !canDisruptVoter(len(p.voters()), p.healthyVoters()-1) && !(op == opNoSpace && len(p.voters()) == 2) {
+		return p.maintaining(p.wait(m.name, why+": defragmenting "+m.name+" pauses it, which would leave no healthy quorum", resyncHold), op, phase, m.name)
+	}
+	s := p.runJob(memberJob{verb: verbDefragment, member: m.name, id: m.ID}, Defragment,
+		fmt.Sprintf("%s: defragmenting %s (%s file, %s in use)", why, m.name, bytesString(m.DBSize), bytesString(m.DBSizeInUse)))
+	if s.job != nil {
+		// Defragmentation is the member's own maintenance: only its endpoint is asked.
+		s.job.endpoints = []string{ClientURL(p.c, m.name, p.cfg.ClusterDomain)}
+	}
+	return p.maintaining(s, op, phase, m.name)
+}
+
+// maintaining records the maintenance phase a step is in. While a NOSPACE alarm stands the
+// cluster refuses writes: Degraded, however well the remediation goes.
+func (p *planner) maintaining(s step, op, phase, member string) step {
+	s.maintenance = p.record(op, phase, member)
+	if op == opNoSpace && s.degraded == "" {
+		s.degraded, s.degradedBy = "NOSPACE alarm: etcd refuses writes until it is disarmed; "+strings.ToLower(phase[:1])+phase[1:]+": "+s.action.Reason, ReasonNoSpace
+	}
+	return s
+}
+
+// record is status.maintenance for op in phase: its time carried while phase and member
+// stay, and the last disarm kept.
+func (p *planner) record(op, phase, member string) *v1alpha1.MaintenanceStatus {
+	r := &v1alpha1.MaintenanceStatus{Operation: op, Phase: phase, Member: member, Since: metav1.NewTime(p.obs.Now)}
+	if prev := p.obs.Cluster.Status.Maintenance; prev != nil {
+		r.LastDisarmed = prev.LastDisarmed
+		if prev.Operation == op && prev.Phase == phase && prev.Member == member {
+			r.Since = prev.Since
+		}
+	}
+	return r
+}
+
+// finished: a Job of this step (verb, or verb/member) succeeded and is dropped in this sync.
+func (p *planner) finished(step string) bool {
+	for _, d := range p.done {
+		if d == step || strings.HasPrefix(d, step+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// alarmed are the members with the alarm, by ordinal.
+func (p *planner) alarmed(alarm string) []*member {
+	return p.filter(func(m *member) bool { return hasAlarm(m.Member, alarm) })
+}
+
+func (v *view) memberByID(id uint64) *member {
+	for _, m := range v.members {
+		if m.ID == id {
+			return m
+		}
+	}
+	return nil
+}
+
+// leaderName names the member a cluster-wide Job is about: the leader, else the lowest
+// ordinal.
+func (v *view) leaderName() string {
+	if v.leader != nil {
+		return v.leader.name
+	}
+	return v.members[0].name
+}
+
+// anyDrifted: a pod still runs a configuration other than the spec's.
+func (v *view) anyDrifted() bool {
+	for _, pod := range v.pods {
+		if !isTerminating(pod) && v.drifted(pod) {
+			return true
+		}
+	}
+	return false
+}
+
+// quotaBytes is the members' --quota-backend-bytes: from etcdOptions, else etcd's default.
+func quotaBytes(c *v1alpha1.EtcdCluster) int64 {
+	for _, o := range c.Spec.EtcdOptions {
+		if v, ok := strings.CutPrefix(o, "--quota-backend-bytes="); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return defaultQuotaBytes
+}
+
+func quantityBytes(q *resource.Quantity) int64 {
+	if q == nil {
+		return 0
+	}
+	return q.Value()
+}
+
+// bytesString is a size in binary units, to one decimal.
+func bytesString(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
