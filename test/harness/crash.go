@@ -23,8 +23,9 @@ type Crashes struct {
 	RestartHook bool
 }
 
-// Steps are the planner's actions that change a running cluster, as status names them;
-// each has the boundaries of Crashes, and so has Bootstrap.
+// Steps are the planner's actions that scale and roll a running cluster, as status names
+// them. Every action that changes something has the boundaries of Crashes wherever it occurs:
+// these, Bootstrap, and the maintenance steps.
 var Steps = []string{
 	sync.AddLearner.String(), sync.PromoteLearner.String(), sync.RemoveMember.String(),
 	sync.MoveLeader.String(), sync.ReplacePod.String(), sync.ScaleStatefulSet.String(),
@@ -33,7 +34,11 @@ var Steps = []string{
 // Bootstrap is the step that creates a cluster.
 var Bootstrap = sync.Bootstrap.String()
 
-// JobVerbs are the member Jobs' subcommands; each can be killed after its etcd call.
+// quiet are the actions that change nothing: there is no step to crash.
+var quiet = []string{sync.Steady.String(), sync.Wait.String(), sync.Hold.String()}
+
+// JobVerbs are the subcommands of the member Jobs that scale and roll a cluster; every member
+// Job can be killed after its etcd call.
 var JobVerbs = []string{"add-learner", "promote", "remove", "move-leader"}
 
 // Names of the boundaries, as CrashesSoFar counts them: "<boundary> <step or verb>".
@@ -78,7 +83,7 @@ func (e *Env) CrashesSoFar() map[string]int {
 // stepOf names the step an answer decides, or "" when it changes nothing.
 func stepOf(a Answer) string {
 	act := a.Status.Action
-	if act == nil || (act.Type != Bootstrap && !contains(Steps, act.Type)) {
+	if act == nil || contains(quiet, act.Type) {
 		return ""
 	}
 	return act.Type + " " + act.Member
