@@ -77,3 +77,26 @@ func child(apiVersion, resource, method string) ChildResource {
 	c.UpdateStrategy.Method = method
 	return c
 }
+
+func TestSameObservation(t *testing.T) {
+	healthy := `{"status":{"leader":"etcd-0","members":[{"name":"etcd-0","healthy":true},{"name":"etcd-1","healthy":true}]},"children":[]}`
+	cases := []struct {
+		story string
+		a, b  string
+		want  bool
+	}{
+		{"the same answer", healthy, healthy, true},
+		{"another decision on the same observation", healthy,
+			`{"status":{"leader":"etcd-0","members":[{"name":"etcd-0","healthy":true},{"name":"etcd-1","healthy":true}],"phase":"Running"},"children":[{"kind":"Job"}]}`, true},
+		{"a member missed the hook's deadline once", healthy,
+			`{"status":{"leader":"etcd-0","members":[{"name":"etcd-0","healthy":true},{"name":"etcd-1","healthy":false}]},"children":[]}`, false},
+		{"the leader moved", healthy,
+			`{"status":{"leader":"etcd-1","members":[{"name":"etcd-0","healthy":true},{"name":"etcd-1","healthy":true}]},"children":[]}`, false},
+		{"not an answer", healthy, `{`, false},
+	}
+	for _, tc := range cases {
+		if got := sameObservation([]byte(tc.a), []byte(tc.b)); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.story, got, tc.want)
+		}
+	}
+}
