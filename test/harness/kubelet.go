@@ -267,6 +267,25 @@ func (k *Kubelet) runContainer(ctx context.Context, p *corev1.Pod, rt *podRuntim
 		return nil, fmt.Errorf("pod %s: the harness runs pods with one container, not %d", p.Name, len(p.Spec.Containers))
 	}
 	c := p.Spec.Containers[0]
+	argv, err := k.containerArgv(p, rt, append(append([]string(nil), c.Command...), c.Args...), true)
+	if err != nil {
+		return nil, err
+	}
+	if len(argv) < 2 || path.Base(argv[0]) != toolBinary || argv[1] != "launch" {
+		return nil, fmt.Errorf("pod %s: the harness runs etcd pods through `%s launch`, got %q", p.Name, toolBinary, argv)
+	}
+	etcdArgs, err := k.Tools.Launch(ctx, argv[1:])
+	if err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	return startEtcd(etcdArgs, rt.ip)
+}
+
+// containerArgv is a command as the container runs it: $(VAR) expanded from the container's
+// environment when expandEnv (the kubelet expands a container's command, not an exec probe's,
+// which reads its environment itself), container paths mapped onto the pod's directories.
+func (k *Kubelet) containerArgv(p *corev1.Pod, rt *podRuntime, cmd []string, expandEnv bool) ([]string, error) {
+	c := p.Spec.Containers[0]
 	env := map[string]string{}
 	for _, e := range c.Env {
 		switch {
@@ -282,22 +301,18 @@ func (k *Kubelet) runContainer(ctx context.Context, p *corev1.Pod, rt *podRuntim
 			env[e.Name] = expand(e.Value, env)
 		}
 	}
+	if !expandEnv {
+		env = nil
+	}
 	mounts, err := k.mounts(p, rt, c)
 	if err != nil {
 		return nil, err
 	}
-	argv := append(append([]string(nil), c.Command...), c.Args...)
-	for i := range argv {
-		argv[i] = rewritePath(expand(argv[i], env), mounts)
+	argv := make([]string, len(cmd))
+	for i := range cmd {
+		argv[i] = rewritePath(expand(cmd[i], env), mounts)
 	}
-	if len(argv) < 2 || path.Base(argv[0]) != toolBinary || argv[1] != "launch" {
-		return nil, fmt.Errorf("pod %s: the harness runs etcd pods through `%s launch`, got %q", p.Name, toolBinary, argv)
-	}
-	etcdArgs, err := k.Tools.Launch(ctx, argv[1:])
-	if err != nil {
-		return nil, fmt.Errorf("launch: %w", err)
-	}
-	return startEtcd(etcdArgs, rt.ip)
+	return argv, nil
 }
 
 func fieldRef(p *corev1.Pod, rt *podRuntime, field string) (string, error) {
@@ -441,10 +456,10 @@ func (k *Kubelet) probePod(p *corev1.Pod, rt *podRuntime) {
 		k.mu.Unlock()
 		return
 	}
-	ready := k.probeOK(rt, c.ReadinessProbe)
+	ready := k.probeOK(p, rt, c.ReadinessProbe)
 	live := true
 	if lp := c.LivenessProbe; lp != nil && time.Since(started) > k.scaled(time.Duration(lp.InitialDelaySeconds)*time.Second) {
-		live = k.probeOK(rt, lp)
+		live = k.probeOK(p, rt, lp)
 	}
 	k.mu.Lock()
 	rt.ready = ready
@@ -467,8 +482,26 @@ func (k *Kubelet) probePod(p *corev1.Pod, rt *podRuntime) {
 	}
 }
 
-// probeOK runs one HTTP GET probe; a container without one passes, as with the kubelet.
-func (k *Kubelet) probeOK(rt *podRuntime, pr *corev1.Probe) bool {
+// probeOK runs one probe: an HTTP GET on the pod's address, or an exec of the member tool
+// (the one command the harness can run in a container), in-process with the pod's name and
+// address, as its own environment and loopback would give them. A container without a probe
+// passes, as with the kubelet.
+func (k *Kubelet) probeOK(p *corev1.Pod, rt *podRuntime, pr *corev1.Probe) bool {
+	if pr != nil && pr.Exec != nil {
+		argv, err := k.containerArgv(p, rt, pr.Exec.Command, false)
+		if err != nil || len(argv) < 2 || path.Base(argv[0]) != toolBinary {
+			k.Logf("pod %s: exec probe %q not run by the harness: %v", rt.name, pr.Exec.Command, err)
+			return false
+		}
+		args := append(argv[1:], "--name="+p.Name)
+		for i, a := range args {
+			args[i] = strings.Replace(a, "//127.0.0.1:", "//"+rt.ip+":", 1)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), k.probe.Timeout)
+		defer cancel()
+		_, err = k.Tools.Member(ctx, args)
+		return err == nil
+	}
 	if pr == nil || pr.HTTPGet == nil {
 		return true
 	}
