@@ -32,13 +32,17 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	run                                  sync and tick until converged; prints the figures
 //	step [N]                             N syncs, each followed by a tick; one line each, a
 //	                                     line that consecutive syncs repeat once with (xN)
+//	watch [N]                            step, with the phase and the reasons of Progressing
+//	                                     and Degraded before each action
+//	history                              status.history, one step a line
 //	plan                                 the decision on the world as it is, not applied
 //	world                                the world in three lines
 //	spec size=N | version=V | options=A,B | paused | unpaused | delete
 //	leader POD                           make POD's member the leader
-//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|heal   unreachable: the hook
+//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|wipe|heal   unreachable: the hook
 //	                                     alone cannot reach it, etcd and the kubelet see it healthy;
-//	                                     slow: it keeps its raft role but fails health checks
+//	                                     slow: it keeps its raft role but fails health checks;
+//	                                     wipe: its volume is lost and its pod deleted
 //	unschedulable POD | schedulable POD  the pod at that ordinal cannot be scheduled (any template)
 //	delete statefulset [orphan] | configmap | services | pdb   a child deleted behind the planner's back
 //	leader-returns N                     leadership goes back after each of the next N leader moves
@@ -164,10 +168,14 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		}
 	case "run":
 		fmt.Fprintf(out, "converged: %s\n", w.run(400))
-	case "step":
+	case "step", "watch":
 		n := 1
 		if len(args) > 0 {
 			n, _ = strconv.Atoi(args[0])
+		}
+		line := func(d Decision) string { return actionLine(d.Action) }
+		if cmd == "watch" {
+			line = conditionsLine
 		}
 		// A line repeated by consecutive syncs is printed once, with its count.
 		last, repeats := "", 0
@@ -180,14 +188,18 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			}
 		}
 		for i := 0; i < n; i++ {
-			line := actionLine(w.step().Action)
-			if line != last {
+			l := line(w.step())
+			if l != last {
 				flush()
-				last, repeats = line, 0
+				last, repeats = l, 0
 			}
 			repeats++
 		}
 		flush()
+	case "history":
+		for _, r := range w.cluster.Status.History {
+			fmt.Fprintf(out, "%s\n", historyLine(r))
+		}
 	case "plan":
 		d := Plan(simConfig, w.observe())
 		if strings.HasPrefix(d.Action.Reason, "internal:") {
@@ -238,6 +250,11 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		case "nospace":
 			m.alarms = []string{"NOSPACE"}
 		case "gone":
+			p.terminating = true
+		case "wipe":
+			// The volume is lost: the pod comes back empty, and the launcher refuses to start
+			// an established member on it.
+			delete(w.data, ord)
 			p.terminating = true
 		case "unreachable":
 			p.blind = true

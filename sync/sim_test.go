@@ -364,6 +364,7 @@ func (w *simWorld) sync() Decision {
 	obs := w.observe()
 	d := Plan(simConfig, obs)
 	checkTyped(w.t, d)
+	checkConditions(w.t, obs.Cluster.Generation, d)
 	w.stats.syncs++
 	again := Plan(simConfig, obs)
 	if a, b := encodeDecision(w.t, d), encodeDecision(w.t, again); a != b {
