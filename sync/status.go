@@ -311,10 +311,10 @@ func (v *view) updateResult(s step, hist []v1alpha1.StepRecord, asked bool) []v1
 }
 
 // replaced: the pod at ord runs the current spec and its member, if it has one, is a learner
-// or a healthy voter.
+// or a healthy voter on a Ready pod (the StatefulSet controller waits for Ready too).
 func (v *view) replaced(ord int) bool {
 	p, m := v.pods[ord], v.byOrd[ord]
-	return p != nil && !isTerminating(p) && !v.outdated(p) && (m == nil || m.IsLearner || m.Healthy)
+	return p != nil && !isTerminating(p) && !v.outdated(p) && (m == nil || m.IsLearner || m.Healthy && isReady(p))
 }
 
 // status reports a step over a view: membership as etcd has it, the history of steps, and the
