@@ -194,9 +194,10 @@ type health struct {
 	planned, unplanned []string
 	// overdue: the current step has run longer than its deadline.
 	overdue bool
-	// plannedOutage: etcd cannot be reached because the current step took down the only
-	// voter (a cluster of one rolls with an outage).
-	plannedOutage bool
+	// plannedHold: the planner holds on the member the current step took down (the hook
+	// has not reached the recreated member yet, or a cluster of one cannot be reached while
+	// its only pod is recreated): the hold is part of the step.
+	plannedHold bool
 }
 
 // judge sorts the unhealthy voters into planned and unplanned against the current step.
@@ -210,10 +211,24 @@ func (v *view) judge(s step, hist []v1alpha1.StepRecord, asked bool) health {
 		if d := stepDeadline(actionType(cur.Type)); d > 0 && v.obs.Now.Sub(cur.Started.Time) > d {
 			h.overdue = true
 		}
+		if cur.Repair {
+			cur = nil // a repair explains nothing
+		}
 	}
-	// takesDown: the member is the one the current step takes down, and its pod shows no failure.
+	// takesDown: the current step explains the member being down. A pod replacement takes its
+	// member down while the pod is gone, going or new with an etcd that has not failed; while
+	// leadership moves, members see no leader for a moment, and one whose pod is Ready (the
+	// kubelet's probe of its own health passes) is down for that alone.
 	takesDown := func(name string, pod *corev1.Pod) bool {
-		return cur != nil && !cur.Repair && cur.Type == ReplacePod.String() && cur.Member == name && podDownAsPlanned(v, pod)
+		switch {
+		case cur == nil:
+			return false
+		case cur.Type == ReplacePod.String():
+			return cur.Member == name && podDownAsPlanned(v, pod)
+		case cur.Type == MoveLeader.String():
+			return pod != nil && !isTerminating(pod) && isReady(pod)
+		}
+		return false
 	}
 	if asked {
 		for _, m := range v.voters() {
@@ -226,7 +241,11 @@ func (v *view) judge(s step, hist []v1alpha1.StepRecord, asked bool) health {
 			}
 		}
 	}
-	if s.degradedBy == ReasonEtcdUnreachable && cur != nil {
+	held := ""
+	switch s.degradedBy {
+	case ReasonMemberUnanswered:
+		held = s.action.Member
+	case ReasonEtcdUnreachable:
 		var voters []string
 		for _, m := range v.obs.Cluster.Status.Members {
 			if !m.IsLearner {
@@ -234,9 +253,15 @@ func (v *view) judge(s step, hist []v1alpha1.StepRecord, asked bool) health {
 			}
 		}
 		if len(voters) == 1 {
-			ord, _ := Ordinal(v.c.Name, voters[0])
-			h.plannedOutage = takesDown(voters[0], v.pods[ord])
+			held = voters[0]
 		}
+	}
+	if ord, ok := Ordinal(v.c.Name, held); ok && cur != nil && cur.Type == ReplacePod.String() && takesDown(held, v.pods[ord]) {
+		h.plannedHold = true
+		if !slices.Contains(h.planned, held) {
+			h.planned = append(h.planned, held)
+		}
+		h.unplanned = slices.DeleteFunc(h.unplanned, func(n string) bool { return n == held })
 	}
 	return h
 }
@@ -332,7 +357,7 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	h := v.judge(s, hist, asked)
 	// blocked: the planner reports a reason to be Degraded, unless it is the outage the current
 	// step of a cluster of one makes on purpose.
-	blocked := s.degraded != "" && !h.plannedOutage
+	blocked := s.degraded != "" && !h.plannedHold
 	degraded := blocked || len(h.unplanned) > 0 || h.overdue
 
 	phase := v1alpha1.PhaseRunning
@@ -416,10 +441,11 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonMemberUnhealthy, "unhealthy: "+strings.Join(h.unplanned, ", "))
 	case h.overdue:
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonProgressDeadlineExceeded, overdueMessage(h.current, s))
-	case len(h.planned) > 0 || h.plannedOutage:
+	case len(h.planned) > 0:
 		c := h.current
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, false, ReasonPlannedDisruption,
-			fmt.Sprintf("%s is down for %s, started %s; its deadline is %s", c.Member, c.Type, c.Started.UTC().Format(time.RFC3339), stepDeadline(actionType(c.Type))))
+			fmt.Sprintf("down for the current step: %s (%s %s, started %s, deadline %s)", strings.Join(h.planned, ", "), c.Type, c.Member,
+				c.Started.UTC().Format(time.RFC3339), stepDeadline(actionType(c.Type))))
 	default:
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, false, ReasonHealthy, "no unhealthy member seen")
 	}
@@ -435,7 +461,7 @@ func progressing(s step, h health, cur *v1alpha1.StepRecord, blocked bool) (bool
 		return false, ReasonBlocked, s.action.Reason
 	case h.overdue && !isStep(s.action.Type):
 		return false, ReasonProgressDeadlineExceeded, overdueMessage(h.current, s)
-	case h.plannedOutage:
+	case h.plannedHold:
 		return true, cur.Type, s.action.Reason
 	case s.action.Type == Hold:
 		return false, Hold.String(), s.action.Reason
