@@ -194,9 +194,9 @@ type health struct {
 	planned, unplanned []string
 	// overdue: the current step has run longer than its deadline.
 	overdue bool
-	// plannedHold: the planner holds on the member the current step took down (the hook
-	// has not reached the recreated member yet, or a cluster of one cannot be reached while
-	// its only pod is recreated): the hold is part of the step.
+	// plannedHold: the planner holds on the member the current step took down or adds (the
+	// hook has not reached the recreated member or the new learner yet, or a cluster of one
+	// cannot be reached while its only pod is recreated): the hold is part of the step.
 	plannedHold bool
 }
 
@@ -256,7 +256,10 @@ func (v *view) judge(s step, hist []v1alpha1.StepRecord, asked bool) health {
 			held = voters[0]
 		}
 	}
-	if ord, ok := Ordinal(v.c.Name, held); ok && cur != nil && cur.Type == ReplacePod.String() && takesDown(held, v.pods[ord]) {
+	// A learner the current step adds is joining: the hook not reaching it yet is part of that.
+	ord, ok := Ordinal(v.c.Name, held)
+	if ok && cur != nil && (cur.Type == ReplacePod.String() && takesDown(held, v.pods[ord]) ||
+		cur.Member == held && v.byOrd[ord] != nil && v.byOrd[ord].IsLearner) {
 		h.plannedHold = true
 		if !slices.Contains(h.planned, held) {
 			h.planned = append(h.planned, held)
