@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,9 +55,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	bad-image VERSION                    pods of that etcd version cannot pull their image
 //	allow-quorum-loss                    the story breaks quorum on purpose
 //	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
-//	etcd unreachable|inconsistent|stranger|without POD|foreign-peer POD|unhealthy POD  the next
+//	etcd unreachable|inconsistent|stranger|without POD|foreign-peer POD|unhealthy POD,...  the next
 //	                                     observation of etcd; foreign-peer: POD's member advertises
-//	                                     another host; unhealthy: POD's member answers "no leader"
+//	                                     another host; unhealthy: the PODs' members answer "no leader"
 //	etcd new-cluster                     from now on etcd is another cluster: new cluster and
 //	                                     member IDs on the same data (as after a restore)
 //	age DURATION                         time passes without anything happening
@@ -337,10 +338,10 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		case "unhealthy":
 			// POD's member answers with an error (no leader, as while leadership moves); its
 			// pod stays Ready.
-			name := arg(1)
+			names := strings.Split(arg(1), ",")
 			w.etcdOverride = func(s *etcdstate.Snapshot) {
 				for i := range s.Members {
-					if s.Members[i].Name == name {
+					if slices.Contains(names, s.Members[i].Name) {
 						s.Members[i].Healthy, s.Members[i].Errors = false, []string{"etcdserver: no leader"}
 					}
 				}

@@ -192,6 +192,9 @@ type health struct {
 	current *v1alpha1.StepRecord
 	// planned are the unhealthy voters the current step took down; unplanned the others.
 	planned, unplanned []string
+	// electing are the planned voters that only see no leader while leadership moves: they
+	// count toward quorum.
+	electing int
 	// overdue: the current step has run longer than its deadline.
 	overdue bool
 	// plannedHold: the planner holds on the member the current step took down or adds (the
@@ -236,6 +239,9 @@ func (v *view) judge(s step, hist []v1alpha1.StepRecord, asked bool) health {
 			case m.Healthy:
 			case takesDown(m.name, m.pod):
 				h.planned = append(h.planned, m.name)
+				if cur.Type == MoveLeader.String() {
+					h.electing++
+				}
 			default:
 				h.unplanned = append(h.unplanned, m.name)
 			}
@@ -368,7 +374,7 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	switch {
 	case !answered && v.obs.Cluster.Status.ClusterID == "":
 		phase = v1alpha1.PhaseCreating
-	case !answered || !hasQuorum(voters, healthy+len(v.unansweredVoters())):
+	case !answered || !hasQuorum(voters, healthy+h.electing+len(v.unansweredVoters())):
 		phase = v1alpha1.PhaseUnavailable
 	case blocked || h.overdue || len(h.unplanned) > 0 && (prev != v1alpha1.PhaseCreating || s.action.Type == Hold):
 		phase = v1alpha1.PhaseDegraded
@@ -419,8 +425,12 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	switch {
 	case !asked:
 		setConditionValue(&st, v.obs, v.condition(v1alpha1.ConditionAvailable, metav1.ConditionUnknown, ReasonEtcdUnknown, s.action.Reason))
-	case hasQuorum(voters, healthy):
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, true, ReasonQuorumHealthy, fmt.Sprintf("%d of %d voters healthy", healthy, voters))
+	case hasQuorum(voters, healthy+h.electing):
+		msg := fmt.Sprintf("%d of %d voters healthy", healthy, voters)
+		if h.electing > 0 {
+			msg += fmt.Sprintf("; %d more see no leader while leadership moves", h.electing)
+		}
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, true, ReasonQuorumHealthy, msg)
 	case hasQuorum(voters, healthy+len(v.unansweredVoters())):
 		setConditionValue(&st, v.obs, v.condition(v1alpha1.ConditionAvailable, metav1.ConditionUnknown, ReasonQuorumUnconfirmed,
 			fmt.Sprintf("%d of %d voters healthy; %d more did not answer the hook but their pods are Ready", healthy, voters, len(v.unansweredVoters()))))
