@@ -92,7 +92,7 @@ func NewHandler(d Deps) http.Handler {
 	if d.ObserveTimeout <= 0 {
 		d.ObserveTimeout = DefaultObserveTimeout
 	}
-	h := &handler{Deps: d, metrics: newMetrics()}
+	h := &handler{Deps: d, metrics: newMetrics(d.Now)}
 
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID)

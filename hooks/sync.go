@@ -40,6 +40,7 @@ func (h *handler) plan(w http.ResponseWriter, r *http.Request, finalize bool) {
 	}
 	d := sync.Plan(h.Config, obs)
 	h.metrics.decisions.WithLabelValues(d.Action.Type.String()).Inc()
+	h.metrics.clusters.observe(sync.Metrics(obs, d), obs.Now)
 	h.Log.LogAttrs(r.Context(), slog.LevelInfo, "decided",
 		slog.String("requestID", middleware.GetReqID(r.Context())),
 		slog.String("cluster", obs.Cluster.Namespace+"/"+obs.Cluster.Name),

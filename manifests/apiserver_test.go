@@ -482,6 +482,10 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		JobFailures: 1,
 		Maintenance: &v1alpha1.MaintenanceStatus{Operation: "NoSpace", Phase: "Defragmenting", Member: "status-1", Since: since, LastDisarmed: &since},
 		Recovery:    &v1alpha1.RecoveryStatus{Survivor: "status-0", ID: "8e9e05c52164694d", RaftIndex: 4711, Trigger: "Automatic", Phase: "Done", Token: "r-1", Since: since},
+		History: []v1alpha1.StepRecord{
+			{Type: "ReplacePod", Member: "status-0", Reason: "member status-0 unhealthy on an outdated pod", Result: v1alpha1.StepSucceeded, Repair: true, Started: since, Finished: &since},
+			{Type: "AddLearner", Member: "status-2", Reason: "2 of 3 members", Job: "status-add-learner-status-2-0123456789", Result: v1alpha1.StepRunning, Started: since},
+		},
 		Ledger: []v1alpha1.LedgerRecord{
 			{Name: "status-0", ID: "8e9e05c52164694d", Incarnation: 0, Established: true},
 			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true},

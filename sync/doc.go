@@ -8,10 +8,10 @@
 // Metacontroller calls the hook on every change and periodically; the hook observes etcd and
 // calls Plan, which derives everything from that one observation. Everything in a Decision is
 // a function of the request, except the timestamp of a transition (an action's since, a
-// condition's lastTransitionTime), which is the clock's reading at the sync that made it and
-// is carried unchanged from then on. Deadlines (a failed Job's back-off, a learner's time to
-// catch up) are measured against the same reading, and a resync that waits for one is rounded
-// up to whole seconds. So a replayed or repeated sync gives the same answer, byte for byte,
+// condition's lastTransitionTime, a step's start and end in status.history), which is the
+// clock's reading at the sync that made it and is carried unchanged from then on. Deadlines
+// (a failed Job's back-off, a learner's time to catch up, a step's deadline) are measured
+// against the same reading, and a resync that waits for one is rounded up to whole seconds. So a replayed or repeated sync gives the same answer, byte for byte,
 // except at a transition and while it waits out a back-off. Plan runs the workflow's phases in
 // order (see Plan) and the first phase that decides wins: problems are fixed before any normal
 // operation.

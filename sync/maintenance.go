@@ -2,7 +2,6 @@ package sync
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,8 +39,6 @@ const (
 	// noSpaceMinFree: after compaction a member is defragmented when that frees at least this
 	// much; less is not worth blocking it for.
 	noSpaceMinFree = 1 << 20
-	// defaultQuotaBytes is etcd's --quota-backend-bytes when not set.
-	defaultQuotaBytes = 2 << 30
 )
 
 // 7b. An alarm of a member no longer in the membership (a CORRUPT member that was removed to
@@ -99,7 +96,7 @@ func (p *planner) noSpace() (step, bool) {
 	if m := p.nextToDefragment(func(m *member) bool { return m.DBSize-m.DBSizeInUse >= noSpaceMinFree }); m != nil {
 		return p.defragmentStep(m, opNoSpace, "NOSPACE alarm raised by "+names+": compacted"), true
 	}
-	quota := quotaBytes(p.c)
+	quota := quotaBytes(p.c.Spec.EtcdOptions)
 	var full []string
 	for _, m := range p.members {
 		if m.DBSize*100 >= quota*noSpaceDisarmBelowPercent {
@@ -244,18 +241,6 @@ func (v *view) anyDrifted() bool {
 		}
 	}
 	return false
-}
-
-// quotaBytes is the members' --quota-backend-bytes: from etcdOptions, else etcd's default.
-func quotaBytes(c *v1alpha1.EtcdCluster) int64 {
-	for _, o := range c.Spec.EtcdOptions {
-		if v, ok := strings.CutPrefix(o, "--quota-backend-bytes="); ok {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
-				return n
-			}
-		}
-	}
-	return defaultQuotaBytes
 }
 
 func quantityBytes(q *resource.Quantity) int64 {

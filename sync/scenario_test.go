@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,15 +34,20 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	run                                  sync and tick until converged; prints the figures
 //	step [N]                             N syncs, each followed by a tick; one line each, a
 //	                                     line that consecutive syncs repeat once with (xN)
+//	watch [N]                            step, with the phase and the reasons of Progressing
+//	                                     and Degraded before each action
+//	history                              status.history, one step a line
 //	plan                                 the decision on the world as it is, not applied
 //	world                                the world in three lines
 //	spec size=N | version=V | options=A,B | paused | unpaused | delete | recovery=POLICY |
 //	     nospace=POLICY | defragment     (defragment: spec.maintenance.defragment, defaults)
 //	leader POD                           make POD's member the leader
-//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|heal   unreachable: the hook
-//	                                     alone cannot reach it, etcd and the kubelet see it healthy;
-//	                                     slow: it keeps its raft role but fails health checks;
-//	                                     lost: its volume is gone for good
+//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|heal   unreachable: the
+//	                                     hook alone cannot reach it, etcd and the kubelet see it
+//	                                     healthy; slow: it keeps its raft role but fails health
+//	                                     checks; lost: its volume is gone for good, the pod
+//	                                     restarts on an empty one; wipe: its volume is lost and
+//	                                     its pod deleted
 //	unschedulable POD | schedulable POD  the pod at that ordinal cannot be scheduled (any template)
 //	delete statefulset [orphan] | configmap | services | pdb   a child deleted behind the planner's back
 //	leader-returns N                     leadership goes back after each of the next N leader moves
@@ -55,8 +61,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	bad-image VERSION                    pods of that etcd version cannot pull their image
 //	allow-quorum-loss                    the story breaks quorum on purpose
 //	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
-//	etcd unreachable|inconsistent|stranger|without POD|foreign-peer POD  the next observation of
-//	                                     etcd; foreign-peer: POD's member advertises another host
+//	etcd unreachable|inconsistent|stranger|without POD|foreign-peer POD|unhealthy POD,...  the next
+//	                                     observation of etcd; foreign-peer: POD's member advertises
+//	                                     another host; unhealthy: the PODs' members answer "no leader"
 //	etcd new-cluster                     from now on etcd is another cluster: new cluster and
 //	                                     member IDs on the same data (as after a restore)
 //	age DURATION                         time passes without anything happening
@@ -169,10 +176,14 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		}
 	case "run":
 		fmt.Fprintf(out, "converged: %s\n", w.run(400))
-	case "step":
+	case "step", "watch":
 		n := 1
 		if len(args) > 0 {
 			n, _ = strconv.Atoi(args[0])
+		}
+		line := func(d Decision) string { return actionLine(d.Action) }
+		if cmd == "watch" {
+			line = conditionsLine
 		}
 		// A line repeated by consecutive syncs is printed once, with its count.
 		last, repeats := "", 0
@@ -185,14 +196,18 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			}
 		}
 		for i := 0; i < n; i++ {
-			line := actionLine(w.step().Action)
-			if line != last {
+			l := line(w.step())
+			if l != last {
 				flush()
-				last, repeats = line, 0
+				last, repeats = l, 0
 			}
 			repeats++
 		}
 		flush()
+	case "history":
+		for _, r := range w.cluster.Status.History {
+			fmt.Fprintf(out, "%s\n", historyLine(r))
+		}
 	case "plan":
 		d := Plan(simConfig, w.observe())
 		if strings.HasPrefix(d.Action.Reason, "internal:") {
@@ -256,6 +271,11 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 				w.lost++
 			}
 		case "gone":
+			p.terminating = true
+		case "wipe":
+			// The volume is lost: the pod comes back empty, and the launcher refuses to start
+			// an established member on it.
+			delete(w.data, ord)
 			p.terminating = true
 		case "unreachable":
 			p.blind = true
@@ -360,6 +380,17 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 				for i := range s.Members {
 					if s.Members[i].Name == name {
 						s.Members[i].PeerURLs = []string{"http://" + name + ".etcd.other.svc.cluster.local:2380"}
+					}
+				}
+			}
+		case "unhealthy":
+			// POD's member answers with an error (no leader, as while leadership moves); its
+			// pod stays Ready.
+			names := strings.Split(arg(1), ",")
+			w.etcdOverride = func(s *etcdstate.Snapshot) {
+				for i := range s.Members {
+					if slices.Contains(names, s.Members[i].Name) {
+						s.Members[i].Healthy, s.Members[i].Errors = false, []string{"etcdserver: no leader"}
 					}
 				}
 			}

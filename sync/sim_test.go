@@ -422,6 +422,7 @@ func (w *simWorld) sync() Decision {
 	obs := w.observe()
 	d := Plan(simConfig, obs)
 	checkTyped(w.t, d)
+	checkConditions(w.t, obs.Cluster.Generation, d)
 	w.stats.syncs++
 	again := Plan(simConfig, obs)
 	if a, b := encodeDecision(w.t, d), encodeDecision(w.t, again); a != b {
@@ -876,12 +877,11 @@ func (w *simWorld) write() {
 			return
 		}
 	}
-	c := v1alpha1.Defaulted(w.cluster)
-	quota := quotaBytes(&c)
+	quota := quotaBytes(w.cluster.Spec.EtcdOptions)
 	for _, m := range w.members {
 		m.history += w.growth
 		m.file = max(m.file, m.live+m.history)
-		if m.file >= quota {
+		if quota > 0 && m.file >= quota {
 			w.raise(m.id, "NOSPACE")
 		}
 	}

@@ -2,8 +2,11 @@ package sync
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 
@@ -12,29 +15,76 @@ import (
 )
 
 // Reasons of the Degraded condition when it is True: why the cluster is not as it should be,
-// or why the operator cannot go on. A closed list; docs/operate.md explains each.
+// or why the operator cannot go on. A closed list; docs/operate.md explains each (a test
+// checks that the table and this list agree).
 const (
-	ReasonInvalidSpec          = "InvalidSpec"
-	ReasonEtcdUnreachable      = "EtcdUnreachable"
-	ReasonEtcdInconsistent     = "EtcdInconsistent"
-	ReasonStrangerMember       = "StrangerMember"
-	ReasonClusterIDChanged     = "ClusterIDChanged"
-	ReasonQuorumLost           = "QuorumLost"
-	ReasonQuorumUnconfirmed    = "QuorumUnconfirmed"
-	ReasonMemberUnanswered     = "MemberUnanswered"
-	ReasonMemberUnhealthy      = "MemberUnhealthy"
-	ReasonPodCannotStart       = "PodCannotStart"
-	ReasonJobFailing           = "JobFailing"
-	ReasonJobAttemptsExhausted = "JobAttemptsExhausted"
-	ReasonNoSpace              = "NoSpace"
-	ReasonNoVolumeToRoll       = "NoVolumeToRoll"
-	ReasonBlocked              = "Blocked"
+	ReasonInvalidSpec              = "InvalidSpec"
+	ReasonEtcdUnreachable          = "EtcdUnreachable"
+	ReasonEtcdInconsistent         = "EtcdInconsistent"
+	ReasonStrangerMember           = "StrangerMember"
+	ReasonClusterIDChanged         = "ClusterIDChanged"
+	ReasonQuorumLost               = "QuorumLost"
+	ReasonQuorumUnconfirmed        = "QuorumUnconfirmed"
+	ReasonMemberUnanswered         = "MemberUnanswered"
+	ReasonMemberUnhealthy          = "MemberUnhealthy"
+	ReasonPodCannotStart           = "PodCannotStart"
+	ReasonJobFailing               = "JobFailing"
+	ReasonJobAttemptsExhausted     = "JobAttemptsExhausted"
+	ReasonNoSpace                  = "NoSpace"
+	ReasonNoVolumeToRoll           = "NoVolumeToRoll"
+	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	ReasonBlocked                  = "Blocked"
+)
+
+// The other reasons of the conditions. Progressing also takes the action types (Steady, Hold
+// when False; the step or Wait when True), Blocked and ProgressDeadlineExceeded; Available
+// also QuorumLost and QuorumUnconfirmed.
+const (
+	// Degraded=False: every voter is healthy.
+	ReasonHealthy = "Healthy"
+	// Degraded=False: a member is down only because a step of the operator took it down, and
+	// the step is within its deadline.
+	ReasonPlannedDisruption = "PlannedDisruption"
+	// Available=True: a majority of voters is healthy.
+	ReasonQuorumHealthy = "QuorumHealthy"
+	// Available=Unknown: etcd did not answer, or its answer cannot be trusted.
+	ReasonEtcdUnknown = "EtcdUnknown"
 )
 
 // Status never churns: the same observation gives the same status. Times come from
 // Observed.Now and are carried over from the last status while nothing changed (an action's
 // Since while its type and member stay; a condition's LastTransitionTime while its status
-// stays).
+// stays; a step's Started and Finished once written).
+
+// replaceDeadline is how long a pod replacement may take: the old pod stops, the new one is
+// scheduled, attaches the member's volume, pulls its image, and its member catches up.
+const replaceDeadline = 5 * time.Minute
+
+// stepDeadline is how long a step may run, from its start (status.history) until its result
+// is known, before it is overdue: then the cluster is Degraded (ProgressDeadlineExceeded). A
+// membership change has its Job's deadline, past which the Job fails; growing the StatefulSet
+// includes the new learner catching up, which the planner gives stuckAfter before it gives
+// up on it. Teardown has no deadline.
+func stepDeadline(t ActionType) time.Duration {
+	switch t {
+	case ReplacePod:
+		return replaceDeadline
+	case AddLearner, PromoteLearner, RemoveMember, MoveLeader, Compact, Defragment, DisarmAlarm:
+		return jobDeadline * time.Second
+	case ScaleStatefulSet, Bootstrap:
+		return stuckAfter
+	}
+	return 0
+}
+
+// isStep: the action starts a step of status.history. Steady, Wait and Hold change nothing.
+func isStep(t ActionType) bool {
+	switch t {
+	case Steady, Wait, Hold:
+		return false
+	}
+	return true
+}
 
 // noStorageWarning is the status warning of a cluster without a storageSpec.
 const noStorageWarning = "no storageSpec: member data lives in emptyDir volumes and does not survive the loss of a pod; " +
@@ -52,13 +102,18 @@ func warnings(c *v1alpha1.EtcdCluster) []string {
 	return out
 }
 
-// newStatus starts from what the last status knew of etcd, reports the action and warns
-// about the spec (c is defaulted).
+// sameAction: the last status reported this action (type and member) already.
+func sameAction(prev *v1alpha1.Action, a Action) bool {
+	return prev != nil && prev.Type == a.Type.String() && prev.Member == a.Member && !prev.Since.IsZero()
+}
+
+// newStatus starts from what the last status knew of etcd, reports the action, records it
+// in the history when it starts a step, and warns about the spec (c is defaulted).
 func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a Action) v1alpha1.EtcdClusterStatus {
 	prev := obs.Cluster.Status
 	since := metav1.NewTime(obs.Now)
-	if p := prev.Action; p != nil && p.Type == a.Type.String() && p.Member == a.Member && !p.Since.IsZero() {
-		since = p.Since
+	if sameAction(prev.Action, a) {
+		since = prev.Action.Since
 	}
 	return v1alpha1.EtcdClusterStatus{
 		Phase:          phase,
@@ -71,16 +126,44 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		Warnings:       warnings(c),
 		Maintenance:    prev.Maintenance,
 		Recovery:       prev.Recovery,
+		History:        startStep(prev.History, prev.Action, a, "", false, obs.Now),
 	}
 }
 
-// setCondition sets one condition, keeping its transition time while its status stays.
-func setCondition(st *v1alpha1.EtcdClusterStatus, obs *Observed, c *v1alpha1.EtcdCluster, typ string, on bool, reason, msg string) {
-	cond := metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: c.Generation, LastTransitionTime: metav1.NewTime(obs.Now)}
-	if on {
-		cond.Status = metav1.ConditionTrue
+// startStep adds a record for a step the last status did not report yet; the step before,
+// if still running, ends there: Interrupted when its result would have needed evidence
+// (a Job's outcome, a pod back on the current spec), Succeeded otherwise. At most MaxHistory
+// records are kept, the newest.
+func startStep(hist []v1alpha1.StepRecord, prev *v1alpha1.Action, a Action, job string, repair bool, now time.Time) []v1alpha1.StepRecord {
+	if !isStep(a.Type) || sameAction(prev, a) {
+		return hist
 	}
-	setConditionValue(st, obs, cond)
+	hist = slices.Clone(hist)
+	if n := len(hist); n > 0 && hist[n-1].Result == v1alpha1.StepRunning {
+		result := v1alpha1.StepSucceeded
+		if hist[n-1].Job != "" || hist[n-1].Type == ReplacePod.String() {
+			result = v1alpha1.StepInterrupted
+		}
+		finishStep(&hist[n-1], result, now)
+	}
+	hist = append(hist, v1alpha1.StepRecord{Type: a.Type.String(), Member: a.Member, Reason: a.Reason, Job: job,
+		Result: v1alpha1.StepRunning, Repair: repair, Started: metav1.NewTime(now)})
+	return hist[max(0, len(hist)-v1alpha1.MaxHistory):]
+}
+
+func finishStep(r *v1alpha1.StepRecord, result string, now time.Time) {
+	at := metav1.NewTime(now)
+	r.Result, r.Finished = result, &at
+}
+
+// setCondition sets one condition, True or False, keeping its transition time while its
+// status stays.
+func setCondition(st *v1alpha1.EtcdClusterStatus, obs *Observed, c *v1alpha1.EtcdCluster, typ string, on bool, reason, msg string) {
+	status := metav1.ConditionFalse
+	if on {
+		status = metav1.ConditionTrue
+	}
+	setConditionValue(st, obs, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: c.Generation, LastTransitionTime: metav1.NewTime(obs.Now)})
 }
 
 func setConditionValue(st *v1alpha1.EtcdClusterStatus, obs *Observed, cond metav1.Condition) {
@@ -98,7 +181,180 @@ func setConditionValue(st *v1alpha1.EtcdClusterStatus, obs *Observed, cond metav
 	st.Conditions = append(st.Conditions, cond)
 }
 
-// status reports a step over a view: membership as etcd has it, and the three conditions.
+// condition is a condition of the cluster's generation, transitioning now.
+func (v *view) condition(typ string, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
+	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: v.c.Generation, LastTransitionTime: metav1.NewTime(v.obs.Now)}
+}
+
+// health is how this sync judges the cluster for its conditions and phase: which unhealthy
+// voters a step of the operator explains, which it does not, and whether the current step
+// has overrun its deadline.
+type health struct {
+	// current is the step under way (the last record of the history, still Running), or nil.
+	current *v1alpha1.StepRecord
+	// planned are the unhealthy voters the current step took down; unplanned the others.
+	planned, unplanned []string
+	// electing are the planned voters that only see no leader while leadership moves: they
+	// count toward quorum.
+	electing int
+	// overdue: the current step has run longer than its deadline.
+	overdue bool
+	// plannedHold: the planner holds on the member the current step took down or adds (the
+	// hook has not reached the recreated member or the new learner yet, or a cluster of one
+	// cannot be reached while its only pod is recreated): the hold is part of the step.
+	plannedHold bool
+}
+
+// judge sorts the unhealthy voters into planned and unplanned against the current step.
+func (v *view) judge(s step, hist []v1alpha1.StepRecord, asked bool) health {
+	var h health
+	if n := len(hist); n > 0 && hist[n-1].Result == v1alpha1.StepRunning {
+		h.current = &hist[n-1]
+	}
+	cur := h.current
+	if cur != nil {
+		if d := stepDeadline(actionType(cur.Type)); d > 0 && v.obs.Now.Sub(cur.Started.Time) > d {
+			h.overdue = true
+		}
+		if cur.Repair {
+			cur = nil // a repair explains nothing
+		}
+	}
+	// takesDown: the current step explains the member being down. A pod replacement takes its
+	// member down while the pod is gone, going or new with an etcd that has not failed; while
+	// leadership moves, members see no leader for a moment, and one whose pod is Ready (the
+	// kubelet's probe of its own health passes) is down for that alone.
+	takesDown := func(name string, pod *corev1.Pod) bool {
+		switch {
+		case cur == nil:
+			return false
+		case cur.Type == ReplacePod.String():
+			return cur.Member == name && podDownAsPlanned(v, pod)
+		case cur.Type == MoveLeader.String():
+			return pod != nil && !isTerminating(pod) && isReady(pod)
+		}
+		return false
+	}
+	if asked {
+		for _, m := range v.voters() {
+			switch {
+			case m.Healthy:
+			case takesDown(m.name, m.pod):
+				h.planned = append(h.planned, m.name)
+				if cur.Type == MoveLeader.String() {
+					h.electing++
+				}
+			default:
+				h.unplanned = append(h.unplanned, m.name)
+			}
+		}
+	}
+	held := ""
+	switch s.degradedBy {
+	case ReasonMemberUnanswered:
+		held = s.action.Member
+	case ReasonEtcdUnreachable:
+		var voters []string
+		for _, m := range v.obs.Cluster.Status.Members {
+			if !m.IsLearner {
+				voters = append(voters, m.Name)
+			}
+		}
+		if len(voters) == 1 {
+			held = voters[0]
+		}
+	}
+	// A learner the current step adds is joining: the hook not reaching it yet is part of that.
+	ord, ok := Ordinal(v.c.Name, held)
+	if ok && cur != nil && (cur.Type == ReplacePod.String() && takesDown(held, v.pods[ord]) ||
+		cur.Member == held && v.byOrd[ord] != nil && v.byOrd[ord].IsLearner) {
+		h.plannedHold = true
+		if !slices.Contains(h.planned, held) {
+			h.planned = append(h.planned, held)
+		}
+		h.unplanned = slices.DeleteFunc(h.unplanned, func(n string) bool { return n == held })
+	}
+	return h
+}
+
+// podDownAsPlanned: the pod is gone, going, or new on the current spec with an etcd that
+// has not failed yet (no restart, nothing keeping it from starting). An outdated pod that is
+// not terminating was not touched by a replacement: its member is down for another reason.
+func podDownAsPlanned(v *view, p *corev1.Pod) bool {
+	if p == nil || isTerminating(p) {
+		return true
+	}
+	if v.outdated(p) || podStartFailure(p) != "" {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == "etcd" && cs.RestartCount > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// actionType is the ActionType of a status action type; Hold for an unknown name.
+func actionType(name string) ActionType {
+	for t, n := range actionNames {
+		if n == name {
+			return ActionType(t)
+		}
+	}
+	return Hold
+}
+
+// updateResult brings the running step's result up to date with what this sync observes: a
+// Job's outcome, a pod back on the current spec with its member healthy, or a cluster steady
+// again after a step that leaves nothing to check.
+func (v *view) updateResult(s step, hist []v1alpha1.StepRecord, asked bool) []v1alpha1.StepRecord {
+	n := len(hist)
+	if n == 0 || hist[n-1].Result != v1alpha1.StepRunning {
+		return hist
+	}
+	r := hist[n-1]
+	result := ""
+	switch {
+	case r.Job != "":
+		for _, j := range v.jobs {
+			if j.Name != r.Job {
+				continue
+			}
+			switch state, _ := stateOf(j); state {
+			case jobSucceeded:
+				result = v1alpha1.StepSucceeded
+			case jobFailed:
+				result = v1alpha1.StepFailed
+			}
+		}
+		if result == "" && s.action.Type == Steady {
+			result = v1alpha1.StepInterrupted
+		}
+	case r.Type == ReplacePod.String():
+		if ord, ok := Ordinal(v.c.Name, r.Member); ok && asked && v.replaced(ord) {
+			result = v1alpha1.StepSucceeded
+		}
+	case s.action.Type == Steady:
+		result = v1alpha1.StepSucceeded
+	}
+	if result == "" {
+		return hist
+	}
+	hist = slices.Clone(hist)
+	finishStep(&hist[n-1], result, v.obs.Now)
+	return hist
+}
+
+// replaced: the pod at ord runs the current spec and its member, if it has one, is a learner
+// or a healthy voter on a Ready pod (the StatefulSet controller waits for Ready too).
+func (v *view) replaced(ord int) bool {
+	p, m := v.pods[ord], v.byOrd[ord]
+	return p != nil && !isTerminating(p) && !v.outdated(p) && (m == nil || m.IsLearner || m.Healthy && isReady(p))
+}
+
+// status reports a step over a view: membership as etcd has it, the history of steps, and the
+// three conditions.
 func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	// Membership as etcd answered, unless the answer cannot be trusted: then status keeps what
 	// it knew, above all the cluster ID, which a stranger's answer must not overwrite.
@@ -107,22 +363,22 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	// answered: etcd answered at all; the phase follows what it said, trusted or not.
 	answered := v.obs.Etcd.Asked && len(v.members) > 0
 	voters, healthy := len(v.voters()), v.healthyVoters()
-	// Degraded counts voters only: a learner is unhealthy while it joins, by design.
-	var unhealthy []string
-	for _, m := range v.voters() {
-		if !m.Healthy {
-			unhealthy = append(unhealthy, m.name)
-		}
-	}
+
+	hist := v.updateResult(s, v.obs.Cluster.Status.History, asked)
+	h := v.judge(s, hist, asked)
+	// blocked: the planner reports a reason to be Degraded, unless it is the outage the current
+	// step of a cluster of one makes on purpose.
+	blocked := s.degraded != "" && !h.plannedHold
+	degraded := blocked || len(h.unplanned) > 0 || h.overdue
 
 	phase := v1alpha1.PhaseRunning
 	prev := v.obs.Cluster.Status.Phase
 	switch {
 	case !answered && v.obs.Cluster.Status.ClusterID == "":
 		phase = v1alpha1.PhaseCreating
-	case !answered || !hasQuorum(voters, healthy+len(v.unansweredVoters())):
+	case !answered || !hasQuorum(voters, healthy+h.electing+len(v.unansweredVoters())):
 		phase = v1alpha1.PhaseUnavailable
-	case s.degraded != "" || len(unhealthy) > 0 && (prev != v1alpha1.PhaseCreating || s.action.Type == Hold):
+	case blocked || h.overdue || len(h.unplanned) > 0 && (prev != v1alpha1.PhaseCreating || s.action.Type == Hold):
 		phase = v1alpha1.PhaseDegraded
 	case (prev == v1alpha1.PhaseCreating || prev == "") && voters < v.size:
 		// Still growing to its first full size.
@@ -135,6 +391,11 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	if s.recovery != nil {
 		st.Recovery = s.recovery
 	}
+	job := ""
+	if s.job != nil {
+		job = s.job.render(v.cfg, v.c).Name
+	}
+	st.History = startStep(hist, v.obs.Cluster.Status.Action, s.action, job, degraded, v.obs.Now)
 	if len(s.keep) > 0 {
 		st.JobFailures = int32(attemptOf(s.keep[0]))
 		if state, _ := stateOf(s.keep[0]); state == jobFailed {
@@ -171,35 +432,76 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 
 	switch {
 	case !asked:
-		setConditionValue(&st, v.obs, metav1.Condition{Type: v1alpha1.ConditionAvailable, Status: metav1.ConditionUnknown, Reason: "EtcdUnknown", Message: s.action.Reason, ObservedGeneration: v.c.Generation, LastTransitionTime: metav1.NewTime(v.obs.Now)})
-	case hasQuorum(voters, healthy):
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, true, "QuorumHealthy", fmt.Sprintf("%d of %d voters healthy", healthy, voters))
+		setConditionValue(&st, v.obs, v.condition(v1alpha1.ConditionAvailable, metav1.ConditionUnknown, ReasonEtcdUnknown, s.action.Reason))
+	case hasQuorum(voters, healthy+h.electing):
+		msg := fmt.Sprintf("%d of %d voters healthy", healthy, voters)
+		if h.electing > 0 {
+			msg += fmt.Sprintf("; %d more see no leader while leadership moves", h.electing)
+		}
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, true, ReasonQuorumHealthy, msg)
 	case hasQuorum(voters, healthy+len(v.unansweredVoters())):
-		setConditionValue(&st, v.obs, metav1.Condition{Type: v1alpha1.ConditionAvailable, Status: metav1.ConditionUnknown, Reason: ReasonQuorumUnconfirmed,
-			Message: fmt.Sprintf("%d of %d voters healthy; %d more did not answer the hook but their pods are Ready", healthy, voters, len(v.unansweredVoters())), ObservedGeneration: v.c.Generation, LastTransitionTime: metav1.NewTime(v.obs.Now)})
+		setConditionValue(&st, v.obs, v.condition(v1alpha1.ConditionAvailable, metav1.ConditionUnknown, ReasonQuorumUnconfirmed,
+			fmt.Sprintf("%d of %d voters healthy; %d more did not answer the hook but their pods are Ready", healthy, voters, len(v.unansweredVoters()))))
 	default:
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, false, "QuorumLost", fmt.Sprintf("%d of %d voters healthy", healthy, voters))
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, false, ReasonQuorumLost, fmt.Sprintf("%d of %d voters healthy", healthy, voters))
 	}
-	switch {
-	case s.action.Type == Steady || s.action.Type == Hold || s.degraded != "" && s.action.Type == Wait:
-		// Blocked is not progressing, even while it waits.
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionProgressing, false, s.action.Type.String(), s.action.Reason)
-	default:
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionProgressing, true, s.action.Type.String(), s.action.Reason)
+	cur := h.current
+	if n := len(st.History); n > 0 && st.History[n-1].Result == v1alpha1.StepRunning {
+		cur = &st.History[n-1]
 	}
+	on, why, msg := progressing(s, h, cur, blocked)
+	setCondition(&st, v.obs, v.c, v1alpha1.ConditionProgressing, on, why, msg)
 	switch {
-	case s.degraded != "":
+	case blocked:
 		reason := s.degradedBy
 		if reason == "" {
 			reason = ReasonBlocked
 		}
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, reason, s.degraded)
-	case asked && len(unhealthy) > 0:
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonMemberUnhealthy, "unhealthy: "+strings.Join(unhealthy, ", "))
+	case len(h.unplanned) > 0:
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonMemberUnhealthy, "unhealthy: "+strings.Join(h.unplanned, ", "))
+	case h.overdue:
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonProgressDeadlineExceeded, overdueMessage(h.current, s))
+	case len(h.planned) > 0:
+		c := h.current
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, false, ReasonPlannedDisruption,
+			fmt.Sprintf("down for the current step: %s (%s %s, started %s, deadline %s)", strings.Join(h.planned, ", "), c.Type, c.Member,
+				c.Started.UTC().Format(time.RFC3339), stepDeadline(actionType(c.Type))))
 	default:
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, false, "Healthy", "no unhealthy member seen")
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, false, ReasonHealthy, "no unhealthy member seen")
 	}
 	return st
+}
+
+// progressing is the Progressing condition: True while a step is under way or waited for,
+// its reason the step's type (or Wait, for a wait outside any step); False when steady, on
+// hold, blocked, or past the current step's deadline.
+func progressing(s step, h health, cur *v1alpha1.StepRecord, blocked bool) (bool, string, string) {
+	switch {
+	case blocked && isStep(s.action.Type):
+		// A repair under way (remediating NOSPACE, recovering quorum) progresses, whatever
+		// keeps the cluster Degraded meanwhile.
+		return true, s.action.Type.String(), s.action.Reason
+	case blocked:
+		return false, ReasonBlocked, s.action.Reason
+	case h.overdue && !isStep(s.action.Type):
+		return false, ReasonProgressDeadlineExceeded, overdueMessage(h.current, s)
+	case h.plannedHold:
+		return true, cur.Type, s.action.Reason
+	case s.action.Type == Hold:
+		return false, Hold.String(), s.action.Reason
+	case cur != nil && s.action.Type == Steady:
+		// The planner has nothing left to do, but the last pod it replaced is not back yet.
+		return true, cur.Type, cur.Reason
+	case cur != nil:
+		return true, cur.Type, s.action.Reason
+	}
+	return s.action.Type != Steady, s.action.Type.String(), s.action.Reason
+}
+
+func overdueMessage(r *v1alpha1.StepRecord, s step) string {
+	return fmt.Sprintf("%s %s started %s and has not finished within %s: %s", r.Type, r.Member, r.Started.UTC().Format(time.RFC3339),
+		stepDeadline(actionType(r.Type)), s.action.Reason)
 }
 
 // lowestVersion is the lowest etcd version the answering members report, "v"-prefixed; ""

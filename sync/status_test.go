@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"slices"
@@ -110,4 +111,26 @@ func TestBackoffResyncIsWholeSeconds(t *testing.T) {
 			t.Errorf("%v late: resync %gs, want %gs (%v left, rounded up)", late, d.ResyncAfterSeconds, want, left)
 		}
 	}
+}
+
+// conditionsLine is one sync in a scenario file's watch: the phase, Progressing and Degraded
+// with their reasons, and the action.
+func conditionsLine(d Decision) string {
+	cond := map[string]string{}
+	for _, c := range d.Status.Conditions {
+		cond[c.Type] = fmt.Sprintf("%s=%s %s", c.Type, c.Status, c.Reason)
+	}
+	return fmt.Sprintf("%s | %s | %s | %s", d.Status.Phase, cond[v1alpha1.ConditionProgressing], cond[v1alpha1.ConditionDegraded], actionLine(d.Action))
+}
+
+// historyLine is one record of status.history, its times counted from the simulator's start.
+func historyLine(r v1alpha1.StepRecord) string {
+	s := fmt.Sprintf("t+%s %s %s: %s", r.Started.Sub(simStart), r.Type, r.Member, r.Result)
+	if r.Finished != nil {
+		s += " after " + r.Finished.Sub(r.Started.Time).String()
+	}
+	if r.Repair {
+		s += " (repair)"
+	}
+	return s + ": " + r.Reason
 }

@@ -42,6 +42,7 @@ var APIVersion = schema.GroupVersion{Group: Group, Version: Version}.String()
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.status.action.type`,description="What the operator is doing or waiting for"
 // +kubebuilder:printcolumn:name="Member",type=string,JSONPath=`.status.action.member`,priority=1,description="Member the current action is about"
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.action.reason`,priority=1,description="Why the operator took the current action"
+// +kubebuilder:printcolumn:name="Degraded",type=string,JSONPath=`.status.conditions[?(@.type=="Degraded")].reason`,priority=1,description="Why the cluster is Degraded; Healthy or PlannedDisruption when it is not"
 // +kubebuilder:printcolumn:name="Wanted",type=string,JSONPath=`.spec.version`,priority=1,description="etcd version the spec asks for"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 52",message="metadata.name must be at most 52 characters so that pod labels fit"
@@ -349,7 +350,8 @@ type EtcdClusterStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Phase is a one-word summary: Creating, Running, Degraded, Unavailable, Paused, Invalid,
-	// Deleting.
+	// Deleting. Planned work (a roll, a scale, an upgrade) runs as Running, with the
+	// Progressing condition True.
 	//
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
@@ -396,6 +398,15 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	JobFailures int32 `json:"jobFailures,omitempty"`
+	// History is the story of the last steps the operator took, oldest first, at most
+	// MaxHistory: Metacontroller's hook protocol has no way to emit Events, so status carries
+	// them. An entry is added only when the operator starts a new step, so a repeated sync
+	// changes nothing here.
+	//
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	// +optional
+	History []StepRecord `json:"history,omitempty"`
 	// Ledger is the durable copy of the join ConfigMap's ledger: every member name the cluster
 	// has used, with the member ID it last had, its incarnation and whether it was established.
 	// The ConfigMap is rebuilt from it when deleted, so a member is never mistaken for a new one.
@@ -548,6 +559,51 @@ type Action struct {
 // member it names (see RecoverySpec), whatever spec.recovery says. It acts only while quorum
 // is lost and that member answers.
 const AnnotationForceNewClusterFrom = "etcdops.dev/force-new-cluster-from"
+
+// MaxHistory bounds status.history.
+const MaxHistory = 10
+
+// StepRecord is one step the operator took: a membership change, a pod replacement, a change
+// of the StatefulSet's size, bootstrap or teardown.
+type StepRecord struct {
+	// Type is the action type of the step (AddLearner, ReplacePod, ...).
+	Type string `json:"type"`
+	// Member is the pod name the step is about, if any.
+	//
+	// +optional
+	Member string `json:"member,omitempty"`
+	// Reason says why the step was taken, in words.
+	//
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Job is the member Job that carries out a membership change.
+	//
+	// +optional
+	Job string `json:"job,omitempty"`
+	// Result: Running, Succeeded, Failed (its Job failed; a retry is a step of its own) or
+	// Interrupted (the operator moved on before it finished, to repair something or because
+	// the spec changed).
+	Result string `json:"result"`
+	// Repair is true for a step taken while the cluster was Degraded by something the
+	// operator did not plan: a member it takes down then keeps the cluster Degraded.
+	//
+	// +optional
+	Repair bool `json:"repair,omitempty"`
+	// Started is when the step was decided.
+	Started metav1.Time `json:"started"`
+	// Finished is when its result was first known.
+	//
+	// +optional
+	Finished *metav1.Time `json:"finished,omitempty"`
+}
+
+// Results of a step in status.history.
+const (
+	StepRunning     = "Running"
+	StepSucceeded   = "Succeeded"
+	StepFailed      = "Failed"
+	StepInterrupted = "Interrupted"
+)
 
 // AnnotationAcceptClusterID on an EtcdCluster accepts an etcd cluster ID other than
 // status.clusterID, in hex, on purpose (after a restore that made a new cluster). Without it

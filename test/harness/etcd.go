@@ -33,6 +33,9 @@ type etcdProcess struct {
 	e    *embed.Etcd
 	once gosync.Once
 	exit chan struct{} // closed when the process has ended, for whatever reason
+	// closed is closed once the server has released its files. exit may come first: an end
+	// that takes longer than stopBound is not waited for, but its data dir stays locked.
+	closed chan struct{}
 
 	panicOnce gosync.Once
 	panicked  chan struct{} // closed when etcd panicked
@@ -95,7 +98,10 @@ func startEtcd(args []string, podIP string) (*etcdProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &etcdProcess{exit: make(chan struct{}), panicked: make(chan struct{})}
+	if err := awaitRelease(cfg.Dir); err != nil {
+		return nil, err
+	}
+	p := &etcdProcess{exit: make(chan struct{}), closed: make(chan struct{}), panicked: make(chan struct{})}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(zapcore.NewNopCore(),
 		zap.WithPanicHook(crashHook{p}), zap.WithFatalHook(crashHook{p})))
 	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{
@@ -104,9 +110,11 @@ func startEtcd(args []string, podIP string) (*etcdProcess, error) {
 	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
+		close(p.closed)
 		return nil, err
 	}
 	p.e = e
+	holders.Store(cfg.Dir, p)
 	go func() {
 		// etcd's main exits when the server stops on its own (removed from the cluster,
 		// fatal raft error), reports a serving error, or panics; so does this process.
@@ -176,6 +184,7 @@ func (p *etcdProcess) end(hard bool) {
 				}
 			}
 			p.e.Close()
+			close(p.closed)
 			close(done)
 		}()
 		select {
@@ -187,6 +196,28 @@ func (p *etcdProcess) end(hard bool) {
 }
 
 const stopBound = 10 * time.Second
+
+// holders maps a data dir to the last etcd started on it. On a node a volume is free once its
+// process is gone; here a member that took longer than stopBound to end still holds its bbolt
+// file lock, and an etcd started on the same dir would wait for that lock forever.
+var holders gosync.Map
+
+// releaseBound bounds the wait for a data dir's last etcd to release it; past it the start
+// fails, and the kubelet retries after its back-off.
+const releaseBound = time.Minute
+
+func awaitRelease(dir string) error {
+	prev, ok := holders.Load(dir)
+	if !ok {
+		return nil
+	}
+	select {
+	case <-prev.(*etcdProcess).closed:
+		return nil
+	case <-time.After(releaseBound):
+		return fmt.Errorf("data dir %s is still held by an etcd that has not stopped", dir)
+	}
+}
 
 // Stop is SIGTERM: etcd's graceful shutdown, which hands leadership away if it leads.
 func (p *etcdProcess) Stop() { p.end(false) }

@@ -601,8 +601,24 @@ func SyncLine(rec SyncRecord) string {
 	if rec.Replayed {
 		note += "  [replayed request]"
 	}
-	return fmt.Sprintf("sync %3d  %-16s %-8s %-10s members=[%s] leader=%s  %s%s",
-		rec.N, action, member, st.Phase, strings.Join(ms, " "), st.Leader, reason, note)
+	return fmt.Sprintf("sync %3d  %-16s %-8s %-10s %-40s members=[%s] leader=%s  %s%s",
+		rec.N, action, member, st.Phase, Conditions(st), strings.Join(ms, " "), st.Leader, reason, note)
+}
+
+// Conditions is a status's Progressing and Degraded in brief: each condition's reason when
+// True, "-" when False, and Degraded's reason in parentheses when it is False for a reason
+// worth telling (PlannedDisruption).
+func Conditions(st v1alpha1.EtcdClusterStatus) string {
+	brief := map[string]string{v1alpha1.ConditionProgressing: "-", v1alpha1.ConditionDegraded: "-"}
+	for _, c := range st.Conditions {
+		switch {
+		case c.Status == metav1.ConditionTrue:
+			brief[c.Type] = c.Reason
+		case c.Type == v1alpha1.ConditionDegraded && c.Reason != "Healthy":
+			brief[c.Type] = "(" + c.Reason + ")"
+		}
+	}
+	return "P=" + brief[v1alpha1.ConditionProgressing] + " D=" + brief[v1alpha1.ConditionDegraded]
 }
 
 // sameJSON compares two JSON documents by value: key order and spacing do not matter, as

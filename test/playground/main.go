@@ -2,8 +2,9 @@
 // real hook over HTTP, real embedded etcd members on 127.0.0.x, and test/harness playing
 // Metacontroller, the StatefulSet and Job controllers and the kubelet. It creates a
 // 3-member cluster, scales it to 5 and back to 3, rolls a configuration change, and prints
-// one line per sync (action, member, phase, members, leader, reason) while a workload writes.
-// It stops by itself, within -timeout.
+// one line per sync (action, member, phase, conditions, members, leader, reason) while a
+// workload writes. None of that is unplanned: the last line counts the syncs that reported
+// Degraded, and it should say 0. It stops by itself, within -timeout.
 //
 //	go run ./test/playground
 package main
@@ -12,9 +13,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/manifests"
@@ -43,6 +46,7 @@ func run(timeout time.Duration, verbose bool) error {
 	}
 	defer os.RemoveAll(root)
 	start := time.Now()
+	var degraded atomic.Int64
 	stamp := func() string { return fmt.Sprintf("%6.2fs", time.Since(start).Seconds()) }
 	logf := func(format string, args ...any) {
 		if verbose {
@@ -59,7 +63,14 @@ func run(timeout time.Duration, verbose bool) error {
 		Controller: ctrl,
 		Root:       root,
 		Logf:       logf,
-		OnSync:     func(rec harness.SyncRecord) { fmt.Printf("%s  %s\n", stamp(), harness.SyncLine(rec)) },
+		OnSync: func(rec harness.SyncRecord) {
+			fmt.Printf("%s  %s\n", stamp(), harness.SyncLine(rec))
+			for _, c := range rec.Answer.Status.Conditions {
+				if c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue {
+					degraded.Add(1)
+				}
+			}
+		},
 	})
 	if err != nil {
 		return err
@@ -119,8 +130,8 @@ func run(timeout time.Duration, verbose bool) error {
 		return err
 	}
 	c := env.Monitor.Counts()
-	fmt.Printf("%s  done: %d syncs, %d membership changes, %d leader changes; writes: %d acknowledged, %d lost, %d failed attempts, worst latency %s\n",
-		stamp(), env.MC.Syncs(), c.MembershipChanges, c.LeaderChanges, stats.Acked, len(lost), stats.Failed, stats.Worst.Round(time.Millisecond))
+	fmt.Printf("%s  done: %d syncs (%d Degraded), %d membership changes, %d leader changes; writes: %d acknowledged, %d lost, %d failed attempts, worst latency %s\n",
+		stamp(), env.MC.Syncs(), degraded.Load(), c.MembershipChanges, c.LeaderChanges, stats.Acked, len(lost), stats.Failed, stats.Worst.Round(time.Millisecond))
 	if v := env.Monitor.Violations(); len(v) > 0 || len(lost) > 0 {
 		return fmt.Errorf("%d invariant violations, %d writes lost", len(v), len(lost))
 	}
