@@ -16,7 +16,6 @@ import (
 
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/hooks"
-	"etcdops.dev/etcdops/membership"
 	"etcdops.dev/etcdops/sync"
 )
 
@@ -24,7 +23,7 @@ var testNow = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 // offline is an Observer that fails the test if the hook asks etcd at all.
 func offline(t *testing.T) hooks.Observer {
-	return hooks.ObserverFunc(func(context.Context, membership.Request) etcdstate.Snapshot {
+	return hooks.ObserverFunc(func(context.Context, etcdstate.Request) etcdstate.Snapshot {
 		t.Error("the hook asked etcd although there was nothing to ask")
 		return etcdstate.Snapshot{}
 	})
@@ -165,7 +164,7 @@ func TestPanicIsA500AndTheServerKeepsServing(t *testing.T) {
 	var logs lockedBuffer
 	srv := newServer(t, hooks.Deps{
 		Log: slog.New(slog.NewJSONHandler(&logs, nil)),
-		Etcd: hooks.ObserverFunc(func(context.Context, membership.Request) etcdstate.Snapshot {
+		Etcd: hooks.ObserverFunc(func(context.Context, etcdstate.Request) etcdstate.Snapshot {
 			panic("observer exploded")
 		}),
 	})
@@ -220,11 +219,11 @@ func TestChildMapsKeyedByNameOrNamespaceNameAnswerAlike(t *testing.T) {
 }
 
 func TestObserverGetsEndpointsAndTheClientCertificate(t *testing.T) {
-	var got membership.Request
+	var got etcdstate.Request
 	var deadline time.Duration
 	srv := newServer(t, hooks.Deps{
 		ObserveTimeout: 2 * time.Second,
-		Etcd: hooks.ObserverFunc(func(ctx context.Context, req membership.Request) etcdstate.Snapshot {
+		Etcd: hooks.ObserverFunc(func(ctx context.Context, req etcdstate.Request) etcdstate.Snapshot {
 			got = req
 			d, _ := ctx.Deadline()
 			deadline = time.Until(d)
@@ -237,10 +236,10 @@ func TestObserverGetsEndpointsAndTheClientCertificate(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("%d %s", status, body)
 	}
-	want := membership.Request{
+	want := etcdstate.Request{
 		Key:       "default/etcd/u-1",
 		Endpoints: []etcdstate.Endpoint{{Member: "etcd-0", Address: "10.0.0.10:2379", ServerName: "etcd-0.etcd.default.svc.cluster.local"}},
-		TLS:       &membership.TLS{CA: []byte("CA"), Cert: []byte("CERT"), Key: []byte("KEY")},
+		TLS:       &etcdstate.TLS{CA: []byte("CA"), Cert: []byte("CERT"), Key: []byte("KEY")},
 	}
 	if gj, wj := mustJSON(t, got), mustJSON(t, want); gj != wj {
 		t.Errorf("observer got %s\nwant %s", gj, wj)
@@ -418,7 +417,7 @@ func BenchmarkSync(b *testing.B) {
 			}
 			h := hooks.NewHandler(hooks.Deps{
 				Config: sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops/etcdops:v0.1.0"},
-				Etcd:   hooks.ObserverFunc(func(context.Context, membership.Request) etcdstate.Snapshot { return snap }),
+				Etcd:   hooks.ObserverFunc(func(context.Context, etcdstate.Request) etcdstate.Snapshot { return snap }),
 			})
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))

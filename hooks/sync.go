@@ -15,7 +15,6 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
-	"etcdops.dev/etcdops/membership"
 	"etcdops.dev/etcdops/sync"
 )
 
@@ -108,7 +107,7 @@ func (h *handler) snapshot(ctx context.Context, c *v1alpha1.EtcdCluster, pods []
 	ctx, cancel := context.WithTimeout(ctx, h.ObserveTimeout)
 	defer cancel()
 	start := time.Now()
-	snap := h.Etcd.Observe(ctx, membership.Request{Key: key, Endpoints: endpoints, TLS: tls})
+	snap := h.Etcd.Observe(ctx, etcdstate.Request{Key: key, Endpoints: endpoints, TLS: tls})
 	h.metrics.observeDuration.Observe(time.Since(start).Seconds())
 	if !snap.Asked {
 		h.metrics.observeFailures.Inc()
@@ -122,7 +121,7 @@ const secretCAKey = "ca.crt"
 
 // clientTLS returns the client certificate from the related Secret named in
 // spec.tls.clientSecret, or nil when the cluster's client port has no TLS.
-func clientTLS(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) (*membership.TLS, error) {
+func clientTLS(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) (*etcdstate.TLS, error) {
 	if c.Spec.TLS == nil || c.Spec.TLS.ClientSecret == "" {
 		return nil, nil
 	}
@@ -137,7 +136,7 @@ func clientTLS(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) (*membership.TL
 			return nil, fmt.Errorf("client certificate Secret %s/%s has no %s", c.Namespace, name, k)
 		}
 	}
-	return &membership.TLS{CA: data[secretCAKey], Cert: data[corev1.TLSCertKey], Key: data[corev1.TLSPrivateKeyKey]}, nil
+	return &etcdstate.TLS{CA: data[secretCAKey], Cert: data[corev1.TLSCertKey], Key: data[corev1.TLSPrivateKeyKey]}, nil
 }
 
 // customize asks Metacontroller for the cluster's pods and the Secrets named in spec.tls.

@@ -29,7 +29,7 @@ type memberClient struct {
 // newMemberClient builds a client for one endpoint. Creation does not dial; retries are few
 // because every call runs under the observer's single deadline, and the reconnect backoff is
 // short so a member that comes back is seen on the next observation.
-func newMemberClient(ep etcdstate.Endpoint, t *TLS, connectTimeout time.Duration) (*memberClient, error) {
+func newMemberClient(ep etcdstate.Endpoint, t *etcdstate.TLS, connectTimeout time.Duration) (*memberClient, error) {
 	addr, serverName := dialTarget(ep)
 	cfg := clientv3.Config{
 		Endpoints:            []string{"http://" + addr},
@@ -47,7 +47,7 @@ func newMemberClient(ep etcdstate.Endpoint, t *TLS, connectTimeout time.Duration
 		},
 	}
 	if t != nil {
-		tc, err := t.config(serverName)
+		tc, err := tlsConfig(t, serverName)
 		if err != nil {
 			return nil, err
 		}
@@ -68,7 +68,7 @@ func failFast(ctx context.Context, method string, req, reply any, cc *grpc.Clien
 	return invoker(ctx, method, req, reply, cc, append(opts, grpc.WaitForReady(false))...)
 }
 
-// clusterClients are the clients of one Request, shared by concurrent observations.
+// clusterClients are the clients of one etcdstate.Request, shared by concurrent observations.
 type clusterClients struct {
 	key      string
 	members  []*memberClient
@@ -97,7 +97,7 @@ type clientCache struct {
 var errClosed = errors.New("observer closed")
 
 // cacheKey covers everything a client is built from, so any change yields new clients.
-func cacheKey(req Request) string {
+func cacheKey(req etcdstate.Request) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%q\n", req.Key)
 	for _, ep := range req.Endpoints {
@@ -110,7 +110,7 @@ func cacheKey(req Request) string {
 }
 
 // acquire returns the clients for req, creating them when needed; pair with release.
-func (c *clientCache) acquire(req Request, now time.Time) (*clusterClients, error) {
+func (c *clientCache) acquire(req etcdstate.Request, now time.Time) (*clusterClients, error) {
 	key := cacheKey(req)
 	c.mu.Lock()
 	if c.closed {

@@ -96,7 +96,7 @@ type endpointStatus struct {
 // endpoint in parallel (within the first half), then the member list and alarms from a
 // voter (linearizable in the third quarter, else serializable). It never returns an
 // error: what could not be asked is said in the Snapshot (Asked, Err, Reachable, Errors).
-func (o *Observer) Observe(ctx context.Context, req Request) etcdstate.Snapshot {
+func (o *Observer) Observe(ctx context.Context, req etcdstate.Request) etcdstate.Snapshot {
 	ctx, cancel := context.WithTimeout(ctx, o.deadline)
 	defer cancel()
 	if len(req.Endpoints) == 0 {

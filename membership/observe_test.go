@@ -17,7 +17,7 @@ func newTestObserver(t testing.TB) *Observer {
 }
 
 // observeTimed observes and fails the test if the deadline was not kept.
-func observeTimed(t *testing.T, o *Observer, req Request) etcdstate.Snapshot {
+func observeTimed(t *testing.T, o *Observer, req etcdstate.Request) etcdstate.Snapshot {
 	t.Helper()
 	start := time.Now()
 	snap := o.Observe(context.Background(), req)
@@ -177,7 +177,7 @@ func TestObserveTLS(t *testing.T) {
 	}
 
 	noClientCert := c.request()
-	noClientCert.TLS = &TLS{CA: pki.caPEM}
+	noClientCert.TLS = &etcdstate.TLS{CA: pki.caPEM}
 	if snap := observeTimed(t, o, noClientCert); snap.Asked {
 		t.Fatalf("the cluster demands a client certificate; got %+v", snap)
 	}
