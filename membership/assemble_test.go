@@ -67,7 +67,7 @@ func TestAssemble(t *testing.T) {
 			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 1, 5)}, true, 1, "", "not in the member list"},
 	} {
 		names := []string{"e-0", "e-1", "e-2", "e-3"}[:len(tc.statuses)]
-		snap := assemble(endpoints(names...), tc.statuses, threeMembers(), nil)
+		snap := assemble(endpoints(names...), tc.statuses, threeMembers())
 		l, hasLeader := snap.Leader()
 		switch {
 		case !snap.Asked || len(snap.Members) != 3 || snap.Members[0].ID != 1 || snap.Members[2].ID != 3:
@@ -85,13 +85,38 @@ func TestAssemble(t *testing.T) {
 }
 
 func TestAssembleAlarms(t *testing.T) {
-	alarms := &clientv3.AlarmResponse{Alarms: []*pb.AlarmMember{{MemberID: 2, Alarm: pb.AlarmType_NOSPACE}}}
+	// Every member's Status lists the cluster's alarms; each is the alarmed member's.
 	statuses := []endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5)}
-	snap := assemble(endpoints("e-0", "e-1", "e-2"), statuses, threeMembers(), alarms)
+	for i := range statuses {
+		statuses[i].status.Errors = []string{"memberID:2 alarm:NOSPACE"}
+	}
+	snap := assemble(endpoints("e-0", "e-1", "e-2"), statuses, threeMembers())
 	for _, m := range snap.Members {
 		hasAlarm := m.ID == 2
-		if m.Healthy == hasAlarm || (len(m.Alarms) == 1) != hasAlarm || (hasAlarm && m.Alarms[0] != "NOSPACE") {
-			t.Errorf("member %s: healthy %v alarms %v", m.Name, m.Healthy, m.Alarms)
+		if (len(m.Alarms) == 1) != hasAlarm || (hasAlarm && m.Alarms[0] != "NOSPACE") {
+			t.Errorf("member %s: alarms %v", m.Name, m.Alarms)
+		}
+		if m.Healthy {
+			t.Errorf("member %s is healthy although its Status lists an alarm", m.Name)
+		}
+	}
+}
+
+func TestParseAlarm(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		id    uint64
+		alarm string
+		ok    bool
+	}{
+		{"memberID:12345 alarm:NOSPACE", 12345, "NOSPACE", true},
+		{"memberID:1 alarm:CORRUPT", 1, "CORRUPT", true},
+		{"etcdserver: no leader", 0, "", false},
+		{"memberID:x alarm:NOSPACE", 0, "", false},
+	} {
+		id, alarm, ok := parseAlarm(tc.in)
+		if id != tc.id || alarm != tc.alarm || ok != tc.ok {
+			t.Errorf("parseAlarm(%q) = %d %q %v", tc.in, id, alarm, ok)
 		}
 	}
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,44 +17,63 @@ import (
 	"etcdops.dev/etcdops/etcdstate"
 )
 
-// ObserverOptions configure an Observer; zero values take the defaults.
+// Defaults of ObserverOptions.
+const (
+	DefaultDeadline    = 3 * time.Second
+	DefaultSlowMember  = 250 * time.Millisecond
+	DefaultMaxClients  = 1024
+	DefaultIdleTimeout = 5 * time.Minute
+)
+
+// ObserverOptions configure an Observer; zero values take the defaults above.
 type ObserverOptions struct {
-	// Deadline bounds one whole observation. Default 3s.
+	// Deadline bounds one whole observation.
 	Deadline time.Duration
-	// MaxClients bounds how many clusters keep cached clients. Default 64.
+	// SlowMember is how long members still silent are waited for once one member has
+	// answered; a member slower than that is reported unknown for this observation.
+	SlowMember time.Duration
+	// MaxClients bounds how many clusters keep cached clients.
 	MaxClients int
 	// IdleTimeout closes a cluster's clients when it has not been observed for this long.
-	// Default 5m.
 	IdleTimeout time.Duration
+	// Dial connects to a member's host:port; nil dials TCP directly. Tests pass one that
+	// refuses addresses off the machine.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Observer reads etcd clusters, reusing clients between observations of the same cluster.
 // It is safe for concurrent use.
 type Observer struct {
-	deadline time.Duration
-	cache    *clientCache
-	stop     chan struct{}
-	done     chan struct{}
-	once     sync.Once
+	deadline   time.Duration
+	slowMember time.Duration
+	cache      *clientCache
+	stop       chan struct{}
+	done       chan struct{}
+	once       sync.Once
 }
 
 // NewObserver starts an Observer; Close it to release its clients.
 func NewObserver(opts ObserverOptions) *Observer {
 	if opts.Deadline <= 0 {
-		opts.Deadline = 3 * time.Second
+		opts.Deadline = DefaultDeadline
+	}
+	if opts.SlowMember <= 0 {
+		opts.SlowMember = DefaultSlowMember
 	}
 	if opts.MaxClients <= 0 {
-		opts.MaxClients = 64
+		opts.MaxClients = DefaultMaxClients
 	}
 	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = 5 * time.Minute
+		opts.IdleTimeout = DefaultIdleTimeout
 	}
 	o := &Observer{
-		deadline: opts.Deadline,
+		deadline:   opts.Deadline,
+		slowMember: opts.SlowMember,
 		cache: &clientCache{
 			max:            opts.MaxClients,
 			idle:           opts.IdleTimeout,
 			connectTimeout: opts.Deadline,
+			dial:           opts.Dial,
 			entries:        map[string]*clusterClients{},
 		},
 		stop: make(chan struct{}),
@@ -92,10 +114,13 @@ type endpointStatus struct {
 	healthErr error
 }
 
-// Observe reads the cluster under one deadline: Status and a serializable read from every
-// endpoint in parallel (within the first half), then the member list and alarms from a
-// voter (linearizable in the third quarter, else serializable). It never returns an
-// error: what could not be asked is said in the Snapshot (Asked, Err, Reachable, Errors).
+// Observe reads the cluster in one parallel round: every endpoint is asked for Status and a
+// serializable read, and the member that led at the last observation for the member list,
+// linearizably, all at once. Members still silent SlowMember after the first answer are
+// reported unknown. Only when that member list did not come is a voter asked again
+// (linearizably while a leader is known, else serializably). Nothing asked goes through raft's
+// log: Status carries the alarms. Observe never returns an error: what could not be asked is
+// said in the Snapshot (Asked, Err, Reachable, Errors).
 func (o *Observer) Observe(ctx context.Context, req etcdstate.Request) etcdstate.Snapshot {
 	ctx, cancel := context.WithTimeout(ctx, o.deadline)
 	defer cancel()
@@ -108,46 +133,158 @@ func (o *Observer) Observe(ctx context.Context, req etcdstate.Request) etcdstate
 	}
 	defer func() { o.cache.release(clients, time.Now()) }()
 
-	// A member that hangs must not use up the deadline the member list still needs.
-	statusCtx, cancelStatus := halfOfRemaining(ctx)
-	statuses := askEndpoints(statusCtx, clients.members)
-	cancelStatus()
+	// A member that hangs must not use up the deadline a second member list read still needs.
+	roundCtx, cancelRound := halfOfRemaining(ctx)
+	r := o.askAll(roundCtx, clients)
+	cancelRound()
+	statuses := r.statuses
 	voters := voterOrder(clients.members, statuses)
 	if len(voters) == 0 {
 		return etcdstate.Snapshot{Err: "no voter answered Status: " + endpointErrors(clients.members, statuses)}
 	}
-	leaderKnown := false
-	for _, i := range voters {
-		leaderKnown = leaderKnown || statuses[i].status.Leader != 0
+	list, note := r.list, ""
+	if list == nil {
+		leaderKnown := false
+		for _, i := range voters {
+			leaderKnown = leaderKnown || statuses[i].status.Leader != 0
+		}
+		list, note, err = readMembership(ctx, clients.members, voters, leaderKnown, r.listErr)
+		if err != nil {
+			return etcdstate.Snapshot{Err: err.Error() + "; " + endpointErrors(clients.members, statuses)}
+		}
 	}
-	list, alarms, note, err := readMembership(ctx, clients.members, voters, leaderKnown)
-	if err != nil {
-		return etcdstate.Snapshot{Err: err.Error() + "; " + endpointErrors(clients.members, statuses)}
-	}
-	snap := assemble(clients.members, statuses, list, alarms)
+	snap := assemble(clients.members, statuses, list)
+	clients.remember(snap)
 	snap.Err = joinNonEmpty("; ", note, snap.Err)
 	return snap
 }
 
-// askEndpoints asks every endpoint for Status, then for a serializable read, in parallel.
-func askEndpoints(ctx context.Context, members []*memberClient) []endpointStatus {
-	out := make([]endpointStatus, len(members))
+// round is what one parallel round brought back: every endpoint's answers and, when the
+// member asked for it answered, the linearizable member list.
+type round struct {
+	statuses []endpointStatus
+	list     *clientv3.MemberListResponse
+	listErr  error
+}
+
+// askAll runs the parallel round. It ends when every call has returned, or SlowMember after
+// the first endpoint answered (at once for endpoints backing off after missed rounds), or
+// when ctx ends; calls still out are cancelled and their members reported unknown.
+func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	members := cc.members
+	listFrom := cc.listTarget()
+	r := round{statuses: make([]endpointStatus, len(members))}
+	answered := make([]bool, len(members))
+	pending := make([]int, len(members)) // calls still out per endpoint
+	type result struct {
+		i int
+		f func()
+	}
+	results := make(chan result, 3*len(members))
 	var wg sync.WaitGroup
+	call := func(i int, f func() func()) {
+		pending[i]++
+		wg.Go(func() { results <- result{i, f()} })
+	}
 	for i, m := range members {
-		wg.Go(func() {
+		call(i, func() func() {
 			st, err := m.maint.Status(ctx, "")
 			if err == nil && st.Header == nil {
 				st, err = nil, errors.New("status without a response header")
 			}
-			out[i] = endpointStatus{status: st, statusErr: err}
-			if err != nil {
-				return
-			}
-			_, out[i].healthErr = m.cli.Get(ctx, "health", clientv3.WithSerializable())
+			return func() { r.statuses[i].status, r.statuses[i].statusErr = st, err }
 		})
+		call(i, func() func() {
+			_, err := m.cli.Get(ctx, "health", clientv3.WithSerializable())
+			return func() { r.statuses[i].healthErr = err }
+		})
+		if i == listFrom {
+			call(i, func() func() {
+				list, err := m.cli.MemberList(ctx)
+				if err != nil {
+					err = fmt.Errorf("member list from %s: %w", m.endpoint.Member, err)
+				}
+				return func() { r.list, r.listErr = list, err }
+			})
+		}
 	}
+	backingOff := make([]bool, len(members))
+	missed := make([]int, len(members))
+	for i, m := range members {
+		missed[i], backingOff[i] = m.backingOff(start)
+	}
+	// waitUntil is when the round gives up on the endpoints still out.
+	var firstAnswer time.Time
+	waitUntil := func() time.Time {
+		patient := false
+		for i := range members {
+			patient = patient || (pending[i] > 0 && !backingOff[i])
+		}
+		switch {
+		case firstAnswer.IsZero() && patient:
+			return time.Time{}
+		case firstAnswer.IsZero():
+			return start.Add(o.slowMember)
+		case patient:
+			return firstAnswer.Add(o.slowMember)
+		}
+		return firstAnswer
+	}
+	outstanding := 0
+	for i := range members {
+		outstanding += pending[i]
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	stopped := false
+	for outstanding > 0 && !stopped {
+		if until := waitUntil(); !until.IsZero() {
+			timer.Reset(time.Until(until))
+		}
+		select {
+		case res := <-results:
+			res.f()
+			outstanding--
+			pending[res.i]--
+			if pending[res.i] == 0 && r.statuses[res.i].statusErr == nil {
+				answered[res.i] = true
+				if firstAnswer.IsZero() {
+					firstAnswer = time.Now()
+				}
+			}
+		case <-timer.C:
+			stopped = true
+		case <-ctx.Done():
+			stopped = true
+		}
+	}
+	cut := make([]bool, len(members))
+	for i := range members {
+		cut[i] = pending[i] > 0
+	}
+	cancel()
 	wg.Wait()
-	return out
+	close(results)
+	for res := range results {
+		res.f()
+	}
+	for i, m := range members {
+		if cut[i] && r.statuses[i].status == nil {
+			why := fmt.Sprintf("no answer within %s of the first member's", o.slowMember)
+			switch {
+			case backingOff[i]:
+				why = fmt.Sprintf("not waited for after %d observations without an answer", missed[i])
+			case firstAnswer.IsZero():
+				why = "no answer before the deadline"
+			}
+			r.statuses[i].statusErr = fmt.Errorf("%s: %w", why, r.statuses[i].statusErr)
+		}
+		m.record(answered[i], start)
+	}
+	return r
 }
 
 // voterOrder lists the endpoints that answered Status as voters, self-reported leaders first,
@@ -170,33 +307,24 @@ func isSelfLeader(st *clientv3.StatusResponse) bool {
 	return st != nil && st.Header != nil && st.Leader != 0 && st.Leader == st.Header.MemberId
 }
 
-// readMembership reads the member list from a voter, linearizably when a leader is known.
-// Without a leader a linearizable read cannot succeed, so it falls back to a serializable
-// read and says so in note: the planner still sees who is a member, and that quorum is gone.
-// Alarms need raft too and are read only with a leader.
-func readMembership(ctx context.Context, members []*memberClient, voters []int, leaderKnown bool) (*clientv3.MemberListResponse, *clientv3.AlarmResponse, string, error) {
-	var lastErr error
+// readMembership reads the member list from a voter when the round did not bring it,
+// linearizably when a leader is known. Without a leader a linearizable read cannot succeed,
+// so it falls back to a serializable read and says so in note: the planner still sees who is
+// a member, and that quorum is gone. lastErr is why the round's read failed, if it was made.
+func readMembership(ctx context.Context, members []*memberClient, voters []int, leaderKnown bool, lastErr error) (*clientv3.MemberListResponse, string, error) {
 	if leaderKnown {
 		budget, cancel := halfOfRemaining(ctx)
 		defer cancel()
-		var alarms *clientv3.AlarmResponse
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			// Alarms are best effort: Status errors carry them too.
-			alarms, _ = members[voters[0]].maint.AlarmList(budget)
-		})
 		for _, i := range voters {
 			list, err := members[i].cli.MemberList(budget)
 			if err == nil {
-				wg.Wait()
-				return list, alarms, "", nil
+				return list, "", nil
 			}
 			lastErr = fmt.Errorf("member list from %s: %w", members[i].endpoint.Member, err)
 			if budget.Err() != nil {
 				break
 			}
 		}
-		wg.Wait()
 	}
 	for _, i := range voters {
 		list, err := members[i].cli.MemberList(ctx, clientv3.WithSerializable())
@@ -205,14 +333,14 @@ func readMembership(ctx context.Context, members []*memberClient, voters []int, 
 			if lastErr != nil {
 				note = fmt.Sprintf("%s after %v", note, lastErr)
 			}
-			return list, nil, note, nil
+			return list, note, nil
 		}
 		lastErr = fmt.Errorf("member list from %s: %w", members[i].endpoint.Member, err)
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return nil, nil, "", lastErr
+	return nil, "", lastErr
 }
 
 // halfOfRemaining bounds one step so that the steps after it keep the other half.
@@ -225,7 +353,7 @@ func halfOfRemaining(ctx context.Context) (context.Context, context.CancelFunc) 
 }
 
 // assemble joins the member list with what each endpoint said, matching by member ID.
-func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3.MemberListResponse, alarms *clientv3.AlarmResponse) etcdstate.Snapshot {
+func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3.MemberListResponse) etcdstate.Snapshot {
 	snap := etcdstate.Snapshot{Asked: true, ClusterID: list.Header.ClusterId}
 	byID := map[uint64]int{}
 	for _, m := range list.Members {
@@ -247,6 +375,7 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 
 	var notes, conflicts []string
 	answeredBy := map[uint64]string{}
+	alarms := map[uint64][]string{} // by member ID, as any member's Status lists them
 	for i, mc := range members {
 		ep, res := mc.endpoint, statuses[i]
 		if res.status == nil {
@@ -285,17 +414,21 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 		m.Version = st.Version
 		m.DBSize = st.DbSize
 		m.Errors = append(m.Errors, st.Errors...)
+		for _, e := range st.Errors {
+			if id, alarm, ok := parseAlarm(e); ok {
+				alarms[id] = append(alarms[id], alarm)
+			}
+		}
 		if res.healthErr != nil {
 			m.Errors = append(m.Errors, "health read: "+res.healthErr.Error())
 		}
 		m.Healthy = len(st.Errors) == 0 && res.healthErr == nil
 	}
-	if alarms != nil {
-		for _, a := range alarms.Alarms {
-			if j, ok := byID[a.MemberID]; ok {
-				snap.Members[j].Alarms = append(snap.Members[j].Alarms, a.Alarm.String())
-				snap.Members[j].Healthy = false
-			}
+	for id, as := range alarms {
+		if j, ok := byID[id]; ok {
+			slices.Sort(as)
+			snap.Members[j].Alarms = slices.Compact(as)
+			snap.Members[j].Healthy = false
 		}
 	}
 
@@ -308,6 +441,24 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 	snap.Inconsistent = strings.Join(conflicts, "; ")
 	snap.Err = strings.Join(notes, "; ")
 	return snap
+}
+
+// parseAlarm reads an alarm as etcd lists it in Status errors: every member's Status carries
+// the cluster's active alarms, each as the text form of an AlarmMember.
+func parseAlarm(s string) (memberID uint64, alarm string, ok bool) {
+	rest, ok := strings.CutPrefix(s, "memberID:")
+	if !ok {
+		return 0, "", false
+	}
+	id, alarm, ok := strings.Cut(rest, " alarm:")
+	if !ok || alarm == "" {
+		return 0, "", false
+	}
+	memberID, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	return memberID, alarm, true
 }
 
 // leaderConflicts reports two members that both claim leadership in the same term; raft

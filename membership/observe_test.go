@@ -4,14 +4,18 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
 	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/test/dialguard"
 )
 
 func newTestObserver(t testing.TB) *Observer {
-	o := NewObserver(ObserverOptions{Deadline: testDeadline})
+	o := NewObserver(ObserverOptions{Deadline: testDeadline, Dial: dialguard.ForTest(t)})
 	t.Cleanup(o.Close)
 	return o
 }
@@ -236,5 +240,134 @@ func TestObserveHungMemberKeepsDeadline(t *testing.T) {
 	}
 	if !snap.Asked || !snap.Complete || !strings.Contains(snap.Err, "m-1") {
 		t.Fatalf("want the one member asked and the hung endpoint named; got %+v", snap)
+	}
+}
+
+func TestObserveHungMemberAmongAnsweringOnes(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.leader()
+	hung := c.members[2]
+	req := c.request()
+	// The pod of m-2 accepts connections and never answers: a hung process.
+	req.Endpoints[2].Address = silentEndpoint(t)
+	// With this deadline, waiting for the hung member as long as the deadline allows takes
+	// 10s; the slow-member wait ends the round 300ms after the first answer.
+	o := NewObserver(ObserverOptions{Deadline: 20 * time.Second, SlowMember: 300 * time.Millisecond, Dial: dialguard.ForTest(t)})
+	defer o.Close()
+
+	check := func(which, wantErr string) {
+		t.Helper()
+		start := time.Now()
+		snap := o.Observe(context.Background(), req)
+		took := time.Since(start)
+		if !snap.Asked || snap.Complete || snap.Inconsistent != "" || len(snap.Members) != 3 {
+			t.Fatalf("%s: want the member list with one member unknown; got %+v", which, snap)
+		}
+		if took > 5*time.Second {
+			t.Errorf("%s: took %s, as if the hung member were waited for until the deadline", which, took)
+		}
+		for _, m := range snap.Members {
+			if m.Name == hung.name {
+				if m.Reachable || len(m.Errors) == 0 || !strings.Contains(m.Errors[0], wantErr) {
+					t.Errorf("%s: hung member %+v, want unreachable with %q", which, m, wantErr)
+				}
+			} else if !m.Reachable || !m.Healthy {
+				t.Errorf("%s: member %+v should have answered", which, m)
+			}
+		}
+	}
+	check("first observation", "no answer within 300ms of the first member's")
+	// Right after, the member is backing off: asked, but not waited for at all.
+	check("second observation", "not waited for after 1 observations without an answer")
+}
+
+func TestObserveTakesAlarmsFromStatus(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.leader()
+	alarmed := c.members[1]
+	// Raise NOSPACE on m-1 as its backend would, through the raw maintenance API.
+	op := dialTest(t, c, c.members[0])
+	if _, err := pb.NewMaintenanceClient(op.cli.ActiveConnection()).Alarm(opContext(t), &pb.AlarmRequest{
+		Action: pb.AlarmRequest_ACTIVATE, MemberID: alarmed.id(), Alarm: pb.AlarmType_NOSPACE,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var snap etcdstate.Snapshot
+	for range 50 {
+		// Each member applies the alarm when it applies the entry that raised it.
+		if snap = observeTimed(t, newTestObserver(t), c.request()); snap.Complete && allAlarmed(snap) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, m := range snap.Members {
+		wantAlarm := m.ID == alarmed.id()
+		if got := len(m.Alarms) == 1 && m.Alarms[0] == "NOSPACE"; got != wantAlarm {
+			t.Errorf("member %s: alarms %v", m.Name, m.Alarms)
+		}
+		if m.Healthy {
+			t.Errorf("member %s healthy while the cluster has an alarm: %+v", m.Name, m)
+		}
+	}
+}
+
+// allAlarmed reports whether every member's Status listed an alarm.
+func allAlarmed(snap etcdstate.Snapshot) bool {
+	for _, m := range snap.Members {
+		if m.Healthy {
+			return false
+		}
+	}
+	return true
+}
+
+func TestObservingDoesNotWriteToTheRaftLog(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.leader()
+	o := newTestObserver(t)
+	req := c.request()
+	if snap := observeTimed(t, o, req); !snap.Complete {
+		t.Fatalf("warm-up: %+v", snap)
+	}
+	// A fresh cluster appends a few entries of its own (cluster version, member attributes);
+	// wait until its log is still before counting.
+	before := leader.etcd.Server.CommittedIndex()
+	for range 100 {
+		time.Sleep(50 * time.Millisecond)
+		now := leader.etcd.Server.CommittedIndex()
+		if now == before {
+			break
+		}
+		before = now
+	}
+	for i := range 1000 {
+		if snap := o.Observe(context.Background(), req); !snap.Complete {
+			t.Fatalf("observation %d: %+v", i, snap)
+		}
+	}
+	if after := leader.etcd.Server.CommittedIndex(); after != before {
+		t.Errorf("the raft index moved from %d to %d across 1,000 observations: observing wrote to the log", before, after)
+	}
+}
+
+func TestObserverDialsThroughItsDialer(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	var mu sync.Mutex
+	dialled := map[string]bool{}
+	var d net.Dialer
+	o := NewObserver(ObserverOptions{Deadline: testDeadline, Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialled[addr] = true
+		mu.Unlock()
+		return d.DialContext(ctx, "tcp", addr)
+	}})
+	defer o.Close()
+	if snap := observeTimed(t, o, c.request()); !snap.Complete {
+		t.Fatalf("%+v", snap)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if addr := c.members[0].clientURL.Host; !dialled[addr] {
+		t.Errorf("dialled %v, not %s", dialled, addr)
 	}
 }
