@@ -27,12 +27,12 @@ func (h *handler) finalize(w http.ResponseWriter, r *http.Request) { h.plan(w, r
 // plan answers a sync or finalize call: decode, observe, plan, encode.
 func (h *handler) plan(w http.ResponseWriter, r *http.Request, finalize bool) {
 	start := time.Now()
-	var req syncRequest
-	if err := readJSON(r, &req); err != nil {
+	req, err := readSyncRequest(r)
+	if err != nil {
 		writeError(w, r, h.Log, err)
 		return
 	}
-	obs, err := h.observe(r.Context(), req, finalize)
+	obs, err := h.observe(r.Context(), &req, finalize)
 	if err != nil {
 		writeError(w, r, h.Log, err)
 		return
@@ -63,29 +63,22 @@ func encodeDecision(d sync.Decision) syncResponse {
 
 // observe turns a request into the planner's input, asking etcd only when pods give it
 // somewhere to ask.
-func (h *handler) observe(ctx context.Context, req syncRequest, finalize bool) (sync.Observed, error) {
-	c, err := decodeParent(req.Parent)
+func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) (sync.Observed, error) {
+	c, err := decodeParent(req.parent)
 	if err != nil {
 		return sync.Observed{}, err
 	}
-	children, err := decodeChildren(req.Children)
+	children, err := req.observedChildren()
 	if err != nil {
 		return sync.Observed{}, err
 	}
-	pods, err := decodeObjects[corev1.Pod](req.Related, keyPod)
-	if err != nil {
-		return sync.Observed{}, err
-	}
-	secrets, err := decodeObjects[corev1.Secret](req.Related, keySecret)
-	if err != nil {
-		return sync.Observed{}, err
-	}
+	pods := sorted(req.related.pods)
 	return sync.Observed{
 		Cluster:    c,
 		Children:   children,
 		Pods:       pods,
-		Etcd:       h.snapshot(ctx, &c, pods, secrets),
-		Finalizing: req.Finalizing || finalize,
+		Etcd:       h.snapshot(ctx, &c, pods, sorted(req.related.secrets)),
+		Finalizing: req.finalizing || finalize,
 		Now:        h.Now(),
 	}, nil
 }
