@@ -10,6 +10,9 @@ import (
 	"slices"
 	"strings"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,8 +24,8 @@ import (
 
 // syncRequest is the body of a sync or finalize call, decoded in one pass over the body:
 // each child and related object goes straight into its typed struct. The parent is kept as
-// raw bytes and decoded once the whole body has parsed, so that a malformed body is refused
-// as malformed whatever its parent says. The controller object is not read.
+// raw bytes and decoded once the whole body has parsed, so that the parent's checks come
+// first whatever the order of the body's members. The controller object is not read.
 type syncRequest struct {
 	parent     json.RawMessage
 	children   objectSets
@@ -30,8 +33,6 @@ type syncRequest struct {
 	finalizing bool
 	// unknownChild is the first child type with objects that this hook does not manage.
 	unknownChild string
-	// objectErr is the first child or related object that is not an object of its kind.
-	objectErr error
 }
 
 // objectSets are the inner maps of children or related, by type key; within a type by the
@@ -47,16 +48,24 @@ type objectSets struct {
 	secrets      map[string]*corev1.Secret
 }
 
-// readSyncRequest decodes the body as it arrives. A body that is not JSON, or whose outer
-// structure is not a hook request's, is refused at once as malformed; the checks of what it
-// holds come after, in the order the planner needs them (parent, child types, objects).
+// decodeOptions: the decoder validates and decodes in the same single pass (encoding/json
+// scans every value twice, once to find its end and once to decode it). Names match
+// case-sensitively, as the API server's own decoding does; repeated names and invalid UTF-8
+// are let through as encoding/json lets them.
+var decodeOptions = []jsonv2.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
+
+// readSyncRequest decodes the body as it arrives. A body that is not JSON, whose outer
+// structure is not a hook request's, or with an object that is not one of its kind is
+// refused as malformed; the parent and the child types are checked after.
 func readSyncRequest(r *http.Request) (syncRequest, error) {
 	var req syncRequest
-	dec := json.NewDecoder(r.Body)
+	dec := jsontext.NewDecoder(r.Body, decodeOptions...)
 	err := members(dec, "a sync request", func(key string) error {
 		switch {
 		case strings.EqualFold(key, "parent"):
-			return decodeValue(dec, key, &req.parent)
+			v, err := dec.ReadValue()
+			req.parent = append(json.RawMessage(nil), v...)
+			return err
 		case strings.EqualFold(key, "children"):
 			return members(dec, key, func(typ string) error { return req.children.decode(dec, typ, &req, true) })
 		case strings.EqualFold(key, "related"):
@@ -64,11 +73,10 @@ func readSyncRequest(r *http.Request) (syncRequest, error) {
 		case strings.EqualFold(key, "finalizing"):
 			return decodeValue(dec, key, &req.finalizing)
 		}
-		var skip json.RawMessage
-		return decodeValue(dec, key, &skip)
+		return dec.SkipValue()
 	})
 	if err == nil {
-		if _, trailing := dec.Token(); trailing != io.EOF {
+		if _, trailing := dec.ReadToken(); trailing != io.EOF {
 			err = refuse(errMalformed, "data after the request object")
 		}
 	}
@@ -92,109 +100,97 @@ func bodyError(err error) error {
 	return refuse(errMalformed, "%v", err)
 }
 
-// members calls f for each key of the JSON object dec is at, with dec at the key's value;
+// members calls f for each name of the JSON object dec is at, with dec at the member's value;
 // null is an object without members.
-func members(dec *json.Decoder, what string, f func(key string) error) error {
-	t, err := dec.Token()
+func members(dec *jsontext.Decoder, what string, f func(name string) error) error {
+	t, err := dec.ReadToken()
 	if err != nil {
 		return err
 	}
-	switch t {
-	case nil:
+	switch t.Kind() {
+	case 'n':
 		return nil
-	case json.Delim('{'):
+	case '{':
 	default:
-		return refuse(errMalformed, "cannot unmarshal %s into %s: want an object", tokenKind(t), what)
+		return refuse(errMalformed, "cannot unmarshal %s into %s: want an object", kindName(t.Kind()), what)
 	}
-	for dec.More() {
-		t, err := dec.Token()
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
 		if err != nil {
 			return err
 		}
-		if err := f(t.(string)); err != nil {
+		if err := f(name.String()); err != nil {
 			return err
 		}
 	}
-	_, err = dec.Token()
+	_, err = dec.ReadToken()
 	return err
 }
 
-func tokenKind(t json.Token) string {
-	switch t.(type) {
-	case json.Delim:
-		if t == json.Delim('[') {
-			return "array"
-		}
-	case string:
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '[':
+		return "array"
+	case '"':
 		return "string"
-	case float64:
+	case '0':
 		return "number"
-	case bool:
+	case 't', 'f':
 		return "bool"
 	}
-	return fmt.Sprint(t)
+	return k.String()
 }
 
 // decodeValue decodes the value dec is at into v; a value of the wrong type is malformed.
-func decodeValue(dec *json.Decoder, key string, v any) error {
-	if err := dec.Decode(v); err != nil {
-		if isSyntaxError(err) {
-			return err
-		}
-		return refuse(errMalformed, "%s: %v", key, err)
+func decodeValue(dec *jsontext.Decoder, what string, v any) error {
+	err := jsonv2.UnmarshalDecode(dec, v)
+	var semantic *jsonv2.SemanticError
+	if errors.As(err, &semantic) {
+		return refuse(errMalformed, "%s: %v", what, err)
 	}
-	return nil
-}
-
-// isSyntaxError tells an error of the body's JSON, after which the stream cannot be read on,
-// from an error of one value's content.
-func isSyntaxError(err error) bool {
-	var syntax *json.SyntaxError
-	return errors.As(err, &syntax) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, new(*http.MaxBytesError))
+	return err
 }
 
 // decode reads the inner map of type typ into its set. A child type this hook does not
 // manage is only counted; a related type it does not read is skipped.
-func (s *objectSets) decode(dec *json.Decoder, typ string, req *syncRequest, children bool) error {
+func (s *objectSets) decode(dec *jsontext.Decoder, typ string, req *syncRequest, children bool) error {
 	switch {
 	case children && typ == keyStatefulSet:
-		return decodeSet(dec, typ, &s.statefulSets, req)
+		return decodeSet(dec, typ, &s.statefulSets)
 	case children && typ == keyService:
-		return decodeSet(dec, typ, &s.services, req)
+		return decodeSet(dec, typ, &s.services)
 	case children && typ == keyConfigMap:
-		return decodeSet(dec, typ, &s.configMaps, req)
+		return decodeSet(dec, typ, &s.configMaps)
 	case children && typ == keyPDB:
-		return decodeSet(dec, typ, &s.pdbs, req)
+		return decodeSet(dec, typ, &s.pdbs)
 	case children && typ == keyJob:
-		return decodeSet(dec, typ, &s.jobs, req)
+		return decodeSet(dec, typ, &s.jobs)
 	case !children && typ == keyPod:
-		return decodeSet(dec, typ, &s.pods, req)
+		return decodeSet(dec, typ, &s.pods)
 	case !children && typ == keySecret:
-		return decodeSet(dec, typ, &s.secrets, req)
+		return decodeSet(dec, typ, &s.secrets)
+	case !children:
+		return dec.SkipValue()
 	}
-	var other map[string]json.RawMessage
-	if err := decodeValue(dec, typ, &other); err != nil {
-		return err
-	}
-	if children && len(other) > 0 && req.unknownChild == "" {
+	n := 0
+	err := members(dec, typ, func(string) error { n++; return dec.SkipValue() })
+	if n > 0 && req.unknownChild == "" {
 		req.unknownChild = typ
 	}
-	return nil
+	return err
 }
 
-// decodeSet decodes each object of one inner map into set; null entries are absent. An
-// object that does not decode is remembered in req.objectErr and the rest read on.
-func decodeSet[T any](dec *json.Decoder, typ string, set *map[string]*T, req *syncRequest) error {
+// decodeSet decodes each object of one inner map into set; null entries are absent.
+func decodeSet[T any](dec *jsontext.Decoder, typ string, set *map[string]*T) error {
 	return members(dec, typ, func(key string) error {
 		var obj *T
-		if err := dec.Decode(&obj); err != nil {
-			if isSyntaxError(err) {
-				return err
-			}
-			if req.objectErr == nil {
-				req.objectErr = refuse(errMalformed, "%s %q: %v", typ, key, err)
-			}
-			return nil
+		err := jsonv2.UnmarshalDecode(dec, &obj)
+		var semantic *jsonv2.SemanticError
+		if errors.As(err, &semantic) {
+			return refuse(errMalformed, "%s %q: %v", typ, key, err)
+		}
+		if err != nil {
+			return err
 		}
 		if *set == nil {
 			*set = map[string]*T{}
@@ -233,9 +229,6 @@ func sorted[T any, P interface {
 func (req *syncRequest) observedChildren() (sync.Children, error) {
 	if req.unknownChild != "" {
 		return sync.Children{}, refuse(errUnprocessable, "children of type %q are not managed by this hook; remove that child resource from the CompositeController", req.unknownChild)
-	}
-	if req.objectErr != nil {
-		return sync.Children{}, req.objectErr
 	}
 	return sync.Children{
 		StatefulSets: sorted(req.children.statefulSets),
