@@ -16,7 +16,9 @@ import (
 
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/hooks"
+	"etcdops.dev/etcdops/membership"
 	"etcdops.dev/etcdops/sync"
+	"etcdops.dev/etcdops/test/dialguard"
 )
 
 var testNow = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -29,9 +31,15 @@ func offline(t *testing.T) hooks.Observer {
 	})
 }
 
-// newServer starts the handler on 127.0.0.1:0.
+// newServer starts the handler on 127.0.0.1:0. Without an Observer it gets the real one,
+// dialling through the loopback guard: a dial off the machine fails the test.
 func newServer(t *testing.T, d hooks.Deps) *httptest.Server {
 	t.Helper()
+	if d.Etcd == nil {
+		o := membership.NewObserver(membership.ObserverOptions{Deadline: 2 * time.Second, Dial: dialguard.ForTest(t)})
+		t.Cleanup(o.Close)
+		d.Etcd = o
+	}
 	if d.Config == (sync.Config{}) {
 		d.Config = sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops/etcdops:v0.1.0"}
 	}
@@ -157,8 +165,24 @@ func jsonString(s string) string {
 	return string(b)
 }
 
-// pod is a member pod with an IP, so the hook has an endpoint to observe.
-const pod = `{"metadata":{"name":"etcd-0","namespace":"default","labels":{"etcdops.dev/cluster":"etcd"}},"status":{"podIP":"10.0.0.10"}}`
+// pod is a member pod with an IP, so the hook has an endpoint to observe; nothing listens
+// there.
+const pod = `{"metadata":{"name":"etcd-0","namespace":"default","labels":{"etcdops.dev/cluster":"etcd"}},"status":{"podIP":"127.0.0.10"}}`
+
+func TestTheRealObserverDialsThePodAndReportsItUnreachable(t *testing.T) {
+	var logs lockedBuffer
+	srv := newServer(t, hooks.Deps{Log: slog.New(slog.NewJSONHandler(&logs, nil))})
+	status, body := post(t, srv, "/sync", syncBody(parent, emptyChildren, `{"Pod.v1":{"etcd-0":`+pod+`}}`))
+	if status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	if m := metricsText(t, srv); !strings.Contains(m, "etcdops_hook_etcd_observation_failures_total 1") {
+		t.Errorf("the failed observation was not counted:\n%s", grep(m, "etcdops_"))
+	}
+	if l := logs.String(); !strings.Contains(l, "etcd not observed") || !strings.Contains(l, "127.0.0.10:2379") || !strings.Contains(l, "connection refused") {
+		t.Errorf("the log does not say the pod's etcd refused the connection:\n%s", l)
+	}
+}
 
 func TestPanicIsA500AndTheServerKeepsServing(t *testing.T) {
 	var logs lockedBuffer
@@ -238,7 +262,7 @@ func TestObserverGetsEndpointsAndTheClientCertificate(t *testing.T) {
 	}
 	want := etcdstate.Request{
 		Key:       "default/etcd/u-1",
-		Endpoints: []etcdstate.Endpoint{{Member: "etcd-0", Address: "10.0.0.10:2379", ServerName: "etcd-0.etcd.default.svc.cluster.local"}},
+		Endpoints: []etcdstate.Endpoint{{Member: "etcd-0", Address: "127.0.0.10:2379", ServerName: "etcd-0.etcd.default.svc.cluster.local"}},
 		TLS:       &etcdstate.TLS{CA: []byte("CA"), Cert: []byte("CERT"), Key: []byte("KEY")},
 	}
 	if gj, wj := mustJSON(t, got), mustJSON(t, want); gj != wj {
