@@ -31,8 +31,9 @@ type memberClient struct {
 	until  time.Time // till then it is not waited for
 }
 
-// Back-off of an endpoint that missed observations: it is still asked every time, but not
-// waited for, for 1s after the first miss, doubling up to 30s; then it gets one full wait.
+// Back-off of an endpoint that missed observations: it is still asked every time, but
+// hardly waited for, for 1s after the first miss, doubling up to 30s; then it gets one full
+// wait again.
 const (
 	firstBackOff = time.Second
 	maxBackOff   = 30 * time.Second
@@ -46,12 +47,16 @@ func (m *memberClient) backingOff(now time.Time) (missed int, ok bool) {
 	return m.missed, now.Before(m.until)
 }
 
-// record notes whether the endpoint answered the observation started at now.
-func (m *memberClient) record(answered bool, now time.Time) {
+// record notes whether the endpoint answered the observation that ended at now, and whether
+// it was given the full wait: only a miss despite that backs it off further.
+func (m *memberClient) record(answered, waited bool, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if answered {
+	switch {
+	case answered:
 		m.missed, m.until = 0, time.Time{}
+		return
+	case !waited:
 		return
 	}
 	m.missed++

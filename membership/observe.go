@@ -159,6 +159,10 @@ func (o *Observer) Observe(ctx context.Context, req etcdstate.Request) etcdstate
 	return snap
 }
 
+// backOffGraceDivisor: an endpoint backing off is waited for SlowMember/10 after the others
+// are done, so that one that answers with them again is seen, and its back-off ends.
+const backOffGraceDivisor = 10
+
 // round is what one parallel round brought back: every endpoint's answers and, when the
 // member asked for it answered, the linearizable member list.
 type round struct {
@@ -167,9 +171,10 @@ type round struct {
 	listErr  error
 }
 
-// askAll runs the parallel round. It ends when every call has returned, or SlowMember after
-// the first endpoint answered (at once for endpoints backing off after missed rounds), or
-// when ctx ends; calls still out are cancelled and their members reported unknown.
+// askAll runs the parallel round. It ends when every call has returned, SlowMember after the
+// first endpoint answered, or when ctx ends; endpoints backing off after a missed
+// observation are waited for only a short grace after the others. Calls still out then are
+// cancelled and their members reported unknown.
 func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -216,22 +221,23 @@ func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 	for i, m := range members {
 		missed[i], backingOff[i] = m.backingOff(start)
 	}
-	// waitUntil is when the round gives up on the endpoints still out.
-	var firstAnswer time.Time
-	waitUntil := func() time.Time {
-		patient := false
+	// until is when the round stops waiting for the endpoints still out; zero: only ctx
+	// bounds it.
+	var firstAnswer, lastDone time.Time
+	until := func() time.Time {
+		waited := false
 		for i := range members {
-			patient = patient || (pending[i] > 0 && !backingOff[i])
+			waited = waited || (pending[i] > 0 && !backingOff[i])
 		}
 		switch {
-		case firstAnswer.IsZero() && patient:
+		case waited && firstAnswer.IsZero():
 			return time.Time{}
+		case waited:
+			return firstAnswer.Add(o.slowMember)
 		case firstAnswer.IsZero():
 			return start.Add(o.slowMember)
-		case patient:
-			return firstAnswer.Add(o.slowMember)
 		}
-		return firstAnswer
+		return lastDone.Add(o.slowMember / backOffGraceDivisor)
 	}
 	outstanding := 0
 	for i := range members {
@@ -241,18 +247,22 @@ func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 	defer timer.Stop()
 	stopped := false
 	for outstanding > 0 && !stopped {
-		if until := waitUntil(); !until.IsZero() {
-			timer.Reset(time.Until(until))
+		if t := until(); !t.IsZero() {
+			timer.Reset(time.Until(t))
 		}
 		select {
 		case res := <-results:
 			res.f()
 			outstanding--
 			pending[res.i]--
-			if pending[res.i] == 0 && r.statuses[res.i].statusErr == nil {
+			if pending[res.i] > 0 {
+				continue
+			}
+			lastDone = time.Now()
+			if r.statuses[res.i].statusErr == nil {
 				answered[res.i] = true
 				if firstAnswer.IsZero() {
-					firstAnswer = time.Now()
+					firstAnswer = lastDone
 				}
 			}
 		case <-timer.C:
@@ -271,6 +281,7 @@ func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 	for res := range results {
 		res.f()
 	}
+	end := time.Now()
 	for i, m := range members {
 		if cut[i] && r.statuses[i].status == nil {
 			why := fmt.Sprintf("no answer within %s of the first member's", o.slowMember)
@@ -282,7 +293,7 @@ func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 			}
 			r.statuses[i].statusErr = fmt.Errorf("%s: %w", why, r.statuses[i].statusErr)
 		}
-		m.record(answered[i], start)
+		m.record(answered[i], !backingOff[i], end)
 	}
 	return r
 }

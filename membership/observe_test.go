@@ -371,3 +371,148 @@ func TestObserverDialsThroughItsDialer(t *testing.T) {
 		t.Errorf("dialled %v, not %s", dialled, addr)
 	}
 }
+
+// pausableProxy forwards TCP connections to target; while paused it forwards nothing, like a
+// member that hangs and later recovers.
+type pausableProxy struct {
+	addr   string
+	mu     sync.Mutex
+	paused bool
+}
+
+func newPausableProxy(t *testing.T, target string) *pausableProxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pausableProxy{addr: l.Addr().String()}
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			go p.pipe(in, out)
+			go p.pipe(out, in)
+		}
+	}()
+	return p
+}
+
+func (p *pausableProxy) set(paused bool) {
+	p.mu.Lock()
+	p.paused = paused
+	p.mu.Unlock()
+}
+
+// pipe copies from src to dst, holding each chunk back while paused.
+func (p *pausableProxy) pipe(src, dst net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		for {
+			p.mu.Lock()
+			paused := p.paused
+			p.mu.Unlock()
+			if !paused {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+func TestObserveSeesAHungMemberAgainAsSoonAsItAnswers(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.leader()
+	flaky := c.members[2]
+	proxy := newPausableProxy(t, flaky.clientURL.Host)
+	req := c.request()
+	req.Endpoints[2].Address = proxy.addr
+	o := NewObserver(ObserverOptions{Deadline: 20 * time.Second, SlowMember: time.Second, Dial: dialguard.ForTest(t)})
+	defer o.Close()
+	member := func(snap etcdstate.Snapshot) etcdstate.Member {
+		for _, m := range snap.Members {
+			if m.Name == flaky.name {
+				return m
+			}
+		}
+		t.Fatalf("%s not in the member list: %+v", flaky.name, snap)
+		return etcdstate.Member{}
+	}
+	if m := member(o.Observe(context.Background(), req)); !m.Reachable {
+		t.Fatalf("before the hang: %+v", m)
+	}
+	proxy.set(true)
+	for _, want := range []string{"no answer within 1s of the first member's", "not waited for after 1 observations"} {
+		if m := member(o.Observe(context.Background(), req)); m.Reachable || len(m.Errors) == 0 || !strings.Contains(m.Errors[0], want) {
+			t.Fatalf("while hung: %+v, want an error saying %q", m, want)
+		}
+	}
+	proxy.set(false)
+	// Still backing off, the member is asked and, answering with the others, seen at once.
+	// A loaded machine may delay one answer past the grace; three tries are plenty.
+	for try := 1; ; try++ {
+		m := member(o.Observe(context.Background(), req))
+		if m.Reachable && m.Healthy {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("after the hang ended: %+v", m)
+		}
+	}
+}
+
+func TestBackOffGrowsOnlyWithFullWaitsMissed(t *testing.T) {
+	m := &memberClient{}
+	now := time.Now()
+	m.record(false, true, now)
+	if missed, off := m.backingOff(now.Add(999 * time.Millisecond)); !off || missed != 1 {
+		t.Fatalf("after one miss: missed %d, backing off %v; want 1 and true for 1s", missed, off)
+	}
+	if _, off := m.backingOff(now.Add(time.Second)); off {
+		t.Fatal("still backing off after 1s")
+	}
+	m.record(false, false, now.Add(500*time.Millisecond))
+	if missed, _ := m.backingOff(now); missed != 1 {
+		t.Fatalf("a miss while backing off counted: missed %d", missed)
+	}
+	m.record(false, true, now.Add(time.Second))
+	if _, off := m.backingOff(now.Add(2900 * time.Millisecond)); !off {
+		t.Fatal("the second full miss did not double the back-off to 2s")
+	}
+	for range 10 {
+		m.record(false, true, now)
+	}
+	if _, off := m.backingOff(now.Add(maxBackOff)); off {
+		t.Fatalf("backing off beyond %s", maxBackOff)
+	}
+	m.record(true, false, now)
+	if missed, off := m.backingOff(now); off || missed != 0 {
+		t.Fatalf("an answer did not end the back-off: missed %d, backing off %v", missed, off)
+	}
+}
