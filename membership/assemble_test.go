@@ -110,7 +110,7 @@ func TestParseAlarm(t *testing.T) {
 		ok    bool
 	}{
 		{"memberID:12345 alarm:NOSPACE", 12345, "NOSPACE", true},
-		{"memberID:1 alarm:CORRUPT", 1, "CORRUPT", true},
+		{"memberID:1  alarm:CORRUPT", 1, "CORRUPT", true},
 		{"etcdserver: no leader", 0, "", false},
 		{"memberID:x alarm:NOSPACE", 0, "", false},
 	} {

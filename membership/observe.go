@@ -455,13 +455,18 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 }
 
 // parseAlarm reads an alarm as etcd lists it in Status errors: every member's Status carries
-// the cluster's active alarms, each as the text form of an AlarmMember.
+// the cluster's active alarms, each as the protobuf text form of an AlarmMember, whose
+// spacing protobuf varies on purpose.
 func parseAlarm(s string) (memberID uint64, alarm string, ok bool) {
-	rest, ok := strings.CutPrefix(s, "memberID:")
+	fields := strings.Fields(s)
+	if len(fields) != 2 {
+		return 0, "", false
+	}
+	id, ok := strings.CutPrefix(fields[0], "memberID:")
 	if !ok {
 		return 0, "", false
 	}
-	id, alarm, ok := strings.Cut(rest, " alarm:")
+	alarm, ok = strings.CutPrefix(fields[1], "alarm:")
 	if !ok || alarm == "" {
 		return 0, "", false
 	}

@@ -303,7 +303,7 @@ func TestObserveTakesAlarmsFromStatus(t *testing.T) {
 	for _, m := range snap.Members {
 		wantAlarm := m.ID == alarmed.id()
 		if got := len(m.Alarms) == 1 && m.Alarms[0] == "NOSPACE"; got != wantAlarm {
-			t.Errorf("member %s: alarms %v", m.Name, m.Alarms)
+			t.Errorf("member %s: alarms %v in %+v", m.Name, m.Alarms, snap)
 		}
 		if m.Healthy {
 			t.Errorf("member %s healthy while the cluster has an alarm: %+v", m.Name, m)
