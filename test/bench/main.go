@@ -63,19 +63,20 @@ const (
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "hook" {
-		if err := serveHook(); err != nil {
+		if err := serveHook(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "bench hook:", err)
 			os.Exit(1)
 		}
 		return
 	}
 	hookBin := flag.String("hook-bin", "", "run this hook-server binary instead of the hook of this tree")
+	maxClusters := flag.Int("max-cached-clusters", 0, "the hook's --max-cached-clusters (0: its default)")
 	n := flag.Int("n", 1000, "requests per sequential case; concurrent cases send 2n")
 	clusters := flag.Int("clusters", 1000, "clusters in the round-robin run")
 	passes := flag.Int("passes", 3, "round-robin passes over the clusters")
 	out := flag.String("out", "", "also write the results table to this file")
 	flag.Parse()
-	if err := run(*hookBin, *n, *clusters, *passes, *out); err != nil {
+	if err := run(*hookBin, *maxClusters, *n, *clusters, *passes, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -83,7 +84,12 @@ func main() {
 
 // serveHook is the hook process: hookserver.New as cmd/hook-server builds it with its
 // defaults, logging at info as deployed, until stdin closes (the driver is gone) or SIGTERM.
-func serveHook() error {
+func serveHook(args []string) error {
+	fs := flag.NewFlagSet("bench hook", flag.ContinueOnError)
+	maxClusters := fs.Int("max-cached-clusters", 0, "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	go func() {
@@ -92,6 +98,7 @@ func serveHook() error {
 	}()
 	srv := hookserver.New(hookserver.Options{
 		Config:          sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops.dev/etcdops:bench"},
+		MaxClusters:     *maxClusters,
 		ShutdownTimeout: time.Second,
 		Log:             slog.New(slog.NewJSONHandler(os.Stdout, nil)),
 		Dial: dialguard.Dialer(func(addr string) {
@@ -113,7 +120,7 @@ type hookProcess struct {
 	in   io.WriteCloser
 }
 
-func startHook(bin string) (*hookProcess, error) {
+func startHook(bin string, maxClusters int) (*hookProcess, error) {
 	var cmd *exec.Cmd
 	if bin != "" {
 		cmd = exec.Command(bin, "--addr=127.0.0.1:0", "--log-format=json")
@@ -123,6 +130,9 @@ func startHook(bin string) (*hookProcess, error) {
 			return nil, err
 		}
 		cmd = exec.Command(self, "hook")
+	}
+	if maxClusters > 0 {
+		cmd.Args = append(cmd.Args, fmt.Sprintf("--max-cached-clusters=%d", maxClusters))
 	}
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
@@ -354,7 +364,7 @@ func (p poster) post(body []byte) error {
 	return nil
 }
 
-func run(hookBin string, n, clusters, passes int, out string) error {
+func run(hookBin string, maxClusters, n, clusters, passes int, out string) error {
 	root, err := os.MkdirTemp("", "etcdops-bench-")
 	if err != nil {
 		return err
@@ -370,7 +380,7 @@ func run(hookBin string, n, clusters, passes int, out string) error {
 		defer sc.env.Close()
 		steady = append(steady, sc)
 	}
-	hook, err := startHook(hookBin)
+	hook, err := startHook(hookBin, maxClusters)
 	if err != nil {
 		return err
 	}
@@ -520,7 +530,7 @@ func run(hookBin string, n, clusters, passes int, out string) error {
 		record(r)
 	}
 
-	table := format(results, hookBin)
+	table := format(results, hookBin, maxClusters)
 	fmt.Print(table)
 	if out != "" {
 		return os.WriteFile(out, []byte(table), 0o644)
@@ -528,11 +538,14 @@ func run(hookBin string, n, clusters, passes int, out string) error {
 	return nil
 }
 
-func format(results []result, hookBin string) string {
+func format(results []result, hookBin string, maxClusters int) string {
 	var b strings.Builder
 	hook := "this tree's hook (hookserver.New)"
 	if hookBin != "" {
 		hook = "hook binary " + hookBin
+	}
+	if maxClusters > 0 {
+		hook += fmt.Sprintf(" --max-cached-clusters=%d", maxClusters)
 	}
 	fmt.Fprintf(&b, "%s; %d CPUs; %s\n\n", hook, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
 	b.WriteString("| case | clients | ops | p50 | p99 | max | ops/s | p50 / floor | p99 / floor | ops/s / floor | allocs/req | KB/req | hook RSS MB | goroutines |\n")
