@@ -455,3 +455,45 @@ func BenchmarkSync(b *testing.B) {
 		})
 	}
 }
+
+func TestTheRequestIsReadAsEncodingJSONWouldReadIt(t *testing.T) {
+	srv := newServer(t, hooks.Deps{Etcd: offline(t)})
+	// An invalid spec answers with the observed children unchanged, so the answer shows
+	// exactly which children were read.
+	parent := `{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","uid":"u-1"},"spec":{"size":12}}`
+	svc := func(clusterIP string) string {
+		return `{"apiVersion":"v1","kind":"Service","metadata":{"name":"etcd","namespace":"default"},"spec":{"clusterIP":"` + clusterIP + `"}}`
+	}
+	answer := func(body string) string {
+		t.Helper()
+		status, b := post(t, srv, "/sync", body)
+		if status != 200 {
+			t.Fatalf("%d %s", status, b)
+		}
+		return string(b)
+	}
+	want := answer(syncBody(parent, `{"Service.v1":{"etcd":`+svc("None")+`}}`, `{}`))
+	if !strings.Contains(want, `"clusterIP":"None"`) {
+		t.Fatalf("the observed Service is not in the answer: %s", want)
+	}
+	for _, tc := range []struct{ story, body string }{
+		{"a null entry is no object", syncBody(parent, `{"Service.v1":{"etcd":`+svc("None")+`,"gone":null}}`, `{}`)},
+		{"a repeated key keeps its last value", syncBody(parent, `{"Service.v1":{"etcd":`+svc("10.0.0.1")+`,"etcd":`+svc("None")+`}}`, `{}`)},
+		{"related types the hook does not read are skipped", syncBody(parent, `{"Service.v1":{"etcd":`+svc("None")+`}}`, `{"Node.v1":{"n":{"spec":[1,2]}}}`)},
+		{"members in any order", `{"children":{"Service.v1":{"etcd":` + svc("None") + `}},"finalizing":false,"related":{},"parent":` + parent + `}`},
+	} {
+		if got := answer(tc.body); got != want {
+			t.Errorf("%s: answered\n%s\nwant\n%s", tc.story, got, want)
+		}
+	}
+	for _, tc := range []struct{ story, body, detail string }{
+		{"data after the request", syncBody(parent, emptyChildren, `{}`) + ` {}`, "data after the request object"},
+		{"finalizing must be a bool", `{"parent":` + parent + `,"finalizing":"yes"}`, "finalizing"},
+		{"children must be an object", `{"parent":` + parent + `,"children":[]}`, "cannot unmarshal array into children"},
+	} {
+		status, b := post(t, srv, "/sync", tc.body)
+		if status != 400 || !strings.Contains(string(b), tc.detail) {
+			t.Errorf("%s: %d %s, want 400 saying %q", tc.story, status, b, tc.detail)
+		}
+	}
+}

@@ -20,9 +20,6 @@ const (
 	keySecret      = "Secret.v1"
 )
 
-// knownChildren are the child types the CompositeController declares.
-var knownChildren = []string{keyStatefulSet, keyService, keyConfigMap, keyPDB, keyJob}
-
 // syncResponse is the answer to a sync or finalize call. Every field is always present:
 // Metacontroller's v2 decoding is strict about unknown fields, not about missing ones, and a
 // fixed shape keeps the bytes stable.
