@@ -1,7 +1,8 @@
-// Package membership is the only place that talks to etcd. It observes a cluster under one
-// deadline (Observer) and performs the idempotent membership changes the member tool runs
-// (AddLearner, Promote, Remove, MoveLeader). Each change checks live state first, so running
-// it again after success, or after a crash half-way, does no harm.
+// Package membership is the only place that talks to etcd. It observes a cluster in one
+// parallel, read-only round under one deadline, with cached clients (Observer), and performs
+// the idempotent membership changes the member tool runs (AddLearner, Promote, Remove,
+// MoveLeader). Each change checks live state first, so running it again after success, or
+// after a crash half-way, does no harm.
 package membership
 
 import (
