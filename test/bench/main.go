@@ -86,6 +86,7 @@ func main() {
 // defaults, logging at info as deployed, until stdin closes (the driver is gone) or SIGTERM.
 func serveHook(args []string) error {
 	fs := flag.NewFlagSet("bench hook", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:0", "")
 	maxClusters := fs.Int("max-cached-clusters", 0, "")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -106,7 +107,7 @@ func serveHook(args []string) error {
 			os.Exit(3)
 		}),
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
@@ -121,9 +122,17 @@ type hookProcess struct {
 }
 
 func startHook(bin string, maxClusters int) (*hookProcess, error) {
+	// A port the kernel just handed out and took back; nothing else here binds ports on
+	// 127.0.0.1 by number.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
 	var cmd *exec.Cmd
 	if bin != "" {
-		cmd = exec.Command(bin, "--addr=127.0.0.1:0", "--log-format=json")
+		cmd = exec.Command(bin, "--log-format=json")
 	} else {
 		self, err := os.Executable()
 		if err != nil {
@@ -131,14 +140,12 @@ func startHook(bin string, maxClusters int) (*hookProcess, error) {
 		}
 		cmd = exec.Command(self, "hook")
 	}
+	cmd.Args = append(cmd.Args, "--addr="+addr)
 	if maxClusters > 0 {
 		cmd.Args = append(cmd.Args, fmt.Sprintf("--max-cached-clusters=%d", maxClusters))
 	}
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
+	// The hook logs a line per sync, as deployed; the driver only drains them.
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -146,24 +153,18 @@ func startHook(bin string, maxClusters int) (*hookProcess, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var line struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
-				addr <- line.Addr
+	h := &hookProcess{cmd: cmd, base: "http://" + addr, in: in}
+	for range 300 {
+		if resp, err := http.Get(h.base + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return h, nil
 			}
 		}
-	}()
-	select {
-	case a := <-addr:
-		return &hookProcess{cmd: cmd, base: "http://" + a, in: in}, nil
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, errors.New("the hook did not listen within 30s")
+		time.Sleep(100 * time.Millisecond)
 	}
+	h.stop()
+	return nil, errors.New("the hook did not answer /healthz within 30s")
 }
 
 func (h *hookProcess) stop() {
