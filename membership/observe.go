@@ -183,7 +183,9 @@ func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 	listFrom := cc.listTarget()
 	r := round{statuses: make([]endpointStatus, len(members))}
 	answered := make([]bool, len(members))
-	pending := make([]int, len(members)) // calls still out per endpoint
+	// Calls still out per endpoint; the member list's is at index len(members): it says how
+	// the cluster is, not how the endpoint is, so it does not make its endpoint a straggler.
+	pending := make([]int, len(members)+1)
 	type result struct {
 		i int
 		f func()
@@ -207,7 +209,7 @@ func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 			return func() { r.statuses[i].healthErr = err }
 		})
 		if i == listFrom {
-			call(i, func() func() {
+			call(len(members), func() func() {
 				list, err := m.cli.MemberList(ctx)
 				if err != nil {
 					err = fmt.Errorf("member list from %s: %w", m.endpoint.Member, err)
@@ -225,7 +227,7 @@ func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 	// bounds it.
 	var firstAnswer, lastDone time.Time
 	until := func() time.Time {
-		waited := false
+		waited := pending[len(members)] > 0
 		for i := range members {
 			waited = waited || (pending[i] > 0 && !backingOff[i])
 		}
@@ -240,8 +242,8 @@ func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 		return lastDone.Add(o.slowMember / backOffGraceDivisor)
 	}
 	outstanding := 0
-	for i := range members {
-		outstanding += pending[i]
+	for _, n := range pending {
+		outstanding += n
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -255,7 +257,7 @@ func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 			res.f()
 			outstanding--
 			pending[res.i]--
-			if pending[res.i] > 0 {
+			if pending[res.i] > 0 || res.i == len(members) {
 				continue
 			}
 			lastDone = time.Now()
