@@ -1,6 +1,7 @@
-// Package etcdstate holds what the operator observed of an etcd cluster, as plain values.
-// The membership package fills a Snapshot from live etcd; the planner in sync reads it.
-// Neither side's I/O leaks through: this package has no dependencies.
+// Package etcdstate holds what the operator asks of an etcd cluster and what it observed, as
+// plain values. The hooks package builds a Request, the membership package answers it with a
+// Snapshot from live etcd, and the planner in sync reads the Snapshot. Neither side's I/O
+// leaks through: this package has no dependencies.
 package etcdstate
 
 // Snapshot is one observation of an etcd cluster, taken under one deadline.
@@ -102,4 +103,18 @@ type Endpoint struct {
 	// ServerName is the member's stable DNS name: the TLS server name, and the address to
 	// fall back to when the pod has no IP yet.
 	ServerName string `json:"serverName"`
+}
+
+// Request names the cluster to observe: Key identifies it in the observer's client cache (for
+// example namespace/name/uid), Endpoints are its pods, TLS is nil for plain HTTP.
+type Request struct {
+	Key       string
+	Endpoints []Endpoint
+	TLS       *TLS
+}
+
+// TLS is PEM material for talking to a cluster that serves client TLS. Cert and Key are the
+// client certificate; both may be empty when the cluster does not ask for one.
+type TLS struct {
+	CA, Cert, Key []byte
 }

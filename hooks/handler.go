@@ -20,7 +20,6 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"etcdops.dev/etcdops/etcdstate"
-	"etcdops.dev/etcdops/membership"
 	"etcdops.dev/etcdops/sync"
 )
 
@@ -35,14 +34,14 @@ const (
 // fails: what it could not learn is in the snapshot (Asked false, Err). *membership.Observer
 // is the real one; tests pass an ObserverFunc.
 type Observer interface {
-	Observe(ctx context.Context, req membership.Request) etcdstate.Snapshot
+	Observe(ctx context.Context, req etcdstate.Request) etcdstate.Snapshot
 }
 
 // ObserverFunc is an Observer made of a function.
-type ObserverFunc func(ctx context.Context, req membership.Request) etcdstate.Snapshot
+type ObserverFunc func(ctx context.Context, req etcdstate.Request) etcdstate.Snapshot
 
 // Observe calls f.
-func (f ObserverFunc) Observe(ctx context.Context, req membership.Request) etcdstate.Snapshot {
+func (f ObserverFunc) Observe(ctx context.Context, req etcdstate.Request) etcdstate.Snapshot {
 	return f(ctx, req)
 }
 

@@ -18,21 +18,28 @@ import (
 	"etcdops.dev/etcdops/hooks"
 	"etcdops.dev/etcdops/membership"
 	"etcdops.dev/etcdops/sync"
+	"etcdops.dev/etcdops/test/dialguard"
 )
 
 var testNow = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 // offline is an Observer that fails the test if the hook asks etcd at all.
 func offline(t *testing.T) hooks.Observer {
-	return hooks.ObserverFunc(func(context.Context, membership.Request) etcdstate.Snapshot {
+	return hooks.ObserverFunc(func(context.Context, etcdstate.Request) etcdstate.Snapshot {
 		t.Error("the hook asked etcd although there was nothing to ask")
 		return etcdstate.Snapshot{}
 	})
 }
 
-// newServer starts the handler on 127.0.0.1:0.
+// newServer starts the handler on 127.0.0.1:0. Without an Observer it gets the real one,
+// dialling through the loopback guard: a dial off the machine fails the test.
 func newServer(t *testing.T, d hooks.Deps) *httptest.Server {
 	t.Helper()
+	if d.Etcd == nil {
+		o := membership.NewObserver(membership.ObserverOptions{Deadline: 2 * time.Second, Dial: dialguard.ForTest(t)})
+		t.Cleanup(o.Close)
+		d.Etcd = o
+	}
 	if d.Config == (sync.Config{}) {
 		d.Config = sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops/etcdops:v0.1.0"}
 	}
@@ -158,14 +165,30 @@ func jsonString(s string) string {
 	return string(b)
 }
 
-// pod is a member pod with an IP, so the hook has an endpoint to observe.
-const pod = `{"metadata":{"name":"etcd-0","namespace":"default","labels":{"etcdops.dev/cluster":"etcd"}},"status":{"podIP":"10.0.0.10"}}`
+// pod is a member pod with an IP, so the hook has an endpoint to observe; nothing listens
+// there.
+const pod = `{"metadata":{"name":"etcd-0","namespace":"default","labels":{"etcdops.dev/cluster":"etcd"}},"status":{"podIP":"127.0.0.10"}}`
+
+func TestTheRealObserverDialsThePodAndReportsItUnreachable(t *testing.T) {
+	var logs lockedBuffer
+	srv := newServer(t, hooks.Deps{Log: slog.New(slog.NewJSONHandler(&logs, nil))})
+	status, body := post(t, srv, "/sync", syncBody(parent, emptyChildren, `{"Pod.v1":{"etcd-0":`+pod+`}}`))
+	if status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	if m := metricsText(t, srv); !strings.Contains(m, "etcdops_hook_etcd_observation_failures_total 1") {
+		t.Errorf("the failed observation was not counted:\n%s", grep(m, "etcdops_"))
+	}
+	if l := logs.String(); !strings.Contains(l, "etcd not observed") || !strings.Contains(l, "127.0.0.10:2379") || !strings.Contains(l, "connection refused") {
+		t.Errorf("the log does not say the pod's etcd refused the connection:\n%s", l)
+	}
+}
 
 func TestPanicIsA500AndTheServerKeepsServing(t *testing.T) {
 	var logs lockedBuffer
 	srv := newServer(t, hooks.Deps{
 		Log: slog.New(slog.NewJSONHandler(&logs, nil)),
-		Etcd: hooks.ObserverFunc(func(context.Context, membership.Request) etcdstate.Snapshot {
+		Etcd: hooks.ObserverFunc(func(context.Context, etcdstate.Request) etcdstate.Snapshot {
 			panic("observer exploded")
 		}),
 	})
@@ -220,11 +243,11 @@ func TestChildMapsKeyedByNameOrNamespaceNameAnswerAlike(t *testing.T) {
 }
 
 func TestObserverGetsEndpointsAndTheClientCertificate(t *testing.T) {
-	var got membership.Request
+	var got etcdstate.Request
 	var deadline time.Duration
 	srv := newServer(t, hooks.Deps{
 		ObserveTimeout: 2 * time.Second,
-		Etcd: hooks.ObserverFunc(func(ctx context.Context, req membership.Request) etcdstate.Snapshot {
+		Etcd: hooks.ObserverFunc(func(ctx context.Context, req etcdstate.Request) etcdstate.Snapshot {
 			got = req
 			d, _ := ctx.Deadline()
 			deadline = time.Until(d)
@@ -237,10 +260,10 @@ func TestObserverGetsEndpointsAndTheClientCertificate(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("%d %s", status, body)
 	}
-	want := membership.Request{
+	want := etcdstate.Request{
 		Key:       "default/etcd/u-1",
-		Endpoints: []etcdstate.Endpoint{{Member: "etcd-0", Address: "10.0.0.10:2379", ServerName: "etcd-0.etcd.default.svc.cluster.local"}},
-		TLS:       &membership.TLS{CA: []byte("CA"), Cert: []byte("CERT"), Key: []byte("KEY")},
+		Endpoints: []etcdstate.Endpoint{{Member: "etcd-0", Address: "127.0.0.10:2379", ServerName: "etcd-0.etcd.default.svc.cluster.local"}},
+		TLS:       &etcdstate.TLS{CA: []byte("CA"), Cert: []byte("CERT"), Key: []byte("KEY")},
 	}
 	if gj, wj := mustJSON(t, got), mustJSON(t, want); gj != wj {
 		t.Errorf("observer got %s\nwant %s", gj, wj)
@@ -418,7 +441,7 @@ func BenchmarkSync(b *testing.B) {
 			}
 			h := hooks.NewHandler(hooks.Deps{
 				Config: sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops/etcdops:v0.1.0"},
-				Etcd:   hooks.ObserverFunc(func(context.Context, membership.Request) etcdstate.Snapshot { return snap }),
+				Etcd:   hooks.ObserverFunc(func(context.Context, etcdstate.Request) etcdstate.Snapshot { return snap }),
 			})
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
@@ -430,5 +453,47 @@ func BenchmarkSync(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestTheRequestIsReadAsEncodingJSONWouldReadIt(t *testing.T) {
+	srv := newServer(t, hooks.Deps{Etcd: offline(t)})
+	// An invalid spec answers with the observed children unchanged, so the answer shows
+	// exactly which children were read.
+	parent := `{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","uid":"u-1"},"spec":{"size":12}}`
+	svc := func(clusterIP string) string {
+		return `{"apiVersion":"v1","kind":"Service","metadata":{"name":"etcd","namespace":"default"},"spec":{"clusterIP":"` + clusterIP + `"}}`
+	}
+	answer := func(body string) string {
+		t.Helper()
+		status, b := post(t, srv, "/sync", body)
+		if status != 200 {
+			t.Fatalf("%d %s", status, b)
+		}
+		return string(b)
+	}
+	want := answer(syncBody(parent, `{"Service.v1":{"etcd":`+svc("None")+`}}`, `{}`))
+	if !strings.Contains(want, `"clusterIP":"None"`) {
+		t.Fatalf("the observed Service is not in the answer: %s", want)
+	}
+	for _, tc := range []struct{ story, body string }{
+		{"a null entry is no object", syncBody(parent, `{"Service.v1":{"etcd":`+svc("None")+`,"gone":null}}`, `{}`)},
+		{"a repeated key keeps its last value", syncBody(parent, `{"Service.v1":{"etcd":`+svc("10.0.0.1")+`,"etcd":`+svc("None")+`}}`, `{}`)},
+		{"related types the hook does not read are skipped", syncBody(parent, `{"Service.v1":{"etcd":`+svc("None")+`}}`, `{"Node.v1":{"n":{"spec":[1,2]}}}`)},
+		{"members in any order", `{"children":{"Service.v1":{"etcd":` + svc("None") + `}},"finalizing":false,"related":{},"parent":` + parent + `}`},
+	} {
+		if got := answer(tc.body); got != want {
+			t.Errorf("%s: answered\n%s\nwant\n%s", tc.story, got, want)
+		}
+	}
+	for _, tc := range []struct{ story, body, detail string }{
+		{"data after the request", syncBody(parent, emptyChildren, `{}`) + ` {}`, "data after the request object"},
+		{"finalizing must be a bool", `{"parent":` + parent + `,"finalizing":"yes"}`, "finalizing"},
+		{"children must be an object", `{"parent":` + parent + `,"children":[]}`, "cannot unmarshal array into children"},
+	} {
+		status, b := post(t, srv, "/sync", tc.body)
+		if status != 400 || !strings.Contains(string(b), tc.detail) {
+			t.Errorf("%s: %d %s, want 400 saying %q", tc.story, status, b, tc.detail)
+		}
 	}
 }

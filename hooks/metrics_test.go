@@ -15,7 +15,6 @@ import (
 
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/hooks"
-	"etcdops.dev/etcdops/membership"
 )
 
 // clock is a hook clock the test moves.
@@ -48,7 +47,7 @@ func recorded(t *testing.T, fixture string) hooks.Observer {
 	if err := json.Unmarshal(raw, &snap); err != nil {
 		t.Fatal(err)
 	}
-	return hooks.ObserverFunc(func(context.Context, membership.Request) etcdstate.Snapshot { return snap })
+	return hooks.ObserverFunc(func(context.Context, etcdstate.Request) etcdstate.Snapshot { return snap })
 }
 
 func fixture(t *testing.T, name string) string {

@@ -15,7 +15,6 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
-	"etcdops.dev/etcdops/membership"
 	"etcdops.dev/etcdops/sync"
 )
 
@@ -28,12 +27,12 @@ func (h *handler) finalize(w http.ResponseWriter, r *http.Request) { h.plan(w, r
 // plan answers a sync or finalize call: decode, observe, plan, encode.
 func (h *handler) plan(w http.ResponseWriter, r *http.Request, finalize bool) {
 	start := time.Now()
-	var req syncRequest
-	if err := readJSON(r, &req); err != nil {
+	req, err := readSyncRequest(r)
+	if err != nil {
 		writeError(w, r, h.Log, err)
 		return
 	}
-	obs, err := h.observe(r.Context(), req, finalize)
+	obs, err := h.observe(r.Context(), &req, finalize)
 	if err != nil {
 		writeError(w, r, h.Log, err)
 		return
@@ -65,29 +64,22 @@ func encodeDecision(d sync.Decision) syncResponse {
 
 // observe turns a request into the planner's input, asking etcd only when pods give it
 // somewhere to ask.
-func (h *handler) observe(ctx context.Context, req syncRequest, finalize bool) (sync.Observed, error) {
-	c, err := decodeParent(req.Parent)
+func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) (sync.Observed, error) {
+	c, err := decodeParent(req.parent)
 	if err != nil {
 		return sync.Observed{}, err
 	}
-	children, err := decodeChildren(req.Children)
+	children, err := req.observedChildren()
 	if err != nil {
 		return sync.Observed{}, err
 	}
-	pods, err := decodeObjects[corev1.Pod](req.Related, keyPod)
-	if err != nil {
-		return sync.Observed{}, err
-	}
-	secrets, err := decodeObjects[corev1.Secret](req.Related, keySecret)
-	if err != nil {
-		return sync.Observed{}, err
-	}
+	pods := sorted(req.related.pods)
 	return sync.Observed{
 		Cluster:    c,
 		Children:   children,
 		Pods:       pods,
-		Etcd:       h.snapshot(ctx, &c, pods, secrets),
-		Finalizing: req.Finalizing || finalize,
+		Etcd:       h.snapshot(ctx, &c, pods, sorted(req.related.secrets)),
+		Finalizing: req.finalizing || finalize,
 		Now:        h.Now(),
 	}, nil
 }
@@ -109,7 +101,7 @@ func (h *handler) snapshot(ctx context.Context, c *v1alpha1.EtcdCluster, pods []
 	ctx, cancel := context.WithTimeout(ctx, h.ObserveTimeout)
 	defer cancel()
 	start := time.Now()
-	snap := h.Etcd.Observe(ctx, membership.Request{Key: key, Endpoints: endpoints, TLS: tls})
+	snap := h.Etcd.Observe(ctx, etcdstate.Request{Key: key, Endpoints: endpoints, TLS: tls})
 	h.metrics.observeDuration.Observe(time.Since(start).Seconds())
 	if !snap.Asked {
 		h.metrics.observeFailures.Inc()
@@ -123,7 +115,7 @@ const secretCAKey = "ca.crt"
 
 // clientTLS returns the client certificate from the related Secret named in
 // spec.tls.clientSecret, or nil when the cluster's client port has no TLS.
-func clientTLS(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) (*membership.TLS, error) {
+func clientTLS(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) (*etcdstate.TLS, error) {
 	if c.Spec.TLS == nil || c.Spec.TLS.ClientSecret == "" {
 		return nil, nil
 	}
@@ -138,7 +130,7 @@ func clientTLS(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) (*membership.TL
 			return nil, fmt.Errorf("client certificate Secret %s/%s has no %s", c.Namespace, name, k)
 		}
 	}
-	return &membership.TLS{CA: data[secretCAKey], Cert: data[corev1.TLSCertKey], Key: data[corev1.TLSPrivateKeyKey]}, nil
+	return &etcdstate.TLS{CA: data[secretCAKey], Cert: data[corev1.TLSCertKey], Key: data[corev1.TLSPrivateKeyKey]}, nil
 }
 
 // customize asks Metacontroller for the cluster's pods and the Secrets named in spec.tls.

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,7 +68,7 @@ func TestAssemble(t *testing.T) {
 			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 1, 5)}, true, 1, "", "not in the member list"},
 	} {
 		names := []string{"e-0", "e-1", "e-2", "e-3"}[:len(tc.statuses)]
-		snap := assemble(endpoints(names...), tc.statuses, threeMembers(), nil)
+		snap := assemble(endpoints(names...), tc.statuses, threeMembers())
 		l, hasLeader := snap.Leader()
 		switch {
 		case !snap.Asked || len(snap.Members) != 3 || snap.Members[0].ID != 1 || snap.Members[2].ID != 3:
@@ -85,13 +86,49 @@ func TestAssemble(t *testing.T) {
 }
 
 func TestAssembleAlarms(t *testing.T) {
-	alarms := &clientv3.AlarmResponse{Alarms: []*pb.AlarmMember{{MemberID: 2, Alarm: pb.AlarmType_NOSPACE}}}
-	statuses := []endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5)}
-	snap := assemble(endpoints("e-0", "e-1", "e-2"), statuses, threeMembers(), alarms)
-	for _, m := range snap.Members {
-		hasAlarm := m.ID == 2
-		if m.Healthy == hasAlarm || (len(m.Alarms) == 1) != hasAlarm || (hasAlarm && m.Alarms[0] != "NOSPACE") {
-			t.Errorf("member %s: healthy %v alarms %v", m.Name, m.Healthy, m.Alarms)
+	// Every member's Status lists the cluster's alarms; each is the alarmed member's, and
+	// only CORRUPT says that member is unhealthy: NOSPACE refuses writes but the members
+	// read and vote. An alarm of a member no longer listed (9) is kept at the cluster's level.
+	for _, tc := range []struct {
+		alarm     string
+		unhealthy uint64
+	}{{"NOSPACE", 0}, {"CORRUPT", 2}} {
+		statuses := []endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5)}
+		for i := range statuses {
+			statuses[i].status.Errors = []string{"memberID:2 alarm:" + tc.alarm, "memberID:9  alarm:CORRUPT"}
+		}
+		snap := assemble(endpoints("e-0", "e-1", "e-2"), statuses, threeMembers())
+		for _, m := range snap.Members {
+			hasAlarm := m.ID == 2
+			if (len(m.Alarms) == 1) != hasAlarm || (hasAlarm && m.Alarms[0] != tc.alarm) {
+				t.Errorf("%s: member %s: alarms %v", tc.alarm, m.Name, m.Alarms)
+			}
+			if m.Healthy == (m.ID == tc.unhealthy) {
+				t.Errorf("%s: member %s healthy %v", tc.alarm, m.Name, m.Healthy)
+			}
+		}
+		want := []etcdstate.Alarm{{MemberID: 2, Type: tc.alarm}, {MemberID: 9, Type: "CORRUPT"}}
+		if !slices.Equal(snap.Alarms, want) {
+			t.Errorf("%s: snapshot alarms %v, want %v", tc.alarm, snap.Alarms, want)
+		}
+	}
+}
+
+func TestParseAlarm(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		id    uint64
+		alarm string
+		ok    bool
+	}{
+		{"memberID:12345 alarm:NOSPACE", 12345, "NOSPACE", true},
+		{"memberID:1  alarm:CORRUPT", 1, "CORRUPT", true},
+		{"etcdserver: no leader", 0, "", false},
+		{"memberID:x alarm:NOSPACE", 0, "", false},
+	} {
+		id, alarm, ok := parseAlarm(tc.in)
+		if id != tc.id || alarm != tc.alarm || ok != tc.ok {
+			t.Errorf("parseAlarm(%q) = %d %q %v", tc.in, id, alarm, ok)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"sync"
 	"time"
@@ -24,12 +25,48 @@ type memberClient struct {
 	endpoint etcdstate.Endpoint
 	cli      *clientv3.Client
 	maint    clientv3.Maintenance
+
+	mu     sync.Mutex
+	missed int       // observations in a row this endpoint did not answer
+	until  time.Time // till then it is not waited for
+}
+
+// Back-off of an endpoint that missed observations: it is still asked every time, but
+// hardly waited for, for 1s after the first miss, doubling up to 30s; then it gets one full
+// wait again.
+const (
+	firstBackOff = time.Second
+	maxBackOff   = 30 * time.Second
+)
+
+// backingOff reports whether the endpoint is not to be waited for at now, and after how many
+// observations it missed.
+func (m *memberClient) backingOff(now time.Time) (missed int, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.missed, now.Before(m.until)
+}
+
+// record notes whether the endpoint answered the observation that ended at now, and whether
+// it was given the full wait: only a miss despite that backs it off further.
+func (m *memberClient) record(answered, waited bool, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case answered:
+		m.missed, m.until = 0, time.Time{}
+		return
+	case !waited:
+		return
+	}
+	m.missed++
+	m.until = now.Add(min(maxBackOff, firstBackOff<<min(m.missed-1, 5)))
 }
 
 // newMemberClient builds a client for one endpoint. Creation does not dial; retries are few
 // because every call runs under the observer's single deadline, and the reconnect backoff is
 // short so a member that comes back is seen on the next observation.
-func newMemberClient(ep etcdstate.Endpoint, t *TLS, connectTimeout time.Duration) (*memberClient, error) {
+func newMemberClient(ep etcdstate.Endpoint, t *etcdstate.TLS, connectTimeout time.Duration, dial dialFunc) (*memberClient, error) {
 	addr, serverName := dialTarget(ep)
 	cfg := clientv3.Config{
 		Endpoints:            []string{"http://" + addr},
@@ -46,8 +83,11 @@ func newMemberClient(ep etcdstate.Endpoint, t *TLS, connectTimeout time.Duration
 			}),
 		},
 	}
+	if dial != nil {
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithContextDialer(dial))
+	}
 	if t != nil {
-		tc, err := t.config(serverName)
+		tc, err := tlsConfig(t, serverName)
 		if err != nil {
 			return nil, err
 		}
@@ -62,19 +102,58 @@ func newMemberClient(ep etcdstate.Endpoint, t *TLS, connectTimeout time.Duration
 	return &memberClient{endpoint: ep, cli: cli, maint: maint}, nil
 }
 
+// dialFunc connects to host:port, as grpc.WithContextDialer takes it.
+type dialFunc = func(ctx context.Context, addr string) (net.Conn, error)
+
 // failFast overrides the client's wait-for-ready default, under which a call to a member that
 // is down blocks until the deadline: a down member should be reported at once.
 func failFast(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	return invoker(ctx, method, req, reply, cc, append(opts, grpc.WaitForReady(false))...)
 }
 
-// clusterClients are the clients of one Request, shared by concurrent observations.
+// clusterClients are the clients of one etcdstate.Request, shared by concurrent observations.
 type clusterClients struct {
 	key      string
 	members  []*memberClient
 	lastUsed time.Time
 	users    int
 	evicted  bool
+
+	mu       sync.Mutex
+	leader   string          // member that led at the last observation
+	learners map[string]bool // members that were learners then
+}
+
+// listTarget is the endpoint to read the member list from: the last leader, which serves a
+// linearizable read without forwarding it, else the first endpoint not known as a learner
+// (learners refuse the member list).
+func (c *clusterClients) listTarget() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first := -1
+	for i, m := range c.members {
+		switch {
+		case m.endpoint.Member == c.leader:
+			return i
+		case first < 0 && !c.learners[m.endpoint.Member]:
+			first = i
+		}
+	}
+	return max(first, 0)
+}
+
+// remember keeps who led and who was a learner for the next observation.
+func (c *clusterClients) remember(snap etcdstate.Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leader = ""
+	if l, ok := snap.Leader(); ok {
+		c.leader = l.Name
+	}
+	c.learners = map[string]bool{}
+	for _, m := range snap.Learners() {
+		c.learners[m.Name] = true
+	}
 }
 
 func (c *clusterClients) close() {
@@ -90,6 +169,7 @@ type clientCache struct {
 	max            int
 	idle           time.Duration
 	connectTimeout time.Duration
+	dial           dialFunc
 	entries        map[string]*clusterClients
 	closed         bool
 }
@@ -97,7 +177,7 @@ type clientCache struct {
 var errClosed = errors.New("observer closed")
 
 // cacheKey covers everything a client is built from, so any change yields new clients.
-func cacheKey(req Request) string {
+func cacheKey(req etcdstate.Request) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%q\n", req.Key)
 	for _, ep := range req.Endpoints {
@@ -110,7 +190,7 @@ func cacheKey(req Request) string {
 }
 
 // acquire returns the clients for req, creating them when needed; pair with release.
-func (c *clientCache) acquire(req Request, now time.Time) (*clusterClients, error) {
+func (c *clientCache) acquire(req etcdstate.Request, now time.Time) (*clusterClients, error) {
 	key := cacheKey(req)
 	c.mu.Lock()
 	if c.closed {
@@ -127,7 +207,7 @@ func (c *clientCache) acquire(req Request, now time.Time) (*clusterClients, erro
 
 	fresh := &clusterClients{key: key, lastUsed: now, users: 1}
 	for _, ep := range req.Endpoints {
-		m, err := newMemberClient(ep, req.TLS, c.connectTimeout)
+		m, err := newMemberClient(ep, req.TLS, c.connectTimeout, c.dial)
 		if err != nil {
 			fresh.close()
 			return nil, err

@@ -11,8 +11,8 @@ import (
 
 // fakeRequest names a cluster whose endpoints are never dialled: creating clients does not
 // connect, so the cache can be tested without etcd.
-func fakeRequest(key string) Request {
-	return Request{Key: key, Endpoints: []etcdstate.Endpoint{{Member: key + "-0", Address: "127.0.0.1:1", ServerName: key + "-0.test"}}}
+func fakeRequest(key string) etcdstate.Request {
+	return etcdstate.Request{Key: key, Endpoints: []etcdstate.Endpoint{{Member: key + "-0", Address: "127.0.0.1:1", ServerName: key + "-0.test"}}}
 }
 
 func newTestCache(max int, idle time.Duration) *clientCache {
@@ -38,7 +38,7 @@ func TestCacheReusesClients(t *testing.T) {
 	}
 
 	changed := fakeRequest("a")
-	changed.TLS = &TLS{CA: []byte("other CA")}
+	changed.TLS = &etcdstate.TLS{CA: []byte("other CA")}
 	if _, err := c.acquire(changed, now); err == nil || !strings.Contains(err.Error(), "CA") {
 		t.Fatalf("bad CA: got %v", err)
 	}

@@ -180,11 +180,11 @@ func (c *testCluster) endpoint(m *testMember) etcdstate.Endpoint {
 }
 
 // request describes the given members (all when none are given) for Observe.
-func (c *testCluster) request(ms ...*testMember) Request {
+func (c *testCluster) request(ms ...*testMember) etcdstate.Request {
 	if len(ms) == 0 {
 		ms = c.members
 	}
-	req := Request{Key: c.token}
+	req := etcdstate.Request{Key: c.token}
 	for _, m := range ms {
 		req.Endpoints = append(req.Endpoints, c.endpoint(m))
 	}

@@ -1,7 +1,8 @@
-// Package membership is the only place that talks to etcd. It observes a cluster under one
-// deadline (Observer) and performs the idempotent membership changes the member tool runs
-// (AddLearner, Promote, Remove, MoveLeader). Each change checks live state first, so running
-// it again after success, or after a crash half-way, does no harm.
+// Package membership is the only place that talks to etcd. It observes a cluster in one
+// parallel, read-only round under one deadline, with cached clients (Observer), and performs
+// the idempotent membership changes the member tool runs (AddLearner, Promote, Remove,
+// MoveLeader). Each change checks live state first, so running it again after success, or
+// after a crash half-way, does no harm.
 package membership
 
 import (
@@ -18,20 +19,6 @@ import (
 
 // DefaultClientPort is dialled when an endpoint falls back to a DNS name without a port.
 const DefaultClientPort = "2379"
-
-// TLS is PEM material for talking to a cluster that serves client TLS. Cert and Key are the
-// client certificate; both may be empty when the cluster does not ask for one.
-type TLS struct {
-	CA, Cert, Key []byte
-}
-
-// Request names the cluster to observe: Key identifies it in the client cache (for example
-// namespace/name/uid), Endpoints are its pods, TLS is nil for plain HTTP.
-type Request struct {
-	Key       string
-	Endpoints []etcdstate.Endpoint
-	TLS       *TLS
-}
 
 // Errors of membership operations. Callers tell them apart with errors.Is: a retryable error
 // means "try again later, nothing is wrong"; a refusal means the change is unsafe or does not
@@ -57,11 +44,11 @@ func isEtcdError(err, target error) bool {
 	return err != nil && rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(target)
 }
 
-// config builds a client TLS configuration. With a serverName the certificate must name it
-// whatever address is dialled: gRPC replaces tls.Config.ServerName with the dialled host (a pod
-// IP), so the usual verification is switched off in favour of one that checks serverName.
-// Without a serverName the host of each endpoint URL is verified as usual.
-func (t *TLS) config(serverName string) (*tls.Config, error) {
+// tlsConfig builds a client TLS configuration from t. With a serverName the certificate must
+// name it whatever address is dialled: gRPC replaces tls.Config.ServerName with the dialled
+// host (a pod IP), so the usual verification is switched off in favour of one that checks
+// serverName. Without a serverName the host of each endpoint URL is verified as usual.
+func tlsConfig(t *etcdstate.TLS, serverName string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if len(t.CA) > 0 {
 		pool := x509.NewCertPool()

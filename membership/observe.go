@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,44 +18,63 @@ import (
 	"etcdops.dev/etcdops/etcdstate"
 )
 
-// ObserverOptions configure an Observer; zero values take the defaults.
+// Defaults of ObserverOptions.
+const (
+	DefaultDeadline    = 3 * time.Second
+	DefaultSlowMember  = 250 * time.Millisecond
+	DefaultMaxClients  = 1024
+	DefaultIdleTimeout = 5 * time.Minute
+)
+
+// ObserverOptions configure an Observer; zero values take the defaults above.
 type ObserverOptions struct {
-	// Deadline bounds one whole observation. Default 3s.
+	// Deadline bounds one whole observation.
 	Deadline time.Duration
-	// MaxClients bounds how many clusters keep cached clients. Default 64.
+	// SlowMember is how long members still silent are waited for once one member has
+	// answered; a member slower than that is reported unknown for this observation.
+	SlowMember time.Duration
+	// MaxClients bounds how many clusters keep cached clients.
 	MaxClients int
 	// IdleTimeout closes a cluster's clients when it has not been observed for this long.
-	// Default 5m.
 	IdleTimeout time.Duration
+	// Dial connects to a member's host:port; nil dials TCP directly. Tests pass one that
+	// refuses addresses off the machine.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Observer reads etcd clusters, reusing clients between observations of the same cluster.
 // It is safe for concurrent use.
 type Observer struct {
-	deadline time.Duration
-	cache    *clientCache
-	stop     chan struct{}
-	done     chan struct{}
-	once     sync.Once
+	deadline   time.Duration
+	slowMember time.Duration
+	cache      *clientCache
+	stop       chan struct{}
+	done       chan struct{}
+	once       sync.Once
 }
 
 // NewObserver starts an Observer; Close it to release its clients.
 func NewObserver(opts ObserverOptions) *Observer {
 	if opts.Deadline <= 0 {
-		opts.Deadline = 3 * time.Second
+		opts.Deadline = DefaultDeadline
+	}
+	if opts.SlowMember <= 0 {
+		opts.SlowMember = DefaultSlowMember
 	}
 	if opts.MaxClients <= 0 {
-		opts.MaxClients = 64
+		opts.MaxClients = DefaultMaxClients
 	}
 	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = 5 * time.Minute
+		opts.IdleTimeout = DefaultIdleTimeout
 	}
 	o := &Observer{
-		deadline: opts.Deadline,
+		deadline:   opts.Deadline,
+		slowMember: opts.SlowMember,
 		cache: &clientCache{
 			max:            opts.MaxClients,
 			idle:           opts.IdleTimeout,
 			connectTimeout: opts.Deadline,
+			dial:           opts.Dial,
 			entries:        map[string]*clusterClients{},
 		},
 		stop: make(chan struct{}),
@@ -92,11 +115,14 @@ type endpointStatus struct {
 	healthErr error
 }
 
-// Observe reads the cluster under one deadline: Status and a serializable read from every
-// endpoint in parallel (within the first half), then the member list and alarms from a
-// voter (linearizable in the third quarter, else serializable). It never returns an
-// error: what could not be asked is said in the Snapshot (Asked, Err, Reachable, Errors).
-func (o *Observer) Observe(ctx context.Context, req Request) etcdstate.Snapshot {
+// Observe reads the cluster in one parallel round: every endpoint is asked for Status and a
+// serializable read, and the member that led at the last observation for the member list,
+// linearizably, all at once. Members still silent SlowMember after the first answer are
+// reported unknown. Only when that member list did not come is a voter asked again
+// (linearizably while a leader is known, else serializably). Nothing asked goes through raft's
+// log: Status carries the alarms. Observe never returns an error: what could not be asked is
+// said in the Snapshot (Asked, Err, Reachable, Errors).
+func (o *Observer) Observe(ctx context.Context, req etcdstate.Request) etcdstate.Snapshot {
 	ctx, cancel := context.WithTimeout(ctx, o.deadline)
 	defer cancel()
 	if len(req.Endpoints) == 0 {
@@ -108,46 +134,171 @@ func (o *Observer) Observe(ctx context.Context, req Request) etcdstate.Snapshot 
 	}
 	defer func() { o.cache.release(clients, time.Now()) }()
 
-	// A member that hangs must not use up the deadline the member list still needs.
-	statusCtx, cancelStatus := halfOfRemaining(ctx)
-	statuses := askEndpoints(statusCtx, clients.members)
-	cancelStatus()
+	// A member that hangs must not use up the deadline a second member list read still needs.
+	roundCtx, cancelRound := halfOfRemaining(ctx)
+	r := o.askAll(roundCtx, clients)
+	cancelRound()
+	statuses := r.statuses
 	voters := voterOrder(clients.members, statuses)
 	if len(voters) == 0 {
 		return etcdstate.Snapshot{Err: "no voter answered Status: " + endpointErrors(clients.members, statuses)}
 	}
-	leaderKnown := false
-	for _, i := range voters {
-		leaderKnown = leaderKnown || statuses[i].status.Leader != 0
+	list, note := r.list, ""
+	if list == nil {
+		leaderKnown := false
+		for _, i := range voters {
+			leaderKnown = leaderKnown || statuses[i].status.Leader != 0
+		}
+		list, note, err = readMembership(ctx, clients.members, voters, leaderKnown, r.listErr)
+		if err != nil {
+			return etcdstate.Snapshot{Err: err.Error() + "; " + endpointErrors(clients.members, statuses)}
+		}
 	}
-	list, alarms, note, err := readMembership(ctx, clients.members, voters, leaderKnown)
-	if err != nil {
-		return etcdstate.Snapshot{Err: err.Error() + "; " + endpointErrors(clients.members, statuses)}
-	}
-	snap := assemble(clients.members, statuses, list, alarms)
+	snap := assemble(clients.members, statuses, list)
+	clients.remember(snap)
 	snap.Err = joinNonEmpty("; ", note, snap.Err)
 	return snap
 }
 
-// askEndpoints asks every endpoint for Status, then for a serializable read, in parallel.
-func askEndpoints(ctx context.Context, members []*memberClient) []endpointStatus {
-	out := make([]endpointStatus, len(members))
+// backOffGraceDivisor: an endpoint backing off is waited for SlowMember/10 after the others
+// are done, so that one that answers with them again is seen, and its back-off ends.
+const backOffGraceDivisor = 10
+
+// round is what one parallel round brought back: every endpoint's answers and, when the
+// member asked for it answered, the linearizable member list.
+type round struct {
+	statuses []endpointStatus
+	list     *clientv3.MemberListResponse
+	listErr  error
+}
+
+// askAll runs the parallel round. It ends when every call has returned, SlowMember after the
+// first endpoint answered, or when ctx ends; endpoints backing off after a missed
+// observation are waited for only a short grace after the others. Calls still out then are
+// cancelled and their members reported unknown.
+func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	members := cc.members
+	listFrom := cc.listTarget()
+	r := round{statuses: make([]endpointStatus, len(members))}
+	answered := make([]bool, len(members))
+	// Calls still out per endpoint; the member list's is at index len(members): it says how
+	// the cluster is, not how the endpoint is, so it does not make its endpoint a straggler.
+	pending := make([]int, len(members)+1)
+	type result struct {
+		i int
+		f func()
+	}
+	results := make(chan result, 3*len(members))
 	var wg sync.WaitGroup
+	call := func(i int, f func() func()) {
+		pending[i]++
+		wg.Go(func() { results <- result{i, f()} })
+	}
 	for i, m := range members {
-		wg.Go(func() {
+		call(i, func() func() {
 			st, err := m.maint.Status(ctx, "")
 			if err == nil && st.Header == nil {
 				st, err = nil, errors.New("status without a response header")
 			}
-			out[i] = endpointStatus{status: st, statusErr: err}
-			if err != nil {
-				return
-			}
-			_, out[i].healthErr = m.cli.Get(ctx, "health", clientv3.WithSerializable())
+			return func() { r.statuses[i].status, r.statuses[i].statusErr = st, err }
 		})
+		call(i, func() func() {
+			_, err := m.cli.Get(ctx, "health", clientv3.WithSerializable())
+			return func() { r.statuses[i].healthErr = err }
+		})
+		if i == listFrom {
+			call(len(members), func() func() {
+				list, err := m.cli.MemberList(ctx)
+				if err != nil {
+					err = fmt.Errorf("member list from %s: %w", m.endpoint.Member, err)
+				}
+				return func() { r.list, r.listErr = list, err }
+			})
+		}
 	}
+	backingOff := make([]bool, len(members))
+	missed := make([]int, len(members))
+	for i, m := range members {
+		missed[i], backingOff[i] = m.backingOff(start)
+	}
+	// until is when the round stops waiting for the endpoints still out; zero: only ctx
+	// bounds it.
+	var firstAnswer, lastDone time.Time
+	until := func() time.Time {
+		waited := pending[len(members)] > 0
+		for i := range members {
+			waited = waited || (pending[i] > 0 && !backingOff[i])
+		}
+		switch {
+		case waited && firstAnswer.IsZero():
+			return time.Time{}
+		case waited:
+			return firstAnswer.Add(o.slowMember)
+		case firstAnswer.IsZero():
+			return start.Add(o.slowMember)
+		}
+		return lastDone.Add(o.slowMember / backOffGraceDivisor)
+	}
+	outstanding := 0
+	for _, n := range pending {
+		outstanding += n
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	stopped := false
+	for outstanding > 0 && !stopped {
+		if t := until(); !t.IsZero() {
+			timer.Reset(time.Until(t))
+		}
+		select {
+		case res := <-results:
+			res.f()
+			outstanding--
+			pending[res.i]--
+			if pending[res.i] > 0 || res.i == len(members) {
+				continue
+			}
+			lastDone = time.Now()
+			if r.statuses[res.i].statusErr == nil {
+				answered[res.i] = true
+				if firstAnswer.IsZero() {
+					firstAnswer = lastDone
+				}
+			}
+		case <-timer.C:
+			stopped = true
+		case <-ctx.Done():
+			stopped = true
+		}
+	}
+	cut := make([]bool, len(members))
+	for i := range members {
+		cut[i] = pending[i] > 0
+	}
+	cancel()
 	wg.Wait()
-	return out
+	close(results)
+	for res := range results {
+		res.f()
+	}
+	end := time.Now()
+	for i, m := range members {
+		if cut[i] && r.statuses[i].status == nil {
+			why := fmt.Sprintf("no answer within %s of the first member's", o.slowMember)
+			switch {
+			case backingOff[i]:
+				why = fmt.Sprintf("not waited for after %d observations without an answer", missed[i])
+			case firstAnswer.IsZero():
+				why = "no answer before the deadline"
+			}
+			r.statuses[i].statusErr = fmt.Errorf("%s: %w", why, r.statuses[i].statusErr)
+		}
+		m.record(answered[i], !backingOff[i], end)
+	}
+	return r
 }
 
 // voterOrder lists the endpoints that answered Status as voters, self-reported leaders first,
@@ -170,33 +321,24 @@ func isSelfLeader(st *clientv3.StatusResponse) bool {
 	return st != nil && st.Header != nil && st.Leader != 0 && st.Leader == st.Header.MemberId
 }
 
-// readMembership reads the member list from a voter, linearizably when a leader is known.
-// Without a leader a linearizable read cannot succeed, so it falls back to a serializable
-// read and says so in note: the planner still sees who is a member, and that quorum is gone.
-// Alarms need raft too and are read only with a leader.
-func readMembership(ctx context.Context, members []*memberClient, voters []int, leaderKnown bool) (*clientv3.MemberListResponse, *clientv3.AlarmResponse, string, error) {
-	var lastErr error
+// readMembership reads the member list from a voter when the round did not bring it,
+// linearizably when a leader is known. Without a leader a linearizable read cannot succeed,
+// so it falls back to a serializable read and says so in note: the planner still sees who is
+// a member, and that quorum is gone. lastErr is why the round's read failed, if it was made.
+func readMembership(ctx context.Context, members []*memberClient, voters []int, leaderKnown bool, lastErr error) (*clientv3.MemberListResponse, string, error) {
 	if leaderKnown {
 		budget, cancel := halfOfRemaining(ctx)
 		defer cancel()
-		var alarms *clientv3.AlarmResponse
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			// Alarms are best effort: Status errors carry them too.
-			alarms, _ = members[voters[0]].maint.AlarmList(budget)
-		})
 		for _, i := range voters {
 			list, err := members[i].cli.MemberList(budget)
 			if err == nil {
-				wg.Wait()
-				return list, alarms, "", nil
+				return list, "", nil
 			}
 			lastErr = fmt.Errorf("member list from %s: %w", members[i].endpoint.Member, err)
 			if budget.Err() != nil {
 				break
 			}
 		}
-		wg.Wait()
 	}
 	for _, i := range voters {
 		list, err := members[i].cli.MemberList(ctx, clientv3.WithSerializable())
@@ -205,14 +347,14 @@ func readMembership(ctx context.Context, members []*memberClient, voters []int, 
 			if lastErr != nil {
 				note = fmt.Sprintf("%s after %v", note, lastErr)
 			}
-			return list, nil, note, nil
+			return list, note, nil
 		}
 		lastErr = fmt.Errorf("member list from %s: %w", members[i].endpoint.Member, err)
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return nil, nil, "", lastErr
+	return nil, "", lastErr
 }
 
 // halfOfRemaining bounds one step so that the steps after it keep the other half.
@@ -225,7 +367,7 @@ func halfOfRemaining(ctx context.Context) (context.Context, context.CancelFunc) 
 }
 
 // assemble joins the member list with what each endpoint said, matching by member ID.
-func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3.MemberListResponse, alarms *clientv3.AlarmResponse) etcdstate.Snapshot {
+func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3.MemberListResponse) etcdstate.Snapshot {
 	snap := etcdstate.Snapshot{Asked: true, ClusterID: list.Header.ClusterId}
 	byID := map[uint64]int{}
 	for _, m := range list.Members {
@@ -247,6 +389,7 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 
 	var notes, conflicts []string
 	answeredBy := map[uint64]string{}
+	alarms := map[uint64][]string{} // by member ID, as any member's Status lists them
 	for i, mc := range members {
 		ep, res := mc.endpoint, statuses[i]
 		if res.status == nil {
@@ -283,17 +426,35 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 		m.RaftAppliedIndex = st.RaftAppliedIndex
 		m.RaftTerm = st.RaftTerm
 		m.Version = st.Version
-		m.DBSize = st.DbSize
+		m.DBSize, m.DBSizeInUse = st.DbSize, st.DbSizeInUse
 		m.Errors = append(m.Errors, st.Errors...)
+		// Every member's Status lists the cluster's alarms: they are the alarmed members'
+		// state, not this member's, which is judged by its other errors and its read.
+		failures := 0
+		for _, e := range st.Errors {
+			if id, alarm, ok := parseAlarm(e); ok {
+				alarms[id] = append(alarms[id], alarm)
+			} else {
+				failures++
+			}
+		}
 		if res.healthErr != nil {
 			m.Errors = append(m.Errors, "health read: "+res.healthErr.Error())
 		}
-		m.Healthy = len(st.Errors) == 0 && res.healthErr == nil
+		m.Healthy = failures == 0 && res.healthErr == nil
 	}
-	if alarms != nil {
-		for _, a := range alarms.Alarms {
-			if j, ok := byID[a.MemberID]; ok {
-				snap.Members[j].Alarms = append(snap.Members[j].Alarms, a.Alarm.String())
+	for _, id := range slices.Sorted(maps.Keys(alarms)) {
+		as := alarms[id]
+		slices.Sort(as)
+		as = slices.Compact(as)
+		for _, a := range as {
+			snap.Alarms = append(snap.Alarms, etcdstate.Alarm{MemberID: id, Type: a})
+		}
+		if j, ok := byID[id]; ok {
+			snap.Members[j].Alarms = as
+			// NOSPACE refuses writes everywhere but leaves the member reading and voting;
+			// CORRUPT says this member's data cannot be trusted.
+			if slices.Contains(as, "CORRUPT") {
 				snap.Members[j].Healthy = false
 			}
 		}
@@ -308,6 +469,29 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 	snap.Inconsistent = strings.Join(conflicts, "; ")
 	snap.Err = strings.Join(notes, "; ")
 	return snap
+}
+
+// parseAlarm reads an alarm as etcd lists it in Status errors: every member's Status carries
+// the cluster's active alarms, each as the protobuf text form of an AlarmMember, whose
+// spacing protobuf varies on purpose.
+func parseAlarm(s string) (memberID uint64, alarm string, ok bool) {
+	fields := strings.Fields(s)
+	if len(fields) != 2 {
+		return 0, "", false
+	}
+	id, ok := strings.CutPrefix(fields[0], "memberID:")
+	if !ok {
+		return 0, "", false
+	}
+	alarm, ok = strings.CutPrefix(fields[1], "alarm:")
+	if !ok || alarm == "" {
+		return 0, "", false
+	}
+	memberID, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	return memberID, alarm, true
 }
 
 // leaderConflicts reports two members that both claim leadership in the same term; raft

@@ -3,21 +3,28 @@ package membership
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
 	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/test/dialguard"
 )
 
+// newTestObserver waits for slow members longer than the default: a loaded test machine
+// can stall one member's answer past 250ms, and these tests are not about that wait.
 func newTestObserver(t testing.TB) *Observer {
-	o := NewObserver(ObserverOptions{Deadline: testDeadline})
+	o := NewObserver(ObserverOptions{Deadline: testDeadline, SlowMember: testDeadline / 4, Dial: dialguard.ForTest(t)})
 	t.Cleanup(o.Close)
 	return o
 }
 
 // observeTimed observes and fails the test if the deadline was not kept.
-func observeTimed(t *testing.T, o *Observer, req Request) etcdstate.Snapshot {
+func observeTimed(t *testing.T, o *Observer, req etcdstate.Request) etcdstate.Snapshot {
 	t.Helper()
 	start := time.Now()
 	snap := o.Observe(context.Background(), req)
@@ -86,9 +93,21 @@ func TestObserveQuorumLost(t *testing.T) {
 	// Let the survivor notice it lost its peers, as it would have long before a resync.
 	time.Sleep(3 * testElectionMs * time.Millisecond)
 
-	snap := observeTimed(t, newTestObserver(t), c.request())
+	o := newTestObserver(t)
+	req := c.request()
+	snap := observeTimed(t, o, req)
 	if _, ok := snap.Leader(); ok || snap.Complete || snap.Err == "" {
 		t.Fatalf("want no leader, incomplete, and a reason; got %+v", snap)
+	}
+	// The survivor answered; only the linearizable member list asked of it could not be
+	// served. That is the cluster's state, not a hung endpoint to back off from.
+	clients, err := o.cache.acquire(req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.cache.release(clients, time.Now())
+	if _, off := clients.members[0].backingOff(time.Now()); off {
+		t.Errorf("the survivor's endpoint backs off after a member list that could not be linearizable")
 	}
 	if snap.Asked {
 		// The member list came from the survivor's own view, and says whom it could not reach.
@@ -177,7 +196,7 @@ func TestObserveTLS(t *testing.T) {
 	}
 
 	noClientCert := c.request()
-	noClientCert.TLS = &TLS{CA: pki.caPEM}
+	noClientCert.TLS = &etcdstate.TLS{CA: pki.caPEM}
 	if snap := observeTimed(t, o, noClientCert); snap.Asked {
 		t.Fatalf("the cluster demands a client certificate; got %+v", snap)
 	}
@@ -236,5 +255,291 @@ func TestObserveHungMemberKeepsDeadline(t *testing.T) {
 	}
 	if !snap.Asked || !snap.Complete || !strings.Contains(snap.Err, "m-1") {
 		t.Fatalf("want the one member asked and the hung endpoint named; got %+v", snap)
+	}
+}
+
+func TestObserveHungMemberAmongAnsweringOnes(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.leader()
+	hung := c.members[2]
+	req := c.request()
+	// The pod of m-2 accepts connections and never answers: a hung process.
+	req.Endpoints[2].Address = silentEndpoint(t)
+	// With this deadline, waiting for the hung member as long as the deadline allows takes
+	// 10s; the slow-member wait ends the round 300ms after the first answer.
+	o := NewObserver(ObserverOptions{Deadline: 20 * time.Second, SlowMember: 300 * time.Millisecond, Dial: dialguard.ForTest(t)})
+	defer o.Close()
+
+	check := func(which, wantErr string) {
+		t.Helper()
+		start := time.Now()
+		snap := o.Observe(context.Background(), req)
+		took := time.Since(start)
+		if !snap.Asked || snap.Complete || snap.Inconsistent != "" || len(snap.Members) != 3 {
+			t.Fatalf("%s: want the member list with one member unknown; got %+v", which, snap)
+		}
+		if took > 5*time.Second {
+			t.Errorf("%s: took %s, as if the hung member were waited for until the deadline", which, took)
+		}
+		for _, m := range snap.Members {
+			if m.Name == hung.name {
+				if m.Reachable || len(m.Errors) == 0 || !strings.Contains(m.Errors[0], wantErr) {
+					t.Errorf("%s: hung member %+v, want unreachable with %q", which, m, wantErr)
+				}
+			} else if !m.Reachable || !m.Healthy {
+				t.Errorf("%s: member %+v should have answered", which, m)
+			}
+		}
+	}
+	check("first observation", "no answer within 300ms of the first member's")
+	// Right after, the member is backing off: asked, but not waited for at all.
+	check("second observation", "not waited for after 1 observations without an answer")
+}
+
+func TestObserveTakesAlarmsFromStatus(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.leader()
+	alarmed := c.members[1]
+	// Raise NOSPACE on m-1 as its backend would, through the raw maintenance API.
+	op := dialTest(t, c, c.members[0])
+	if _, err := pb.NewMaintenanceClient(op.cli.ActiveConnection()).Alarm(opContext(t), &pb.AlarmRequest{
+		Action: pb.AlarmRequest_ACTIVATE, MemberID: alarmed.id(), Alarm: pb.AlarmType_NOSPACE,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var snap etcdstate.Snapshot
+	for range 50 {
+		// Each member applies the alarm when it applies the entry that raised it.
+		if snap = observeTimed(t, newTestObserver(t), c.request()); snap.Complete && allAlarmed(snap) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, m := range snap.Members {
+		wantAlarm := m.ID == alarmed.id()
+		if got := len(m.Alarms) == 1 && m.Alarms[0] == "NOSPACE"; got != wantAlarm {
+			t.Errorf("member %s: alarms %v in %+v", m.Name, m.Alarms, snap)
+		}
+		// NOSPACE refuses writes; the members still read and vote.
+		if !m.Healthy {
+			t.Errorf("member %s unhealthy under a NOSPACE alarm: %+v", m.Name, m)
+		}
+		if m.DBSize == 0 || m.DBSizeInUse == 0 || m.DBSizeInUse > m.DBSize {
+			t.Errorf("member %s: database %d bytes, %d in use", m.Name, m.DBSize, m.DBSizeInUse)
+		}
+	}
+	if want := []etcdstate.Alarm{{MemberID: alarmed.id(), Type: "NOSPACE"}}; !slices.Equal(snap.Alarms, want) {
+		t.Errorf("snapshot alarms %v, want %v", snap.Alarms, want)
+	}
+}
+
+// allAlarmed reports whether every member's Status listed an alarm.
+func allAlarmed(snap etcdstate.Snapshot) bool {
+	for _, m := range snap.Members {
+		if len(m.Errors) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func TestObservingDoesNotWriteToTheRaftLog(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.leader()
+	o := newTestObserver(t)
+	req := c.request()
+	if snap := observeTimed(t, o, req); !snap.Complete {
+		t.Fatalf("warm-up: %+v", snap)
+	}
+	// A fresh cluster appends a few entries of its own (cluster version, member attributes);
+	// wait until its log is still before counting.
+	before := leader.etcd.Server.CommittedIndex()
+	for range 100 {
+		time.Sleep(50 * time.Millisecond)
+		now := leader.etcd.Server.CommittedIndex()
+		if now == before {
+			break
+		}
+		before = now
+	}
+	complete := 0
+	for range 1000 {
+		if o.Observe(context.Background(), req).Complete {
+			complete++
+		}
+	}
+	if after := leader.etcd.Server.CommittedIndex(); after != before {
+		t.Errorf("the raft index moved from %d to %d across 1,000 observations: observing wrote to the log", before, after)
+	}
+	// A loaded machine may cut a member now and then; most observations must have asked all.
+	if complete < 500 {
+		t.Errorf("only %d of 1,000 observations were complete: too few to show anything", complete)
+	}
+}
+
+func TestObserverDialsThroughItsDialer(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	var mu sync.Mutex
+	dialled := map[string]bool{}
+	var d net.Dialer
+	o := NewObserver(ObserverOptions{Deadline: testDeadline, Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialled[addr] = true
+		mu.Unlock()
+		return d.DialContext(ctx, "tcp", addr)
+	}})
+	defer o.Close()
+	if snap := observeTimed(t, o, c.request()); !snap.Complete {
+		t.Fatalf("%+v", snap)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if addr := c.members[0].clientURL.Host; !dialled[addr] {
+		t.Errorf("dialled %v, not %s", dialled, addr)
+	}
+}
+
+// pausableProxy forwards TCP connections to target; while paused it forwards nothing, like a
+// member that hangs and later recovers.
+type pausableProxy struct {
+	addr   string
+	mu     sync.Mutex
+	paused bool
+}
+
+func newPausableProxy(t *testing.T, target string) *pausableProxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pausableProxy{addr: l.Addr().String()}
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			go p.pipe(in, out)
+			go p.pipe(out, in)
+		}
+	}()
+	return p
+}
+
+func (p *pausableProxy) set(paused bool) {
+	p.mu.Lock()
+	p.paused = paused
+	p.mu.Unlock()
+}
+
+// pipe copies from src to dst, holding each chunk back while paused.
+func (p *pausableProxy) pipe(src, dst net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		for {
+			p.mu.Lock()
+			paused := p.paused
+			p.mu.Unlock()
+			if !paused {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+func TestObserveSeesAHungMemberAgainAsSoonAsItAnswers(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.leader()
+	flaky := c.members[2]
+	proxy := newPausableProxy(t, flaky.clientURL.Host)
+	req := c.request()
+	req.Endpoints[2].Address = proxy.addr
+	o := NewObserver(ObserverOptions{Deadline: 20 * time.Second, SlowMember: time.Second, Dial: dialguard.ForTest(t)})
+	defer o.Close()
+	member := func(snap etcdstate.Snapshot) etcdstate.Member {
+		for _, m := range snap.Members {
+			if m.Name == flaky.name {
+				return m
+			}
+		}
+		t.Fatalf("%s not in the member list: %+v", flaky.name, snap)
+		return etcdstate.Member{}
+	}
+	if m := member(o.Observe(context.Background(), req)); !m.Reachable {
+		t.Fatalf("before the hang: %+v", m)
+	}
+	proxy.set(true)
+	for _, want := range []string{"no answer within 1s of the first member's", "not waited for after 1 observations"} {
+		if m := member(o.Observe(context.Background(), req)); m.Reachable || len(m.Errors) == 0 || !strings.Contains(m.Errors[0], want) {
+			t.Fatalf("while hung: %+v, want an error saying %q", m, want)
+		}
+	}
+	proxy.set(false)
+	// Still backing off, the member is asked and, answering with the others, seen at once.
+	// A loaded machine may delay one answer past the grace; three tries are plenty.
+	for try := 1; ; try++ {
+		m := member(o.Observe(context.Background(), req))
+		if m.Reachable && m.Healthy {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("after the hang ended: %+v", m)
+		}
+	}
+}
+
+func TestBackOffGrowsOnlyWithFullWaitsMissed(t *testing.T) {
+	m := &memberClient{}
+	now := time.Now()
+	m.record(false, true, now)
+	if missed, off := m.backingOff(now.Add(999 * time.Millisecond)); !off || missed != 1 {
+		t.Fatalf("after one miss: missed %d, backing off %v; want 1 and true for 1s", missed, off)
+	}
+	if _, off := m.backingOff(now.Add(time.Second)); off {
+		t.Fatal("still backing off after 1s")
+	}
+	m.record(false, false, now.Add(500*time.Millisecond))
+	if missed, _ := m.backingOff(now); missed != 1 {
+		t.Fatalf("a miss while backing off counted: missed %d", missed)
+	}
+	m.record(false, true, now.Add(time.Second))
+	if _, off := m.backingOff(now.Add(2900 * time.Millisecond)); !off {
+		t.Fatal("the second full miss did not double the back-off to 2s")
+	}
+	for range 10 {
+		m.record(false, true, now)
+	}
+	if _, off := m.backingOff(now.Add(maxBackOff)); off {
+		t.Fatalf("backing off beyond %s", maxBackOff)
+	}
+	m.record(true, false, now)
+	if missed, off := m.backingOff(now); off || missed != 0 {
+		t.Fatalf("an answer did not end the back-off: missed %d, backing off %v", missed, off)
 	}
 }

@@ -50,7 +50,7 @@ type Operator struct {
 
 // Dial prepares an Operator for the cluster at endpoints (client URLs of voters). It does not
 // wait for a connection: the first operation does, under its caller's context.
-func Dial(endpoints []string, t *TLS) (*Operator, error) {
+func Dial(endpoints []string, t *etcdstate.TLS) (*Operator, error) {
 	if len(endpoints) == 0 {
 		return nil, errNoEndpoints
 	}
@@ -63,7 +63,7 @@ func Dial(endpoints []string, t *TLS) (*Operator, error) {
 	}
 	if t != nil {
 		// The server name comes from each endpoint's URL, so it is left empty here.
-		tc, err := t.config("")
+		tc, err := tlsConfig(t, "")
 		if err != nil {
 			return nil, err
 		}

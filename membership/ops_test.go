@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"etcdops.dev/etcdops/etcdstate"
 )
 
 func dialTest(t *testing.T, c *testCluster, ms ...*testMember) *Operator {
 	t.Helper()
-	var tlsMaterial *TLS
+	var tlsMaterial *etcdstate.TLS
 	if c.pki != nil {
 		tlsMaterial = c.pki.clientTLS
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+
+	"etcdops.dev/etcdops/etcdstate"
 )
 
 // testPKI is a CA made for one test, its client certificate, and server certificates on
@@ -25,7 +27,7 @@ type testPKI struct {
 	ca        *x509.Certificate
 	caKey     *ecdsa.PrivateKey
 	caPEM     []byte
-	clientTLS *TLS
+	clientTLS *etcdstate.TLS
 }
 
 func newTestPKI(t testing.TB) *testPKI {
@@ -50,7 +52,7 @@ func newTestPKI(t testing.TB) *testPKI {
 	}
 	p := &testPKI{dir: t.TempDir(), ca: ca, caKey: key, caPEM: pemBlock("CERTIFICATE", der)}
 	cert, keyPEM := p.issue(t, "etcdops-client", nil, x509.ExtKeyUsageClientAuth)
-	p.clientTLS = &TLS{CA: p.caPEM, Cert: cert, Key: keyPEM}
+	p.clientTLS = &etcdstate.TLS{CA: p.caPEM, Cert: cert, Key: keyPEM}
 	return p
 }
 

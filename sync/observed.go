@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -18,27 +19,36 @@ var serverSetMetadata = []string{
 }
 
 // unchanged returns an observed child as the hook last asked for it: Metacontroller's
-// last-applied annotation when present (so a hold re-applies exactly what was applied
-// before), else the object without server-set fields and status.
+// last-applied annotation when it holds an object (so a hold re-applies exactly what was
+// applied before), else the object without server-set fields and status. The JSON is made
+// only when the answer is encoded: most syncs read no more of an observed child than its
+// kind and name.
 func unchanged(apiVersion, kind string, meta metav1.ObjectMeta, obj any) Child {
-	child := Child{APIVersion: apiVersion, Kind: kind, Name: meta.Name}
-	if last := meta.Annotations[AnnotationLastApplied]; last != "" && json.Valid([]byte(last)) {
-		var m map[string]any
-		if json.Unmarshal([]byte(last), &m) == nil {
-			child.Object = m
-			return child
-		}
+	return Child{APIVersion: apiVersion, Kind: kind, Name: meta.Name, Object: observedObject{apiVersion: apiVersion, kind: kind, meta: &meta, obj: obj}}
+}
+
+// observedObject is an observed child that encodes as unchanged describes.
+type observedObject struct {
+	apiVersion, kind string
+	meta             *metav1.ObjectMeta
+	obj              any
+}
+
+// MarshalJSON encodes the last-applied object as it was applied, or the stripped observed one.
+func (o observedObject) MarshalJSON() ([]byte, error) {
+	if last := o.meta.Annotations[AnnotationLastApplied]; isJSONObject(last) {
+		return []byte(last), nil
 	}
-	b, err := json.Marshal(obj)
+	b, err := json.Marshal(o.obj)
 	if err != nil {
-		panic(fmt.Sprintf("sync: encoding an observed %s: %v", kind, err))
+		return nil, fmt.Errorf("sync: encoding an observed %s: %w", o.kind, err)
 	}
 	var m map[string]any
 	if err := json.Unmarshal(b, &m); err != nil {
-		panic(fmt.Sprintf("sync: decoding an observed %s: %v", kind, err))
+		return nil, fmt.Errorf("sync: decoding an observed %s: %w", o.kind, err)
 	}
 	delete(m, "status")
-	m["apiVersion"], m["kind"] = apiVersion, kind
+	m["apiVersion"], m["kind"] = o.apiVersion, o.kind
 	if md, ok := m["metadata"].(map[string]any); ok {
 		for _, k := range serverSetMetadata {
 			delete(md, k)
@@ -50,8 +60,13 @@ func unchanged(apiVersion, kind string, meta metav1.ObjectMeta, obj any) Child {
 			}
 		}
 	}
-	child.Object = prune(m)
-	return child
+	return json.Marshal(prune(m))
+}
+
+// isJSONObject reports whether s is one valid JSON object.
+func isJSONObject(s string) bool {
+	t := strings.TrimLeft(s, " \t\r\n")
+	return strings.HasPrefix(t, "{") && json.Valid([]byte(t))
 }
 
 // prune drops nulls and empty status objects that typed API structs emit for fields the

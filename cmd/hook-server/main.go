@@ -13,14 +13,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
+	"etcdops.dev/etcdops/cmd/hook-server/hookserver"
 	"etcdops.dev/etcdops/hooks"
 	"etcdops.dev/etcdops/membership"
 	"etcdops.dev/etcdops/sync"
@@ -29,7 +28,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "hook-server:", err)
 		os.Exit(1)
 	}
@@ -42,6 +41,9 @@ type config struct {
 	toolImage       string
 	syncTimeout     time.Duration
 	observeTimeout  time.Duration
+	slowMember      time.Duration
+	maxClusters     int
+	drainPeriod     time.Duration
 	shutdownTimeout time.Duration
 	maxBodyBytes    int64
 	logLevel        string
@@ -69,7 +71,12 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	// Metacontroller gives up after 10s by default; leave room for the network and a retry.
 	fs.DurationVar(&c.syncTimeout, "sync-timeout", hooks.DefaultSyncTimeout, "upper bound of one hook call, etcd observation included")
 	fs.DurationVar(&c.observeTimeout, "observe-timeout", hooks.DefaultObserveTimeout, "upper bound of one etcd observation; past it the sync holds")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight calls may finish after SIGTERM")
+	fs.DurationVar(&c.slowMember, "slow-member-timeout", membership.DefaultSlowMember, "once one etcd member has answered, how long the others are waited for; a slower one is reported unknown for that sync")
+	fs.IntVar(&c.maxClusters, "max-cached-clusters", membership.DefaultMaxClients, "how many clusters keep open etcd clients between syncs")
+	// The readiness probe (every 5s, 2 failures) and the endpoints update need this long to
+	// take the pod out of the Service.
+	fs.DurationVar(&c.drainPeriod, "drain-period", 15*time.Second, "after SIGTERM, how long /readyz answers 503 while calls are still served")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "after the drain, how long in-flight calls may take to finish")
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", hooks.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or text")
@@ -97,8 +104,14 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	switch {
 	case (c.tlsCertFile == "") != (c.tlsKeyFile == ""):
 		return c, errors.New("--tls-cert-file and --tls-key-file go together")
-	case c.syncTimeout <= 0 || c.observeTimeout <= 0:
-		return c, errors.New("--sync-timeout and --observe-timeout must be positive")
+	case c.syncTimeout <= 0 || c.observeTimeout <= 0 || c.slowMember <= 0:
+		return c, errors.New("--sync-timeout, --observe-timeout and --slow-member-timeout must be positive")
+	case c.slowMember >= c.observeTimeout:
+		return c, fmt.Errorf("--slow-member-timeout %s must be below --observe-timeout %s", c.slowMember, c.observeTimeout)
+	case c.maxClusters <= 0:
+		return c, errors.New("--max-cached-clusters must be positive")
+	case c.drainPeriod < 0 || c.shutdownTimeout < 0:
+		return c, errors.New("--drain-period and --shutdown-timeout cannot be negative")
 	case c.observeTimeout >= c.syncTimeout:
 		return c, fmt.Errorf("--observe-timeout %s must be below --sync-timeout %s, so a slow etcd still gets an answer", c.observeTimeout, c.syncTimeout)
 	case c.maxBodyBytes <= 0:
@@ -122,9 +135,9 @@ func newLogger(c config, out io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: allowed json or text", c.logFormat)
 }
 
-// run serves until ctx is done, then stops taking new calls, reports not ready and lets
-// in-flight calls finish within --shutdown-timeout.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+// run serves until ctx is done, then drains and shuts down as hookserver.Serve does. dial
+// connects to etcd members; nil dials directly.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, dial func(context.Context, string) (net.Conn, error)) error {
 	c, err := parseFlags(args, getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -146,60 +159,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return fmt.Errorf("--auth-token-file %s is empty", c.authTokenFile)
 		}
 	}
-
-	observer := membership.NewObserver(membership.ObserverOptions{Deadline: c.observeTimeout})
-	defer observer.Close()
-	var ready atomic.Bool
-	handler := hooks.NewHandler(hooks.Deps{
-		Config:         sync.Config{ClusterDomain: c.clusterDomain, ToolImage: c.toolImage},
-		Etcd:           observer,
-		Log:            log,
-		MaxBodyBytes:   c.maxBodyBytes,
-		SyncTimeout:    c.syncTimeout,
-		ObserveTimeout: c.observeTimeout,
-		AuthToken:      token,
-		Ready:          ready.Load,
+	srv := hookserver.New(hookserver.Options{
+		Config:          sync.Config{ClusterDomain: c.clusterDomain, ToolImage: c.toolImage},
+		SyncTimeout:     c.syncTimeout,
+		ObserveTimeout:  c.observeTimeout,
+		SlowMember:      c.slowMember,
+		MaxClusters:     c.maxClusters,
+		MaxBodyBytes:    c.maxBodyBytes,
+		AuthToken:       token,
+		TLSCertFile:     c.tlsCertFile,
+		TLSKeyFile:      c.tlsKeyFile,
+		DrainPeriod:     c.drainPeriod,
+		ShutdownTimeout: c.shutdownTimeout,
+		Log:             log,
+		Dial:            dial,
 	})
-
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       c.syncTimeout + 10*time.Second,
-		WriteTimeout:      c.syncTimeout + 10*time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	served := make(chan error, 1)
-	go func() {
-		if c.tlsCertFile != "" {
-			served <- srv.ServeTLS(ln, c.tlsCertFile, c.tlsKeyFile)
-			return
-		}
-		served <- srv.Serve(ln)
-	}()
-	log.Info("listening", "addr", ln.Addr().String(), "tls", c.tlsCertFile != "", "auth", token != "",
-		"clusterDomain", c.clusterDomain, "toolImage", c.toolImage, "syncTimeout", c.syncTimeout.String(), "observeTimeout", c.observeTimeout.String())
-	ready.Store(true)
-
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	ready.Store(false)
-	log.Info("shutting down", "timeout", c.shutdownTimeout.String())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	log.Info("stopped")
-	return nil
+	return srv.Serve(ctx, ln)
 }

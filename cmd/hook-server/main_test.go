@@ -20,17 +20,24 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"etcdops.dev/etcdops/test/dialguard"
 )
 
-// startServer runs run on 127.0.0.1:0, waits for its "listening" log line and returns the base
-// URL, a stop function and the channel run's result arrives on.
+// startServer runs run on 127.0.0.1:0 without a drain period (unless args set one), with the
+// dial guard, waits for its "listening" log line and returns the base URL, a stop function
+// and the channel run's result arrives on.
 func startServer(t *testing.T, args []string, env map[string]string) (string, context.CancelFunc, <-chan error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, append([]string{"--addr=127.0.0.1:0"}, args...), func(k string) string { return env[k] }, pw)
+		done <- run(ctx, append([]string{"--addr=127.0.0.1:0", "--drain-period=0"}, args...), func(k string) string { return env[k] }, pw, dialguard.ForTest(t))
 		pw.Close()
 	}()
 	addr := make(chan string, 1)
@@ -146,6 +153,57 @@ func TestShutdownLetsAnInFlightSyncFinish(t *testing.T) {
 	}
 }
 
+func TestShutdownDrainsBeforeTheListenerCloses(t *testing.T) {
+	const drain = 3 * time.Second
+	base, stop, done := startServer(t, []string{"--drain-period=" + drain.String()}, nil)
+	get := func(path string) (int, error) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := get("/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz before shutdown: %d %v", code, err)
+	}
+	stopped := time.Now()
+	stop()
+	// Within the drain the pod is not ready, and yet still answers: calls routed here
+	// before the Service dropped it must not fail.
+	notReady := false
+	for range 100 {
+		if code, err := get("/readyz"); err != nil {
+			t.Fatalf("/readyz during the drain: %v", err)
+		} else if code == http.StatusServiceUnavailable {
+			notReady = true
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !notReady {
+		t.Fatal("/readyz never answered 503 after shutdown began")
+	}
+	if code, err := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz during the drain: %d %v", code, err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/customize", strings.NewReader(`{"parent":{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"a","namespace":"b"}}}`))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("a hook call during the drain: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if took := time.Since(stopped); took < drain {
+		t.Errorf("run returned %s after shutdown began, before the %s drain was over", took, drain)
+	}
+	if _, err := get("/healthz"); err == nil {
+		t.Error("the listener still answers after run returned")
+	}
+}
+
 func TestRunRequiresTheAuthTokenFromTheFile(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
@@ -242,7 +300,8 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{"defaults suit an in-cluster Deployment", nil, nil, func(c config) bool {
 			return c.addr == ":8080" && c.clusterDomain == "cluster.local" && c.syncTimeout == 5*time.Second &&
-				c.observeTimeout == 3*time.Second && c.maxBodyBytes == 8<<20 && c.logFormat == "json"
+				c.observeTimeout == 3*time.Second && c.maxBodyBytes == 8<<20 && c.logFormat == "json" &&
+				c.drainPeriod == 15*time.Second && c.shutdownTimeout == 20*time.Second && c.slowMember == 250*time.Millisecond
 		}, ""},
 		{"the environment sets a flag", nil, map[string]string{"ETCDOPS_CLUSTER_DOMAIN": "corp.local", "ETCDOPS_MAX_BODY_BYTES": "1024"},
 			func(c config) bool { return c.clusterDomain == "corp.local" && c.maxBodyBytes == 1024 }, ""},
@@ -253,6 +312,12 @@ func TestParseFlags(t *testing.T) {
 		{"observation must leave time to answer", []string{"--observe-timeout=5s", "--sync-timeout=5s"}, nil, nil,
 			"--observe-timeout 5s must be below --sync-timeout 5s"},
 		{"a certificate needs its key", []string{"--tls-cert-file=a.pem"}, nil, nil, "--tls-cert-file and --tls-key-file go together"},
+		{"a slow member is given up on before the observation is", []string{"--slow-member-timeout=3s"}, nil, nil,
+			"--slow-member-timeout 3s must be below --observe-timeout 3s"},
+		{"the drain and the slow-member wait are flags", []string{"--drain-period=2s", "--slow-member-timeout=100ms", "--max-cached-clusters=10"}, nil,
+			func(c config) bool {
+				return c.drainPeriod == 2*time.Second && c.slowMember == 100*time.Millisecond && c.maxClusters == 10
+			}, ""},
 		{"stray arguments are refused", []string{"serve"}, nil, nil, "unexpected arguments"},
 	}
 	for _, tt := range tests {
@@ -272,7 +337,7 @@ func TestParseFlags(t *testing.T) {
 
 func TestRunHelpIsNotAnError(t *testing.T) {
 	var out strings.Builder
-	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &out); err != nil {
+	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &out, dialguard.ForTest(t)); err != nil {
 		t.Fatalf("run -h: %v", err)
 	}
 	if !strings.Contains(out.String(), "-observe-timeout") {
@@ -283,8 +348,41 @@ func TestRunHelpIsNotAnError(t *testing.T) {
 func TestRunFailsOnBusyAddress(t *testing.T) {
 	base, stop, done := startServer(t, nil, nil)
 	defer func() { stop(); <-done }()
-	err := run(context.Background(), []string{"--addr=" + strings.TrimPrefix(base, "http://")}, func(string) string { return "" }, io.Discard)
+	err := run(context.Background(), []string{"--addr=" + strings.TrimPrefix(base, "http://")}, func(string) string { return "" }, io.Discard, dialguard.ForTest(t))
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Errorf("run on a busy address: %v, want a listen error", err)
+	}
+}
+
+func TestDeploymentGraceCoversTheDrainAndTheShutdown(t *testing.T) {
+	raw, err := os.ReadFile("../../manifests/metacontroller/deployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	pod := d.Spec.Template.Spec
+	var hook *corev1.Container
+	for i := range pod.Containers {
+		if pod.Containers[i].Name == "hook-server" {
+			hook = &pod.Containers[i]
+		}
+	}
+	if hook == nil || hook.ReadinessProbe == nil || pod.TerminationGracePeriodSeconds == nil {
+		t.Fatalf("no hook-server container with a readiness probe and a grace period in %s", raw)
+	}
+	c, err := parseFlags(hook.Args, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatalf("the Deployment's args: %v", err)
+	}
+	probe := hook.ReadinessProbe
+	notice := time.Duration(probe.PeriodSeconds*probe.FailureThreshold) * time.Second
+	if c.drainPeriod < notice {
+		t.Errorf("--drain-period %s is shorter than the %s the readiness probe needs to notice", c.drainPeriod, notice)
+	}
+	if grace := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second; grace < c.drainPeriod+c.shutdownTimeout {
+		t.Errorf("terminationGracePeriodSeconds %s does not cover --drain-period %s and --shutdown-timeout %s", grace, c.drainPeriod, c.shutdownTimeout)
 	}
 }

@@ -6,36 +6,39 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"strings"
 	gosync "sync"
 	"time"
 
 	"etcdops.dev/etcdops/cmd/etcdops-member/membertool"
-	"etcdops.dev/etcdops/hooks"
-	"etcdops.dev/etcdops/membership"
+	"etcdops.dev/etcdops/cmd/hook-server/hookserver"
 	"etcdops.dev/etcdops/sync"
+	"etcdops.dev/etcdops/test/dialguard"
 )
 
-// InProcessHook starts the real hook handler (hooks.NewHandler with the real membership
-// Observer, as cmd/hook-server wires them) on an ephemeral port of 127.0.0.1.
+// InProcessHook starts the hook server exactly as cmd/hook-server builds it (hookserver.New:
+// the hooks handler over the real membership Observer, with the shipped defaults) on an
+// ephemeral port of 127.0.0.1, dialling etcd through dialguard: a dial outside 127.0.0.0/8
+// is refused and panics, which fails the test or the playground at once.
 // Stopping it closes the server and the Observer at once, as a crash would: the next start
 // has no state from the last.
 func InProcessHook(cfg sync.Config, log *slog.Logger) HookStarter {
 	return func(_ context.Context, clock *HookClock) (string, func(), error) {
-		obs := membership.NewObserver(membership.ObserverOptions{})
-		h := hooks.NewHandler(hooks.Deps{Config: cfg, Etcd: obs, Log: log, Now: clock.Now})
+		srv := hookserver.New(hookserver.Options{
+			Config: cfg,
+			Log:    log,
+			Now:    clock.Now,
+			Dial: dialguard.Dialer(func(addr string) {
+				panic(fmt.Sprintf("harness: the hook dialled %s, outside 127.0.0.0/8", addr))
+			}),
+		})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			obs.Close()
+			srv.Close()
 			return "", nil, err
 		}
-		srv := &http.Server{Handler: h}
-		go srv.Serve(ln)
-		return "http://" + ln.Addr().String(), func() {
-			srv.Close()
-			obs.Close()
-		}, nil
+		go srv.Serve(context.Background(), ln)
+		return "http://" + ln.Addr().String(), srv.Close, nil
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
 	"etcdops.dev/etcdops/launcher"
 	"etcdops.dev/etcdops/membership"
@@ -124,11 +125,11 @@ func parseOperation(cmd string, args []string) (operationFlags, error) {
 }
 
 // tls reads the TLS files; nil when the endpoints are plain HTTP and no file is given.
-func (f operationFlags) tls() (*membership.TLS, error) {
+func (f operationFlags) tls() (*etcdstate.TLS, error) {
 	if f.cacert == "" && f.cert == "" && f.key == "" && !strings.Contains(f.endpoints, "https://") {
 		return nil, nil
 	}
-	var t membership.TLS
+	var t etcdstate.TLS
 	for _, file := range []struct {
 		path string
 		into *[]byte

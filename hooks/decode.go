@@ -1,0 +1,240 @@
+package hooks
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/sync"
+)
+
+// syncRequest is the body of a sync or finalize call, decoded in one pass over the body:
+// each child and related object goes straight into its typed struct. The parent is kept as
+// raw bytes and decoded once the whole body has parsed, so that the parent's checks come
+// first whatever the order of the body's members. The controller object is not read.
+type syncRequest struct {
+	parent     json.RawMessage
+	children   objectSets
+	related    objectSets
+	finalizing bool
+	// unknownChild is the first child type with objects that this hook does not manage.
+	unknownChild string
+}
+
+// objectSets are the inner maps of children or related, by type key; within a type by the
+// map's key (name in hook v1, namespace/name in v2), so a repeated key keeps its last value
+// as a JSON object's would.
+type objectSets struct {
+	statefulSets map[string]*appsv1.StatefulSet
+	services     map[string]*corev1.Service
+	configMaps   map[string]*corev1.ConfigMap
+	pdbs         map[string]*policyv1.PodDisruptionBudget
+	jobs         map[string]*batchv1.Job
+	pods         map[string]*corev1.Pod
+	secrets      map[string]*corev1.Secret
+}
+
+// decodeOptions: the decoder validates and decodes in the same single pass (encoding/json
+// scans every value twice, once to find its end and once to decode it). Names match
+// case-sensitively, as the API server's own decoding does; repeated names and invalid UTF-8
+// are let through as encoding/json lets them.
+var decodeOptions = []jsonv2.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
+
+// readSyncRequest decodes the body as it arrives. A body that is not JSON, whose outer
+// structure is not a hook request's, or with an object that is not one of its kind is
+// refused as malformed; the parent and the child types are checked after.
+func readSyncRequest(r *http.Request) (syncRequest, error) {
+	var req syncRequest
+	dec := jsontext.NewDecoder(r.Body, decodeOptions...)
+	err := members(dec, "a sync request", func(key string) error {
+		switch {
+		case strings.EqualFold(key, "parent"):
+			v, err := dec.ReadValue()
+			req.parent = append(json.RawMessage(nil), v...)
+			return err
+		case strings.EqualFold(key, "children"):
+			return members(dec, key, func(typ string) error { return req.children.decode(dec, typ, &req, true) })
+		case strings.EqualFold(key, "related"):
+			return members(dec, key, func(typ string) error { return req.related.decode(dec, typ, &req, false) })
+		case strings.EqualFold(key, "finalizing"):
+			return decodeValue(dec, key, &req.finalizing)
+		}
+		return dec.SkipValue()
+	})
+	if err == nil {
+		if _, trailing := dec.ReadToken(); trailing != io.EOF {
+			err = refuse(errMalformed, "data after the request object")
+		}
+	}
+	return req, bodyError(err)
+}
+
+// bodyError maps what reading and decoding the body failed with to the answer's class.
+func bodyError(err error) error {
+	var tooLarge *http.MaxBytesError
+	var re *requestError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &tooLarge):
+		return fmt.Errorf("the body exceeds %d bytes: %w", tooLarge.Limit, err)
+	case errors.As(err, &re):
+		return err
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return refuse(errMalformed, "unexpected end of JSON input")
+	}
+	return refuse(errMalformed, "%v", err)
+}
+
+// members calls f for each name of the JSON object dec is at, with dec at the member's value;
+// null is an object without members.
+func members(dec *jsontext.Decoder, what string, f func(name string) error) error {
+	t, err := dec.ReadToken()
+	if err != nil {
+		return err
+	}
+	switch t.Kind() {
+	case 'n':
+		return nil
+	case '{':
+	default:
+		return refuse(errMalformed, "cannot unmarshal %s into %s: want an object", kindName(t.Kind()), what)
+	}
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		if err := f(name.String()); err != nil {
+			return err
+		}
+	}
+	_, err = dec.ReadToken()
+	return err
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case 't', 'f':
+		return "bool"
+	}
+	return k.String()
+}
+
+// decodeValue decodes the value dec is at into v; a value of the wrong type is malformed.
+func decodeValue(dec *jsontext.Decoder, what string, v any) error {
+	err := jsonv2.UnmarshalDecode(dec, v)
+	var semantic *jsonv2.SemanticError
+	if errors.As(err, &semantic) {
+		return refuse(errMalformed, "%s: %v", what, err)
+	}
+	return err
+}
+
+// decode reads the inner map of type typ into its set. A child type this hook does not
+// manage is only counted; a related type it does not read is skipped.
+func (s *objectSets) decode(dec *jsontext.Decoder, typ string, req *syncRequest, children bool) error {
+	switch {
+	case children && typ == keyStatefulSet:
+		return decodeSet(dec, typ, &s.statefulSets)
+	case children && typ == keyService:
+		return decodeSet(dec, typ, &s.services)
+	case children && typ == keyConfigMap:
+		return decodeSet(dec, typ, &s.configMaps)
+	case children && typ == keyPDB:
+		return decodeSet(dec, typ, &s.pdbs)
+	case children && typ == keyJob:
+		return decodeSet(dec, typ, &s.jobs)
+	case !children && typ == keyPod:
+		return decodeSet(dec, typ, &s.pods)
+	case !children && typ == keySecret:
+		return decodeSet(dec, typ, &s.secrets)
+	case !children:
+		return dec.SkipValue()
+	}
+	n := 0
+	err := members(dec, typ, func(string) error { n++; return dec.SkipValue() })
+	if n > 0 && req.unknownChild == "" {
+		req.unknownChild = typ
+	}
+	return err
+}
+
+// decodeSet decodes each object of one inner map into set; null entries are absent.
+func decodeSet[T any](dec *jsontext.Decoder, typ string, set *map[string]*T) error {
+	return members(dec, typ, func(key string) error {
+		var obj *T
+		err := jsonv2.UnmarshalDecode(dec, &obj)
+		var semantic *jsonv2.SemanticError
+		if errors.As(err, &semantic) {
+			return refuse(errMalformed, "%s %q: %v", typ, key, err)
+		}
+		if err != nil {
+			return err
+		}
+		if *set == nil {
+			*set = map[string]*T{}
+		}
+		if obj == nil {
+			delete(*set, key)
+			return nil
+		}
+		(*set)[key] = obj
+		return nil
+	})
+}
+
+// sorted returns the objects of set by namespace and name, so the planner sees the same order
+// whatever the map's key style.
+func sorted[T any, P interface {
+	*T
+	metav1.Object
+}](set map[string]*T) []T {
+	if len(set) == 0 {
+		return nil
+	}
+	out := make([]T, 0, len(set))
+	for _, obj := range set {
+		out = append(out, *obj)
+	}
+	slices.SortFunc(out, func(a, b T) int {
+		pa, pb := P(&a), P(&b)
+		return cmp.Or(cmp.Compare(pa.GetNamespace(), pb.GetNamespace()), cmp.Compare(pa.GetName(), pb.GetName()))
+	})
+	return out
+}
+
+// observedChildren are the request's children for the planner, once the child types have
+// been checked.
+func (req *syncRequest) observedChildren() (sync.Children, error) {
+	if req.unknownChild != "" {
+		return sync.Children{}, refuse(errUnprocessable, "children of type %q are not managed by this hook; remove that child resource from the CompositeController", req.unknownChild)
+	}
+	return sync.Children{
+		StatefulSets: sorted(req.children.statefulSets),
+		Services:     sorted(req.children.services),
+		ConfigMaps:   sorted(req.children.configMaps),
+		PDBs:         sorted(req.children.pdbs),
+		Jobs:         sorted(req.children.jobs),
+	}, nil
+}
