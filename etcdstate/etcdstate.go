@@ -91,9 +91,6 @@ func (s Snapshot) Leader() (Member, bool) {
 	return Member{}, false
 }
 
-// Quorum is the number of voters that must agree for a change to commit.
-func Quorum(voters int) int { return voters/2 + 1 }
-
 // Endpoint is where to reach one member's client port.
 type Endpoint struct {
 	// Member is the pod name.

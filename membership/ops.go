@@ -245,7 +245,7 @@ func (o *Operator) Remove(ctx context.Context, name string, id uint64) (Outcome,
 			}
 		}
 		up := o.countUp(ctx, rest)
-		if !canRemoveVoter(len(rest), up) {
+		if !etcdstate.QuorumAfterRemoval(len(rest)+1, up) {
 			return 0, refused("removing voter %s leaves %d voters of which %d answer, below quorum %d", name, len(rest), up, etcdstate.Quorum(len(rest)))
 		}
 	}
@@ -261,12 +261,6 @@ func (o *Operator) Remove(ctx context.Context, name string, id uint64) (Outcome,
 		return 0, retryable("remove %s: %v", name, err)
 	}
 	return 0, transient("remove "+name, err)
-}
-
-// canRemoveVoter reports whether the voters that remain after a removal keep quorum: at
-// least one must remain, and a majority of the remaining voters must be up.
-func canRemoveVoter(votersAfter, upAfter int) bool {
-	return votersAfter > 0 && upAfter >= etcdstate.Quorum(votersAfter)
 }
 
 // countUp counts the started members that answer Status without errors, asking in parallel.

@@ -181,22 +181,3 @@ func TestMoveLeaderThroughFollower(t *testing.T) {
 	out, err = op.MoveLeader(ctx, transferee.name, transferee.id())
 	wantOutcome(t, "move leader again", out, err, AlreadyDone)
 }
-
-func TestCanRemoveVoter(t *testing.T) {
-	for _, tc := range []struct {
-		story       string
-		after, up   int
-		wantAllowed bool
-	}{
-		{"the last voter cannot go", 0, 0, false},
-		{"3 to 2, both up", 2, 2, true},
-		{"3 to 2, one of them down", 2, 1, false},
-		{"5 to 4, three up", 4, 3, true},
-		{"5 to 4, two up", 4, 2, false},
-		{"2 to 1, it is up", 1, 1, true},
-	} {
-		if got := canRemoveVoter(tc.after, tc.up); got != tc.wantAllowed {
-			t.Errorf("%s: canRemoveVoter(%d, %d) = %v", tc.story, tc.after, tc.up, got)
-		}
-	}
-}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
 )
 
@@ -48,7 +49,7 @@ func checkInvariants(v *view, s step) error {
 				if m.Healthy {
 					others--
 				}
-				if !canRemoveVoter(voters, others) {
+				if !etcdstate.QuorumAfterRemoval(voters, others) {
 					return fmt.Errorf("removing voter %s would leave %d healthy of %d voters", m.name, others, voters-1)
 				}
 			}
@@ -96,7 +97,7 @@ func checkInvariants(v *view, s step) error {
 			return fmt.Errorf("replacing leader %s while %s could take leadership", m.name, v.leaderTarget(m).name)
 		}
 		if m != nil && !m.IsLearner && m.Healthy {
-			if !canDisruptVoter(voters, healthy-1) {
+			if !etcdstate.QuorumWhileOneIsDown(voters, healthy-1) {
 				return fmt.Errorf("replacing %s would leave %d healthy of %d voters", m.name, healthy-1, voters)
 			}
 			target = m
@@ -106,7 +107,7 @@ func checkInvariants(v *view, s step) error {
 	if r := s.recoveryJoin; r != nil {
 		prev := v.obs.Cluster.Status.Recovery
 		switch {
-		case hasQuorum(voters, healthy):
+		case etcdstate.HasQuorum(voters, healthy):
 			return errors.New("forcing a new cluster while quorum holds")
 		case prev == nil || prev.Survivor != r.Survivor || prev.Token != r.Token || prev.Phase != recoveryChosen && prev.Phase != recoveryForcing:
 			return fmt.Errorf("forcing a new cluster from %s before status recorded the choice", r.Survivor)

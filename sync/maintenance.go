@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
 )
 
 // Database maintenance: a NOSPACE alarm remediated in the fix stage (7b), alarms of members
@@ -165,7 +166,7 @@ func (p *planner) defragmentStep(m *member, op, why string) step {
 		}
 	}
 	// Under NOSPACE writes are refused already: a cluster of two may pause a member for it.
-	if !m.IsLearner && !canDisruptVoter(len(p.voters()), p.healthyVoters()-1) && !(op == opNoSpace && len(p.voters()) == 2) {
+	if !m.IsLearner && !etcdstate.QuorumWhileOneIsDown(len(p.voters()), p.healthyVoters()-1) && !(op == opNoSpace && len(p.voters()) == 2) {
 		return p.maintaining(p.wait(m.name, why+": defragmenting "+m.name+" pauses it, which would leave no healthy quorum", resyncHold), op, phase, m.name)
 	}
 	s := p.runJob(memberJob{verb: verbDefragment, member: m.name, id: m.ID}, Defragment,

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
 )
 
@@ -217,10 +218,10 @@ func (p *planner) quorumLost() (step, bool) {
 	// reads and writes, not membership changes, which is how it is replaced (7f).
 	corrupt := p.filter(func(m *member) bool { return !m.IsLearner && m.Reachable && hasAlarm(m.Member, "CORRUPT") })
 	voters, healthy := len(p.voters()), p.healthyVoters()+len(corrupt)
-	if hasQuorum(voters, healthy) {
+	if etcdstate.HasQuorum(voters, healthy) {
 		return step{}, false
 	}
-	if silent := p.unansweredVoters(); hasQuorum(voters, healthy+len(silent)) {
+	if silent := p.unansweredVoters(); etcdstate.HasQuorum(voters, healthy+len(silent)) {
 		reason := fmt.Sprintf("quorum not confirmed: %d of %d voters answered healthy; %s did not answer the hook, but their pods are Ready; nothing is changed until they answer",
 			healthy, voters, memberNames(silent))
 		s := p.hold(reason, reason)
@@ -270,7 +271,7 @@ func (p *planner) learner() (step, bool) {
 		return p.replacePod(l.ordinal, l.name, "learner "+l.name+" runs an outdated pod: recreating it from the current spec"), true
 	}
 	if p.leader != nil && isCaughtUp(l.Member, p.leader.Member) {
-		if !canPromote(len(p.voters()), p.healthyVoters()) {
+		if !etcdstate.QuorumAfterPromotion(len(p.voters()), p.healthyVoters()) {
 			return p.wait(l.name, "learner "+l.name+" caught up, but promoting it now would leave the larger cluster without a healthy quorum", resyncHold), true
 		}
 		return p.runJob(memberJob{verb: verbPromote, member: l.name, id: l.ID}, PromoteLearner, "learner "+l.name+" caught up with the leader"), true
@@ -403,7 +404,7 @@ func (p *planner) failedMember() (step, bool) {
 				return s, true
 			}
 		}
-		if !canRemoveVoter(len(voters), p.healthyVoters()) {
+		if !etcdstate.QuorumAfterRemoval(len(voters), p.healthyVoters()) {
 			return p.wait(m.name, "member "+m.name+" failed ("+why+"), but removing it would leave no healthy quorum", resyncHold), true
 		}
 		return p.runJob(memberJob{verb: verbRemove, member: m.name, id: m.ID}, RemoveMember, "member "+m.name+" failed ("+why+"): removing it to replace it"), true
@@ -492,12 +493,12 @@ func (p *planner) roll(why string) (step, bool) {
 			s.degraded, s.degradedBy = reason, ReasonNoVolumeToRoll
 			return s, true
 		}
-		if !canRemoveVoter(voters, others) {
+		if !etcdstate.QuorumAfterRemoval(voters, others) {
 			return p.wait(name, why+": removing "+name+" would leave no healthy quorum", resyncHold), true
 		}
 		return p.runJob(memberJob{verb: verbRemove, member: name, id: m.ID}, RemoveMember, why+": "+name+" has no volume, so it is removed and added back from the current spec"), true
 	}
-	if !canDisruptVoter(voters, others) {
+	if !etcdstate.QuorumWhileOneIsDown(voters, others) {
 		return p.wait(name, why+": recreating "+name+" would leave no healthy quorum", resyncHold), true
 	}
 	return p.replacePod(target, name, why+": recreating "+name+" from the current spec"), true
@@ -547,7 +548,7 @@ func (p *planner) scaleIn() (step, bool) {
 			return s, true
 		}
 	}
-	if !canRemoveVoter(len(voters), p.healthyVoters()-1) {
+	if !etcdstate.QuorumAfterRemoval(len(voters), p.healthyVoters()-1) {
 		return p.wait(m.name, why+": removing "+m.name+" would leave no healthy quorum", resyncHold), true
 	}
 	return p.runJob(memberJob{verb: verbRemove, member: m.name, id: m.ID}, RemoveMember, why+": removing "+m.name), true

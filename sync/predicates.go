@@ -21,30 +21,6 @@ const (
 	learnerReadyPercent = 90
 )
 
-// canRemoveVoter: the voters left after removing one must still have a quorum of healthy
-// members among them. healthyOthers counts healthy voters other than the one removed.
-func canRemoveVoter(voters, healthyOthers int) bool {
-	return voters > 1 && healthyOthers >= etcdstate.Quorum(voters-1)
-}
-
-// canDisruptVoter: taking one healthy voter down (its pod is replaced) keeps quorum among the
-// others. A one-member cluster has no redundancy: its only pod may go down, the data stays on
-// its volume.
-func canDisruptVoter(voters, healthyOthers int) bool {
-	return voters == 1 || healthyOthers >= etcdstate.Quorum(voters)
-}
-
-// canPromote: after promotion the learner votes too, so the healthy voters plus the learner
-// must make a quorum of the larger voter set.
-func canPromote(voters, healthyVoters int) bool {
-	return healthyVoters+1 >= etcdstate.Quorum(voters+1)
-}
-
-// hasQuorum: enough healthy voters for a change to commit.
-func hasQuorum(voters, healthyVoters int) bool {
-	return voters > 0 && healthyVoters >= etcdstate.Quorum(voters)
-}
-
 // isCaughtUp: the learner answered and its raft index is close enough to the leader's that
 // etcd will promote it.
 func isCaughtUp(learner, leader etcdstate.Member) bool {

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
 )
 
@@ -137,7 +138,7 @@ func (p *planner) quorumLostSince() time.Time {
 // the other members still there.
 func (p *planner) recoveryProgress() {
 	prev := p.obs.Cluster.Status.Recovery
-	if prev == nil || (prev.Phase != recoveryChosen && prev.Phase != recoveryForcing) || !hasQuorum(len(p.voters()), p.healthyVoters()) {
+	if prev == nil || (prev.Phase != recoveryChosen && prev.Phase != recoveryForcing) || !etcdstate.HasQuorum(len(p.voters()), p.healthyVoters()) {
 		return
 	}
 	r := *prev

@@ -376,7 +376,7 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	switch {
 	case !answered && v.obs.Cluster.Status.ClusterID == "":
 		phase = v1alpha1.PhaseCreating
-	case !answered || !hasQuorum(voters, healthy+h.electing+len(v.unansweredVoters())):
+	case !answered || !etcdstate.HasQuorum(voters, healthy+h.electing+len(v.unansweredVoters())):
 		phase = v1alpha1.PhaseUnavailable
 	case blocked || h.overdue || len(h.unplanned) > 0 && (prev != v1alpha1.PhaseCreating || s.action.Type == Hold):
 		phase = v1alpha1.PhaseDegraded
@@ -433,13 +433,13 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	switch {
 	case !asked:
 		setConditionValue(&st, v.obs, v.condition(v1alpha1.ConditionAvailable, metav1.ConditionUnknown, ReasonEtcdUnknown, s.action.Reason))
-	case hasQuorum(voters, healthy+h.electing):
+	case etcdstate.HasQuorum(voters, healthy+h.electing):
 		msg := fmt.Sprintf("%d of %d voters healthy", healthy, voters)
 		if h.electing > 0 {
 			msg += fmt.Sprintf("; %d more see no leader while leadership moves", h.electing)
 		}
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, true, ReasonQuorumHealthy, msg)
-	case hasQuorum(voters, healthy+len(v.unansweredVoters())):
+	case etcdstate.HasQuorum(voters, healthy+len(v.unansweredVoters())):
 		setConditionValue(&st, v.obs, v.condition(v1alpha1.ConditionAvailable, metav1.ConditionUnknown, ReasonQuorumUnconfirmed,
 			fmt.Sprintf("%d of %d voters healthy; %d more did not answer the hook but their pods are Ready", healthy, voters, len(v.unansweredVoters()))))
 	default:
