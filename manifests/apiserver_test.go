@@ -480,7 +480,7 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		Warnings:    []string{v1alpha1.EvenSizeWarning(4)},
 		Action:      &v1alpha1.Action{Type: "PromoteLearner", Member: "status-2", Reason: "learner caught up", Since: since},
 		JobFailures: 1,
-		Maintenance: &v1alpha1.MaintenanceStatus{Operation: "NoSpace", Phase: "Defragmenting", Member: "status-1", Since: since, LastDisarmed: &since},
+		Maintenance: &v1alpha1.MaintenanceStatus{Operation: "NoSpace", Phase: "Defragmenting", Member: "status-1", Defragmented: []string{"status-2"}, Since: since, LastDisarmed: &since},
 		Recovery:    &v1alpha1.RecoveryStatus{Survivor: "status-0", ID: "8e9e05c52164694d", RaftIndex: 4711, Trigger: "Automatic", Phase: "Done", Token: "r-1", Since: since},
 		History: []v1alpha1.StepRecord{
 			{Type: "ReplacePod", Member: "status-0", Reason: "member status-0 unhealthy on an outdated pod", Result: v1alpha1.StepSucceeded, Repair: true, Started: since, Finished: &since},

@@ -111,3 +111,18 @@ func TestDisarmCorrupt(t *testing.T) {
 		t.Errorf("a write after the disarm fails with %v", err)
 	}
 }
+
+// TestRemoveCorruptMember: with a CORRUPT alarm on one member, every member's Status lists
+// it; the others still count as up, so the corrupt member can be removed with quorum kept.
+func TestRemoveCorruptMember(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	ctx := opContext(t)
+	op := dialTest(t, c, c.members...)
+	victim := c.members[2]
+	mc := etcdserverpb.NewMaintenanceClient(op.cli.ActiveConnection())
+	if _, err := mc.Alarm(ctx, &etcdserverpb.AlarmRequest{Action: etcdserverpb.AlarmRequest_ACTIVATE, MemberID: victim.id(), Alarm: etcdserverpb.AlarmType_CORRUPT}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := eventually(t, func() (Outcome, error) { return op.Remove(ctx, victim.name, victim.id()) })
+	wantOutcome(t, "remove the corrupt member", out, err, Done)
+}

@@ -263,7 +263,10 @@ func (o *Operator) Remove(ctx context.Context, name string, id uint64) (Outcome,
 	return 0, transient("remove "+name, err)
 }
 
-// countUp counts the started members that answer Status without errors, asking in parallel.
+// countUp counts the started members that answer Status without errors of their own, asking
+// in parallel. The cluster's alarms, which every member's Status lists, are not a member's
+// own: counted, a NOSPACE or CORRUPT alarm anywhere would make every member look down and
+// forbid the very removal that replaces a corrupt member.
 func (o *Operator) countUp(ctx context.Context, ms []*memberInfo) int {
 	var mu sync.Mutex
 	up := 0
@@ -274,7 +277,7 @@ func (o *Operator) countUp(ctx context.Context, ms []*memberInfo) int {
 		}
 		wg.Go(func() {
 			st, err := o.cli.Status(ctx, m.ClientURLs[0])
-			if err == nil && len(st.Errors) == 0 {
+			if err == nil && !hasOwnErrors(st.Errors, m.ID) {
 				mu.Lock()
 				up++
 				mu.Unlock()
@@ -283,6 +286,17 @@ func (o *Operator) countUp(ctx context.Context, ms []*memberInfo) int {
 	}
 	wg.Wait()
 	return up
+}
+
+// hasOwnErrors: a Status reply of member id lists an error other than another member's alarm;
+// a CORRUPT alarm of its own counts.
+func hasOwnErrors(errs []string, id uint64) bool {
+	for _, e := range errs {
+		if alarmed, alarm, ok := parseAlarm(e); !ok || alarmed == id && alarm == "CORRUPT" {
+			return true
+		}
+	}
+	return false
 }
 
 // MoveLeader hands leadership to voter id (pod name). The request goes to the current

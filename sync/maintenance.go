@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,8 +38,8 @@ const (
 	// noSpaceThrottle: a NOSPACE alarm again this soon after one was disarmed is reported, not
 	// remediated again: the data grows faster than compaction frees it.
 	noSpaceThrottle = 10 * time.Minute
-	// noSpaceMinFree: after compaction a member is defragmented when that frees at least this
-	// much; less is not worth blocking it for.
+	// noSpaceMinFree: once the remediation has defragmented every member, one is
+	// defragmented again when it shows at least this much free.
 	noSpaceMinFree = 1 << 20
 )
 
@@ -94,8 +95,19 @@ func (p *planner) noSpace() (step, bool) {
 		s := p.runJob(memberJob{verb: verbCompact, member: p.leaderName()}, Compact, "NOSPACE alarm raised by "+names+": compacting the key space at the current revision")
 		return p.maintaining(s, opNoSpace, phaseCompacting, ""), true
 	}
-	if m := p.nextToDefragment(func(m *member) bool { return m.DBSize-m.DBSizeInUse >= noSpaceMinFree }); m != nil {
-		return p.defragmentStep(m, opNoSpace, "NOSPACE alarm raised by "+names+": compacted"), true
+	// Every member is defragmented once after the compaction, whatever it reports free:
+	// until a member commits a write after the compaction, the pages it freed still count as
+	// in use (and under NOSPACE nothing writes), while defragmenting copies only what is
+	// live. Past that phase, a member is defragmented again only when it shows free space
+	// (keys deleted and compacted since).
+	done := p.defragmented()
+	next := p.nextToDefragment(func(m *member) bool { return m.DBSize-m.DBSizeInUse >= noSpaceMinFree })
+	if phase == phaseDefragmenting {
+		next = p.nextToDefragment(func(m *member) bool { return !slices.Contains(done, m.name) })
+	}
+	if m := next; m != nil {
+		why := "NOSPACE alarm raised by " + names + ": compacted"
+		return p.defragmentStep(m, opNoSpace, why, phase), true
 	}
 	quota := quotaBytes(p.c.Spec.EtcdOptions)
 	var full []string
@@ -136,7 +148,7 @@ func (p *planner) defragment() (step, bool) {
 	if target == nil {
 		return step{}, false
 	}
-	return p.defragmentStep(target, opDefragment, fmt.Sprintf("%s's database is less than %d%% in use", target.name, threshold)), true
+	return p.defragmentStep(target, opDefragment, fmt.Sprintf("%s's database is less than %d%% in use", target.name, threshold), phaseDefragmenting), true
 }
 
 // nextToDefragment is the next member to defragment among those fragmented says qualify:
@@ -157,10 +169,15 @@ func (p *planner) nextToDefragment(fragmented func(*member) bool) *member {
 }
 
 // defragmentStep defragments m; a leader hands leadership over first when another voter can
-// take it, and a member whose pause would cost quorum waits.
-func (p *planner) defragmentStep(m *member, op, why string) step {
-	phase := phaseDefragmenting
+// take it (and every member answered, to judge where leadership goes), and a member whose
+// pause would cost quorum waits.
+func (p *planner) defragmentStep(m *member, op, why, phase string) step {
 	if m == p.leader && len(p.voters()) > 1 {
+		for _, o := range p.members {
+			if !o.Reachable {
+				return p.maintaining(p.wait(o.name, why+": "+m.name+" leads and is to be defragmented; waiting for "+o.name+" to answer before moving leadership", resyncHold), op, phase, m.name)
+			}
+		}
 		if s, ok := p.moveLeader(m, why+": "+m.name+" is the last to defragment and leads"); ok {
 			return p.maintaining(s, op, phase, m.name)
 		}
@@ -178,13 +195,33 @@ func (p *planner) defragmentStep(m *member, op, why string) step {
 	return p.maintaining(s, op, phase, m.name)
 }
 
-// maintaining records the maintenance phase a step is in. While a NOSPACE alarm stands the
-// cluster refuses writes: Degraded, however well the remediation goes.
-func (p *planner) maintaining(s step, op, phase, member string) step {
-	s.maintenance = p.record(op, phase, member)
-	if op == opNoSpace && s.degraded == "" {
-		s.degraded, s.degradedBy = "NOSPACE alarm: etcd refuses writes until it is disarmed; "+strings.ToLower(phase[:1])+phase[1:]+": "+s.action.Reason, ReasonNoSpace
+// defragmented are the members the NOSPACE remediation in progress has defragmented since it
+// compacted, this sync's included.
+func (p *planner) defragmented() []string {
+	var out []string
+	if prev := p.obs.Cluster.Status.Maintenance; prev != nil && prev.Operation == opNoSpace && prev.Phase == phaseDefragmenting {
+		out = slices.Clone(prev.Defragmented)
 	}
+	for _, m := range p.members {
+		if p.finished(verbDefragment+"/"+m.name) && !slices.Contains(out, m.name) {
+			out = append(out, m.name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// maintaining records the maintenance phase a step is in. (While a NOSPACE alarm stands the
+// cluster is Degraded, however well the remediation goes: status says so from the alarm.)
+func (p *planner) maintaining(s step, op, phase, member string) step {
+	done := []string(nil)
+	if s.maintenance != nil {
+		done = s.maintenance.Defragmented
+	} else if op == opNoSpace && phase == phaseDefragmenting {
+		done = p.defragmented()
+	}
+	s.maintenance = p.record(op, phase, member)
+	s.maintenance.Defragmented = done
 	return s
 }
 

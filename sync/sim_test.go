@@ -46,6 +46,9 @@ type simMember struct {
 	// live is the data the member holds at the current revision, history the older revisions
 	// compaction frees; file is its database file, which only defragmentation shrinks.
 	live, history, file int64
+	// compactAt: a compaction applies on this member then, as followers apply one in the
+	// background after the member that served it.
+	compactAt time.Time
 }
 
 // simData is what a member's data dir holds: the incarnation and member that wrote it, and the
@@ -632,7 +635,11 @@ func (w *simWorld) runJob(j *simJob) {
 		}
 	case verbCompact:
 		for _, m := range w.members {
-			m.history = 0
+			if m.id == w.leader {
+				m.history = 0
+			} else {
+				m.compactAt = w.now.Add(simTick)
+			}
 		}
 	case verbDefragment:
 		m := w.memberByID(j.id)
@@ -853,6 +860,11 @@ func (w *simWorld) raft() {
 	}
 	leader.raft += 10
 	w.write()
+	for _, m := range w.members {
+		if !m.compactAt.IsZero() && !w.now.Before(m.compactAt) {
+			m.history, m.compactAt = 0, time.Time{}
+		}
+	}
 	for _, m := range w.members {
 		if m == leader || !w.healthy(m) {
 			continue

@@ -369,7 +369,16 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	// blocked: the planner reports a reason to be Degraded, unless it is the outage the current
 	// step of a cluster of one makes on purpose.
 	blocked := s.degraded != "" && !h.plannedHold
-	degraded := blocked || len(h.unplanned) > 0 || h.overdue
+	// A NOSPACE alarm refuses every write: Degraded while it stands, whatever is being done
+	// about it.
+	var noSpace []string
+	if asked {
+		noSpace = strings.Split(memberNames(v.filter(func(m *member) bool { return hasAlarm(m.Member, "NOSPACE") })), ", ")
+		if noSpace[0] == "" {
+			noSpace = nil
+		}
+	}
+	degraded := blocked || len(h.unplanned) > 0 || h.overdue || len(noSpace) > 0
 
 	phase := v1alpha1.PhaseRunning
 	prev := v.obs.Cluster.Status.Phase
@@ -378,7 +387,7 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 		phase = v1alpha1.PhaseCreating
 	case !answered || !etcdstate.HasQuorum(voters, healthy+h.electing+len(v.unansweredVoters())):
 		phase = v1alpha1.PhaseUnavailable
-	case blocked || h.overdue || len(h.unplanned) > 0 && (prev != v1alpha1.PhaseCreating || s.action.Type == Hold):
+	case blocked || h.overdue || len(noSpace) > 0 || len(h.unplanned) > 0 && (prev != v1alpha1.PhaseCreating || s.action.Type == Hold):
 		phase = v1alpha1.PhaseDegraded
 	case (prev == v1alpha1.PhaseCreating || prev == "") && voters < v.size:
 		// Still growing to its first full size.
@@ -458,6 +467,8 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 			reason = ReasonBlocked
 		}
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, reason, s.degraded)
+	case len(noSpace) > 0:
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonNoSpace, "NOSPACE alarm raised by "+strings.Join(noSpace, ", ")+": etcd refuses writes until it is disarmed")
 	case len(h.unplanned) > 0:
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonMemberUnhealthy, "unhealthy: "+strings.Join(h.unplanned, ", "))
 	case h.overdue:

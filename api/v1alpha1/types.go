@@ -435,6 +435,11 @@ type MaintenanceStatus struct {
 	//
 	// +optional
 	Member string `json:"member,omitempty"`
+	// Defragmented are the members a NOSPACE remediation has defragmented since it compacted.
+	//
+	// +listType=atomic
+	// +optional
+	Defragmented []string `json:"defragmented,omitempty"`
 	// Since is when the phase began.
 	Since metav1.Time `json:"since"`
 	// LastDisarmed is when a NOSPACE alarm was last disarmed; a new one within 10 minutes is

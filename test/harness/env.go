@@ -76,6 +76,10 @@ type Env struct {
 	hookClock HookClock
 
 	crash crasher
+
+	// workload is the one running, for SideWrite.
+	workloadMu gosync.Mutex
+	workload   *Workload
 }
 
 var (

@@ -146,6 +146,19 @@ func (s *Store) EditParentSpec(edit func(*v1alpha1.EtcdClusterSpec)) {
 	s.notifyLocked()
 }
 
+// AnnotateParent sets an annotation on the EtcdCluster, as kubectl annotate would; the
+// generation stays, as for any change of metadata.
+func (s *Store) AnnotateParent(key, value string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.parent.Annotations == nil {
+		s.parent.Annotations = map[string]string{}
+	}
+	s.parent.Annotations[key] = value
+	s.stampLocked(s.parent)
+	s.notifyLocked()
+}
+
 // SetParentStatus writes the status subresource; an unchanged status is not written.
 func (s *Store) SetParentStatus(st v1alpha1.EtcdClusterStatus) {
 	s.mu.Lock()

@@ -121,7 +121,27 @@ func (e *Env) StartWorkloadWith(prefix string, o WorkloadOptions) (*Workload, er
 			f(ctx, clients[o.Watchers+i])
 		}()
 	}
+	e.workloadMu.Lock()
+	e.workload = w
+	e.workloadMu.Unlock()
 	return w, nil
+}
+
+// sideClient is the history's client ID of SideWrite's writes, apart from the workload's own.
+const sideClient = 100
+
+// SideWrite puts value at key as a recorded write of the running workload: for a scenario
+// that writes beyond the workload (to fill or fragment the database), so that the checker and
+// the watches account for every revision. value must be unique to the call; writes are
+// sequential, as one client's are.
+func (e *Env) SideWrite(key, value string) (Output, error) {
+	e.workloadMu.Lock()
+	defer e.workloadMu.Unlock()
+	w := e.workload
+	if w == nil {
+		return Output{}, errors.New("no workload runs")
+	}
+	return w.record(sideClient, w.clients[len(w.clients)-1], Input{Kind: OpAppend, Key: -1, Name: key, Value: value})
 }
 
 func (w *Workload) client() (*clientv3.Client, error) {
@@ -417,6 +437,11 @@ const watchBound = 15 * time.Second
 
 // Stop ends the operations, reads the final revision, and lets the watchers reach it.
 func (w *Workload) Stop() WriteStats {
+	w.env.workloadMu.Lock()
+	if w.env.workload == w {
+		w.env.workload = nil
+	}
+	w.env.workloadMu.Unlock()
 	w.cancel()
 	w.done.Wait()
 	w.clients[0].SetEndpoints(w.env.clientURLs()...)
