@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"etcdops.dev/etcdops/backup"
 	"etcdops.dev/etcdops/joinstate"
 	"etcdops.dev/etcdops/launcher"
 	"etcdops.dev/etcdops/membership"
@@ -43,9 +44,15 @@ commands:
   compact     --endpoints=URL[,URL] --member=POD
   defragment  --endpoints=URL --member=POD --id=HEX          (the member's own endpoint)
   disarm      --endpoints=URL[,URL] --member=POD --alarm=NOSPACE|CORRUPT [--id=HEX]
+  backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination>
+              [--keep=N] [--keep-for=DURATION] [--max-bandwidth=BYTES] [--work-dir=DIR]
+              [--termination-log=FILE]
+      destination: --s3-endpoint=URL --bucket=B [--prefix=P] [--region=R]
+                   --credentials-dir=DIR [--ca-file=FILE]   or   --dir=DIR
       common: --cacert=FILE --cert=FILE --key=FILE --timeout=30s
   install --to=PATH
-  launch --join-state=FILE --name=POD --data-dir=DIR --etcd=PATH -- <etcd flags>
+  launch --join-state=FILE --name=POD --data-dir=DIR --etcd=PATH
+         [--restore-<destination flag>...] -- <etcd flags>
   probe  --join-state=FILE --data-dir=DIR --health=URL [--name=POD, else $POD_NAME]
 `
 
@@ -63,6 +70,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "add-learner", "promote", "remove", "move-leader", "compact", "defragment", "disarm":
 		return runOperation(ctx, cmd, rest, stdout, stderr)
+	case "backup":
+		return runBackup(ctx, rest, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, stderr)
 	case "install":
@@ -284,10 +293,15 @@ func LaunchArgv(args []string) ([]string, launcher.Decision, error) {
 	fs.StringVar(&o.Name, "name", "", "pod name, which is the member name")
 	fs.StringVar(&o.DataDir, "data-dir", "/var/lib/etcd/data", "etcd data dir; the incarnation marker lives beside it")
 	fs.StringVar(&o.Etcd, "etcd", "/usr/local/bin/etcd", "etcd executable")
+	var from backup.DestinationFlags
+	from.Register(fs, "restore-")
 	if err := fs.Parse(args); err != nil {
 		return nil, launcher.Decision{}, fmt.Errorf("%w: %v", launcher.ErrBadOptions, err)
 	}
 	o.Static = fs.Args()
+	if from.Set() {
+		o.Restore = func(rt launcher.RestoreTarget) error { return restoreSnapshot(from, rt, os.Stderr) }
+	}
 	return launcher.Prepare(o)
 }
 
