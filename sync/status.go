@@ -71,6 +71,8 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		Warnings:       warnings(c),
 		Maintenance:    prev.Maintenance,
 		Recovery:       prev.Recovery,
+		Backup:         prev.Backup,
+		RestoredFrom:   prev.RestoredFrom,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/robfig/cron/v3"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -224,6 +225,9 @@ type BackupFailure struct {
 // backup succeeded.
 const ConditionBackedUp = "BackedUp"
 
+// scheduleProbe is any fixed time: how often a schedule fires is read from two of its times.
+var scheduleProbe = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // ParseSchedule parses spec.backup.schedule as the operator does.
 func ParseSchedule(s string) (cron.Schedule, error) {
 	return cron.ParseStandard(s)
@@ -238,8 +242,10 @@ func BackupPrefix(namespace, name string) string {
 func checkBackup(s EtcdClusterSpec) []string {
 	var p []string
 	if b := s.Backup; b != nil {
-		if _, err := ParseSchedule(b.Schedule); err != nil {
+		if sched, err := ParseSchedule(b.Schedule); err != nil {
 			p = append(p, fmt.Sprintf("spec.backup.schedule %q is not a cron schedule (%v); allowed: five fields such as \"0 */6 * * *\", or @hourly, @daily, @every 2h", b.Schedule, err))
+		} else if t := sched.Next(scheduleProbe); sched.Next(t).Sub(t) < time.Minute {
+			p = append(p, fmt.Sprintf("spec.backup.schedule %q takes a backup more often than once a minute; allowed: at most once a minute", b.Schedule))
 		}
 		p = append(p, checkDestination("spec.backup.destination", b.Destination)...)
 		if r := b.Retention; r != nil {
