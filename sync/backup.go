@@ -246,7 +246,8 @@ func (v *view) memberNameOf(id string) string {
 // backupArgs are the backup command's flags beyond the common ones.
 func backupArgs(c *v1alpha1.EtcdCluster) []string {
 	b := c.Spec.Backup
-	args := []string{"--cluster=" + c.Name, "--work-dir=" + backupWorkDir, fmt.Sprintf("--timeout=%ds", backupDeadline-60)}
+	// The report goes where the kubelet reads a container's termination message by default.
+	args := []string{"--cluster=" + c.Name, "--work-dir=" + backupWorkDir, "--termination-log=/dev/termination-log", fmt.Sprintf("--timeout=%ds", backupDeadline-60)}
 	args = append(args, destinationArgs(c, "", b.Destination)...)
 	if r := b.Retention; r != nil {
 		if r.Keep != nil {
