@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"etcdops.dev/etcdops/internal/atomicfile"
 )
 
 // dirStore keeps snapshots as files in a directory, each with a metadata file beside it
@@ -39,47 +41,16 @@ func (s *dirStore) Put(_ context.Context, name string, f *os.File, size int64, m
 		return err
 	}
 	// The metadata goes first: a snapshot is never visible without it.
-	if err := writeAtomic(s.Where(name+".json"), func(w io.Writer) error { _, err := w.Write(mb); return err }); err != nil {
+	if err := atomicfile.Write(s.Where(name+".json"), func(w io.Writer) error { _, err := w.Write(mb); return err }); err != nil {
 		return err
 	}
-	return writeAtomic(s.Where(name), func(w io.Writer) error {
+	return atomicfile.Write(s.Where(name), func(w io.Writer) error {
 		n, err := io.Copy(w, f)
 		if err == nil && n != size {
 			err = fmt.Errorf("wrote %d bytes of %d", n, size)
 		}
 		return err
 	})
-}
-
-// writeAtomic writes path through a hidden temporary file beside it: synced, renamed, and
-// the directory synced, so a crash leaves the old file or the new one.
-func writeAtomic(path string, write func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := write(tmp); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func (s *dirStore) List(context.Context) ([]Object, error) {

@@ -3,11 +3,13 @@ package launcher
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"etcdops.dev/etcdops/internal/atomicfile"
 	"etcdops.dev/etcdops/joinstate"
 )
 
@@ -151,7 +153,7 @@ func restore(o Options, join joinstate.State, dataDir string, incarnation int64)
 	if err := os.Rename(work, dataDir); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(dataDir))
+	return atomicfile.SyncDir(filepath.Dir(dataDir))
 }
 
 // ownedFlagIn returns the first launcher-owned flag set in args, or "".
@@ -210,40 +212,13 @@ func Inspect(dataDir string) (Volume, error) {
 	return v, nil
 }
 
-// writeMarker records value durably: written aside, synced, then renamed into place, so a
-// crash leaves either the old marker or the new one.
+// writeMarker records value durably: a crash leaves either the old marker or the new one.
 func writeMarker(path, value string) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".*")
-	if err != nil {
+	return atomicfile.Write(path, func(w io.Writer) error {
+		_, err := fmt.Fprintln(w, value)
 		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := fmt.Fprintln(tmp, value); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	})
 }

@@ -3,7 +3,6 @@ package membertool
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,20 +22,13 @@ const restoreTimeout = 30 * time.Minute
 // runBackup takes one backup (backup.Take) and reports it on stdout and in the termination
 // log, where the planner reads it from the Job's pod.
 func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	var f operationFlags
+	fs := f.flagSet("backup", 10*time.Minute)
 	var dest backup.DestinationFlags
 	var cluster, workDir, termLog string
 	var keep int
 	var keepFor time.Duration
 	var bandwidth int64
-	fs.StringVar(&f.endpoints, "endpoints", "", "client URLs of the voters, the preferred member first")
-	fs.StringVar(&f.member, "member", "", "pod name of the preferred member")
-	fs.StringVar(&f.cacert, "cacert", "", "CA certificate file (PEM)")
-	fs.StringVar(&f.cert, "cert", "", "client certificate file (PEM)")
-	fs.StringVar(&f.key, "key", "", "client key file (PEM)")
-	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.StringVar(&cluster, "cluster", "", "cluster name, which names the snapshots")
 	fs.StringVar(&workDir, "work-dir", os.TempDir(), "directory the snapshot is verified in")
 	fs.StringVar(&termLog, "termination-log", "/dev/termination-log", "file the result is written to for the planner")

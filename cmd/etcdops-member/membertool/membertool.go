@@ -93,9 +93,8 @@ type operationFlags struct {
 	timeout                               time.Duration
 }
 
-// parseOperation parses a membership command's flags; the caller prints the error, on one line.
-func parseOperation(cmd string, args []string) (operationFlags, error) {
-	var f operationFlags
+// flagSet registers the flags every command that talks to etcd takes.
+func (f *operationFlags) flagSet(cmd string, timeout time.Duration) *flag.FlagSet {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&f.endpoints, "endpoints", "", "client URLs of voters, comma-separated")
@@ -103,7 +102,14 @@ func parseOperation(cmd string, args []string) (operationFlags, error) {
 	fs.StringVar(&f.cacert, "cacert", "", "CA certificate file (PEM)")
 	fs.StringVar(&f.cert, "cert", "", "client certificate file (PEM)")
 	fs.StringVar(&f.key, "key", "", "client key file (PEM)")
-	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long, retrying what is retryable")
+	fs.DurationVar(&f.timeout, "timeout", timeout, "give up after this long, retrying what is retryable")
+	return fs
+}
+
+// parseOperation parses a membership command's flags; the caller prints the error, on one line.
+func parseOperation(cmd string, args []string) (operationFlags, error) {
+	var f operationFlags
+	fs := f.flagSet(cmd, 30*time.Second)
 	switch cmd {
 	case "add-learner":
 		fs.StringVar(&f.peerURL, "peer-url", "", "peer URL of the new member")
