@@ -202,7 +202,8 @@ func (p *planner) backupJob(j *batchv1.Job) (s step, keep bool) {
 	return step{}, false
 }
 
-// backupResult reads the report of the last pod of Job j that ended in phase.
+// backupResult reads the report of a pod of Job j that ended in phase (a succeeded Job has
+// one; the failed pods of a failed Job each tell why).
 func (p *planner) backupResult(j *batchv1.Job, phase corev1.PodPhase) (backupresult.Result, bool) {
 	var pods []*corev1.Pod
 	for i := range p.obs.Pods {
