@@ -294,6 +294,9 @@ func TestCustomizeRelatesPodsAndTLSSecrets(t *testing.T) {
 		{"with TLS every named Secret is related once, by name, in the parent's namespace",
 			`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"db"},"spec":{"tls":{"serverSecret":"etcd-tls","peerSecret":"etcd-peer","clientSecret":"etcd-tls"}}}`,
 			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}}},{"apiVersion":"v1","resource":"secrets","namespace":"db","names":["etcd-peer","etcd-tls"]}]}`},
+		{"with backups the backup Jobs' pods too, for their reports; not the credentials Secret, which only the Jobs mount",
+			`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"db"},"spec":{"backup":{"schedule":"@daily","destination":{"s3":{"endpoint":"https://s3.test","bucket":"b","credentialsSecret":"s3"}}}}}`,
+			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}}},{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/backup-of":"etcd"}}}]}`},
 	}
 	for _, tt := range tests {
 		status, body := post(t, srv, "/customize", `{"controller":{},"parent":`+tt.parent+`}`)

@@ -133,7 +133,8 @@ func clientTLS(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) (*etcdstate.TLS
 	return &etcdstate.TLS{CA: data[secretCAKey], Cert: data[corev1.TLSCertKey], Key: data[corev1.TLSPrivateKeyKey]}, nil
 }
 
-// customize asks Metacontroller for the cluster's pods and the Secrets named in spec.tls.
+// customize asks Metacontroller for the cluster's pods, the Secrets named in spec.tls and
+// the pods of backup Jobs.
 func (h *handler) customize(w http.ResponseWriter, r *http.Request) {
 	var req customizeRequest
 	if err := readJSON(r, &req); err != nil {
@@ -167,6 +168,10 @@ func relatedResources(c *v1alpha1.EtcdCluster) customizeResponse {
 	if len(names) > 0 {
 		slices.Sort(names)
 		rules = append(rules, relatedRule{APIVersion: "v1", Resource: "secrets", Namespace: c.Namespace, Names: names})
+	}
+	if c.Spec.Backup != nil {
+		// A backup Job's pod reports its snapshot in its termination message.
+		rules = append(rules, relatedRule{APIVersion: "v1", Resource: "pods", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{sync.LabelBackupOf: c.Name}}})
 	}
 	return customizeResponse{RelatedResources: rules}
 }

@@ -29,6 +29,17 @@ type State struct {
 	// Recovery, while a quorum recovery is in progress, names the survivor that restarts once
 	// with --force-new-cluster; every other member is fenced.
 	Recovery *Recovery `json:"recovery,omitempty"`
+	// Restore, on a cluster bootstrapped from a snapshot, names the member that restores it
+	// before its first start. It acts only while ClusterState is "new".
+	Restore *Restore `json:"restore,omitempty"`
+}
+
+// Restore is the snapshot a new cluster starts from.
+type Restore struct {
+	// Member is the seed that restores the snapshot into its empty volume.
+	Member string `json:"member"`
+	// Backup is the snapshot asked for: its name, or "latest".
+	Backup string `json:"backup"`
 }
 
 // Recovery is a quorum recovery from one surviving member.

@@ -48,6 +48,9 @@ type Volume struct {
 	// Recovered is the token of the last quorum recovery this volume started with
 	// --force-new-cluster, or "".
 	Recovered string
+	// Restored is the join state token of the cluster whose snapshot restore wrote the data
+	// dir, or "".
+	Restored string
 }
 
 // Input is everything the decision depends on.
@@ -69,6 +72,8 @@ type Decision struct {
 	// Recovered, when set, is the quorum recovery token written to the volume before etcd
 	// starts with --force-new-cluster, so that it does so once.
 	Recovered string
+	// Restore: the data dir is written from the join state's snapshot before etcd starts.
+	Restore bool
 	// Args are the flags the launcher owns, added to the pod's static etcd flags.
 	Args []string
 }
@@ -85,9 +90,12 @@ var OwnedFlags = []string{"name", "data-dir", "initial-cluster", "initial-cluste
 //     quorum; started, it could form that quorum again beside the recovered cluster)
 //  6. established member whose data is missing or stale → refuse (starting empty could fork
 //     the cluster: a seed would form a new one, a voter would vote without its log)
-//  7. the survivor of a quorum recovery not yet applied to this volume → start once with
+//  7. the seed of a new cluster bootstrapped from a snapshot: an empty volume → restore the
+//     snapshot, then start; data restored for this cluster → restart with it; any other
+//     data → refuse (a restore never lands on a volume that holds a cluster already)
+//  8. the survivor of a quorum recovery not yet applied to this volume → start once with
 //     --force-new-cluster, recording the recovery's token first
-//  8. otherwise start; wipe the data first when an older incarnation wrote it.
+//  9. otherwise start; wipe the data first when an older incarnation wrote it.
 //
 // With data kept, the --initial-* flags are harmless: etcd reads them only for an empty dir.
 func Decide(in Input) Decision {
@@ -123,6 +131,17 @@ func Decide(in Input) Decision {
 		"--initial-cluster-state=" + in.Join.ClusterState,
 		"--initial-cluster-token=" + in.Join.Token,
 	}}
+	if r := in.Join.Restore; r != nil && r.Member == in.Name && in.Join.ClusterState == joinstate.StateNew {
+		switch {
+		case !v.HasData:
+			d.Restore = true
+			d.Reason = fmt.Sprintf("restore snapshot %s into a new cluster, then start it", r.Backup)
+			return d
+		case v.Restored != in.Join.Token || stale:
+			return Decision{Kind: Refuse, Reason: fmt.Sprintf("the cluster is to start from snapshot %s, but data dir %s holds data it was not restored to: "+
+				"a restore starts only on an empty volume; delete the old cluster's volume claims first (docs/runbooks.md, restore over an existing cluster)", r.Backup, in.DataDir)}
+		}
+	}
 	if r := in.Join.Recovery; r != nil && r.Survivor == in.Name && r.Token != v.Recovered && v.HasData && !stale {
 		d.Reason = fmt.Sprintf("recover quorum: start once with --force-new-cluster from the data of incarnation %d (recovery %s)", me.Incarnation, r.Token)
 		d.Recovered = r.Token

@@ -56,11 +56,26 @@ func TestDecide(t *testing.T) {
 			Input{Join: join("existing", member("e-0", 1, true)), Name: "e-1"}, Wait, false, ""},
 		{"a volume newer than the mounted join state waits for the file to catch up",
 			Input{Join: join("existing", member("e-0", 1, true), member("e-1", 1, false)), Name: "e-1", Volume: withData(2)}, Wait, false, ""},
+		{"the seed of a cluster started from a snapshot restores it into its empty volume",
+			Input{Join: restoring(join("new", member("e-0", 1, false))), Name: "e-0"}, Start, false, "new"},
+		{"the restored seed restarts with the data it restored",
+			Input{Join: restoring(join("new", member("e-0", 1, false))), Name: "e-0", Volume: Volume{HasData: true, HasMarker: true, Incarnation: 1, Restored: "ns/e/uid-1"}}, Start, false, "new"},
+		{"a restore never lands on a volume that holds another cluster's data",
+			Input{Join: restoring(join("new", member("e-0", 1, false))), Name: "e-0", Volume: withData(1)}, Refuse, false, ""},
+		{"data restored for an earlier cluster of the same name is not this restore",
+			Input{Join: restoring(join("new", member("e-0", 1, false))), Name: "e-0", Volume: Volume{HasData: true, HasMarker: true, Incarnation: 1, Restored: "ns/e/uid-0"}}, Refuse, false, ""},
+		{"once the cluster exists, a member added back on an empty volume joins it; it restores nothing",
+			Input{Join: restoring(join("existing", member("e-0", 2, false), member("e-1", 1, true))), Name: "e-0"}, Start, false, "existing"},
+		{"an established restored seed on an empty volume refuses, as any established member",
+			Input{Join: restoring(join("existing", member("e-0", 1, true))), Name: "e-0"}, Refuse, false, ""},
 		{"a join state without a token waits",
 			Input{Join: joinstate.State{ClusterState: "new", Members: []joinstate.Member{member("e-0", 1, false)}}, Name: "e-0"}, Wait, false, ""},
 	} {
 		tc.in.DataDir = dataDir
 		d := Decide(tc.in)
+		if wantRestore := tc.in.Join.Restore != nil && tc.kind == Start && !tc.in.Volume.HasData && tc.initial == "new"; d.Restore != wantRestore {
+			t.Errorf("%s: restore=%v, want %v", tc.story, d.Restore, wantRestore)
+		}
 		if d.Kind != tc.kind || d.Wipe != tc.wipe || d.Reason == "" {
 			t.Errorf("%s: got %v wipe=%v (%s), want %v wipe=%v", tc.story, d.Kind, d.Wipe, d.Reason, tc.kind, tc.wipe)
 			continue
@@ -87,6 +102,12 @@ func TestDecide(t *testing.T) {
 			t.Errorf("%s: got args %q incarnation %d, want %q incarnation %d", tc.story, d.Args, d.Incarnation, want, me.Incarnation)
 		}
 	}
+}
+
+// restoring marks s as the join state of a cluster bootstrapped from a snapshot by e-0.
+func restoring(s joinstate.State) joinstate.State {
+	s.Restore = &joinstate.Restore{Member: "e-0", Backup: "latest"}
+	return s
 }
 
 func TestMarkerPath(t *testing.T) {

@@ -3,11 +3,13 @@ package launcher
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"etcdops.dev/etcdops/internal/atomicfile"
 	"etcdops.dev/etcdops/joinstate"
 )
 
@@ -16,6 +18,7 @@ import (
 const (
 	MarkerFile    = "incarnation"
 	RecoveredFile = "recovered"
+	RestoredFile  = "restored"
 )
 
 // MarkerPath is where the incarnation marker of dataDir lives: in its parent, so that wiping
@@ -29,6 +32,21 @@ func RecoveredPath(dataDir string) string {
 	return filepath.Join(filepath.Dir(filepath.Clean(dataDir)), RecoveredFile)
 }
 
+// RestoredPath is where the restore marker of dataDir lives, beside the incarnation marker.
+func RestoredPath(dataDir string) string {
+	return filepath.Join(filepath.Dir(filepath.Clean(dataDir)), RestoredFile)
+}
+
+// RestoreTarget is the new member a snapshot restore writes a data dir for.
+type RestoreTarget struct {
+	// DataDir does not exist yet; the restore creates it.
+	DataDir string
+	// Member, PeerURL, InitialCluster and Token are as etcd will be started with them.
+	Member, PeerURL, InitialCluster, Token string
+	// Backup is the snapshot the join state asks for: a name, or "latest".
+	Backup string
+}
+
 // ErrBadOptions marks errors in the launch command line, as opposed to I/O failures.
 var ErrBadOptions = errors.New("bad launch options")
 
@@ -39,6 +57,9 @@ type Options struct {
 	DataDir   string
 	Etcd      string   // etcd executable
 	Static    []string // etcd flags from the pod spec, passed through
+	// Restore writes a data dir from a snapshot; nil when the pod has no snapshot to
+	// restore from (no --restore-* flags).
+	Restore func(RestoreTarget) error
 }
 
 // Prepare reads the join state, inspects the volume and decides. When the decision is to
@@ -79,6 +100,11 @@ func Prepare(o Options) (argv []string, d Decision, err error) {
 			return nil, d, fmt.Errorf("wipe %s: %w", dataDir, err)
 		}
 	}
+	if d.Restore {
+		if err := restore(o, join, dataDir, d.Incarnation); err != nil {
+			return nil, d, err
+		}
+	}
 	if err := writeMarker(MarkerPath(dataDir), strconv.FormatInt(d.Incarnation, 10)); err != nil {
 		return nil, d, fmt.Errorf("write incarnation marker: %w", err)
 	}
@@ -91,6 +117,43 @@ func Prepare(o Options) (argv []string, d Decision, err error) {
 	}
 	argv = append([]string{o.Etcd}, o.Static...)
 	return append(argv, d.Args...), d, nil
+}
+
+// restore writes the data dir from the join state's snapshot. It restores beside the data
+// dir and renames the result into place last, after both markers: a crash before the rename
+// leaves an empty data dir, which is restored again; after it, a data dir restored for
+// this cluster, which etcd starts on.
+func restore(o Options, join joinstate.State, dataDir string, incarnation int64) error {
+	if o.Restore == nil {
+		return fmt.Errorf("%w: the join state asks for a restore of snapshot %s, but launch has no --restore-* flags", ErrBadOptions, join.Restore.Backup)
+	}
+	me, _ := join.Find(o.Name)
+	work := dataDir + ".restoring"
+	if err := os.RemoveAll(work); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dataDir), 0o700); err != nil {
+		return err
+	}
+	err := o.Restore(RestoreTarget{DataDir: work, Member: o.Name, PeerURL: me.PeerURL, InitialCluster: initialCluster(join), Token: join.Token, Backup: join.Restore.Backup})
+	if err != nil {
+		os.RemoveAll(work)
+		return fmt.Errorf("restore: %w", err)
+	}
+	if err := writeMarker(MarkerPath(dataDir), strconv.FormatInt(incarnation, 10)); err != nil {
+		return fmt.Errorf("write incarnation marker: %w", err)
+	}
+	if err := writeMarker(RestoredPath(dataDir), join.Token); err != nil {
+		return fmt.Errorf("write restore marker: %w", err)
+	}
+	// An empty data dir (a crash after an earlier rename is not one: it holds data) goes.
+	if err := os.RemoveAll(dataDir); err != nil {
+		return err
+	}
+	if err := os.Rename(work, dataDir); err != nil {
+		return err
+	}
+	return atomicfile.SyncDir(filepath.Dir(dataDir))
 }
 
 // ownedFlagIn returns the first launcher-owned flag set in args, or "".
@@ -121,13 +184,18 @@ func Inspect(dataDir string) (Volume, error) {
 	default:
 		v.HasData = len(entries) > 0
 	}
-	recovered, err := os.ReadFile(RecoveredPath(dataDir))
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return Volume{}, fmt.Errorf("read recovery marker: %w", err)
-	default:
-		v.Recovered = strings.TrimSpace(string(recovered))
+	for _, m := range []struct {
+		path, what string
+		into       *string
+	}{{RecoveredPath(dataDir), "recovery", &v.Recovered}, {RestoredPath(dataDir), "restore", &v.Restored}} {
+		b, err := os.ReadFile(m.path)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return Volume{}, fmt.Errorf("read %s marker: %w", m.what, err)
+		default:
+			*m.into = strings.TrimSpace(string(b))
+		}
 	}
 	raw, err := os.ReadFile(MarkerPath(dataDir))
 	switch {
@@ -144,36 +212,13 @@ func Inspect(dataDir string) (Volume, error) {
 	return v, nil
 }
 
-// writeMarker records value durably: written aside, synced, then renamed into place, so a
-// crash leaves either the old marker or the new one.
+// writeMarker records value durably: a crash leaves either the old marker or the new one.
 func writeMarker(path, value string) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".*")
-	if err != nil {
+	return atomicfile.Write(path, func(w io.Writer) error {
+		_, err := fmt.Fprintln(w, value)
 		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := fmt.Fprintln(tmp, value); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	})
 }

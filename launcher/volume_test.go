@@ -164,3 +164,60 @@ func fenced(m joinstate.Member) joinstate.Member {
 	m.Fenced = true
 	return m
 }
+
+func TestPrepareRestoresOnceAndSurvivesACrash(t *testing.T) {
+	p := newPod(t)
+	p.mount(restoring(join("new", member("e-0", 1, false))))
+	var targets []RestoreTarget
+	fail := true
+	restore := func(rt RestoreTarget) error {
+		targets = append(targets, rt)
+		// etcdutl writes the whole data dir; a crash part-way leaves part of it.
+		if err := os.MkdirAll(filepath.Join(rt.DataDir, "member", "snap"), 0o700); err != nil {
+			return err
+		}
+		if fail {
+			return errors.New("connection reset")
+		}
+		return os.WriteFile(filepath.Join(rt.DataDir, "member", "snap", "db"), []byte("restored"), 0o600)
+	}
+	launch := func() ([]string, Decision, error) {
+		return Prepare(Options{JoinState: p.join, Name: "e-0", DataDir: p.dataDir, Etcd: "/usr/local/bin/etcd", Restore: restore})
+	}
+
+	if argv, d, err := launch(); err == nil || argv != nil || !d.Restore {
+		t.Fatalf("a failed restore: got %v %+v %v", argv, d, err)
+	}
+	if v, err := Inspect(p.dataDir); err != nil || v.HasData || v.HasMarker || v.Restored != "" {
+		t.Fatalf("a failed restore left %+v %v; want nothing", v, err)
+	}
+	fail = false
+	argv, d, err := launch()
+	if err != nil || argv == nil || !d.Restore {
+		t.Fatalf("restore: got %v %+v %v", argv, d, err)
+	}
+	want := RestoreTarget{DataDir: p.dataDir + ".restoring", Member: "e-0", PeerURL: peer("e-0"), InitialCluster: "e-0=" + peer("e-0"), Token: "ns/e/uid-1", Backup: "latest"}
+	if got := targets[len(targets)-1]; got != want {
+		t.Fatalf("restored for %+v, want %+v", got, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(p.dataDir, "member", "snap", "db")); err != nil || string(b) != "restored" {
+		t.Fatalf("data dir after restore: %q %v", b, err)
+	}
+	if _, err := os.Stat(p.dataDir + ".restoring"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the restore's work dir is left: %v", err)
+	}
+
+	// A restart restarts on the restored data, restoring nothing again.
+	n := len(targets)
+	if argv, d, err := launch(); err != nil || argv == nil || d.Restore || len(targets) != n {
+		t.Fatalf("restart after restore: got %v %+v %v, %d restores", argv, d, err, len(targets)-n)
+	}
+}
+
+func TestPrepareRestoreWithoutFlagsIsBadOptions(t *testing.T) {
+	p := newPod(t)
+	p.mount(restoring(join("new", member("e-0", 1, false))))
+	if _, _, err := p.launch("e-0"); !errors.Is(err, ErrBadOptions) || !strings.Contains(err.Error(), "--restore-") {
+		t.Fatalf("restore asked without restore flags: %v", err)
+	}
+}

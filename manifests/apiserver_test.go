@@ -443,6 +443,10 @@ func testImmutableStorage(t *testing.T, s *apiServer) {
 			c.Spec.StorageSpec.VolumeSizeLimit = new(resource.MustParse("4Gi"))
 		}, "volumeSizeLimit cannot change"},
 		{"another access mode", func(c *v1alpha1.EtcdCluster) { c.Spec.StorageSpec.AccessModes = "ReadWriteOncePod" }, "accessModes cannot change"},
+		{"a restore asked of a running cluster", func(c *v1alpha1.EtcdCluster) {
+			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{Name: "latest",
+				BackupDestination: v1alpha1.BackupDestination{PersistentVolumeClaim: &v1alpha1.PVCDestination{ClaimName: "b"}}}}
+		}, "spec.bootstrap is fixed at creation"},
 	} {
 		if err := update(c.mutate); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error mentioning %q", c.story, err, c.want)
@@ -486,6 +490,10 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 			{Type: "ReplacePod", Member: "status-0", Reason: "member status-0 unhealthy on an outdated pod", Result: v1alpha1.StepSucceeded, Repair: true, Started: since, Finished: &since},
 			{Type: "AddLearner", Member: "status-2", Reason: "2 of 3 members", Job: "status-add-learner-status-2-0123456789", Result: v1alpha1.StepRunning, Started: since},
 		},
+		Backup: &v1alpha1.BackupStatus{LastScheduleTime: &since, LastRequest: "before-upgrade", LastSuccessfulTime: &since,
+			LastSuccessful: &v1alpha1.BackupRecord{Object: "s3://b/ns/status/status-20261201T090000Z-r42.db", Revision: 42, Size: 20512, SHA256: "ab12", Member: "status-1", Time: since},
+			LastFailure:    &v1alpha1.BackupFailure{Job: "status-backup-status-2-0123456789", Reason: "no member can give a snapshot", Time: since}},
+		RestoredFrom: "latest",
 		Ledger: []v1alpha1.LedgerRecord{
 			{Name: "status-0", ID: "8e9e05c52164694d", Incarnation: 0, Established: true},
 			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true},

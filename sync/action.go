@@ -37,6 +37,8 @@ const (
 	DisarmAlarm
 	// RecoverQuorum: a step of a quorum recovery from one surviving member.
 	RecoverQuorum
+	// TakeBackup: a Job takes a snapshot and stores it (spec.backup, or on request).
+	TakeBackup
 )
 
 var actionNames = [...]string{
@@ -55,6 +57,7 @@ var actionNames = [...]string{
 	Defragment:       "Defragment",
 	DisarmAlarm:      "DisarmAlarm",
 	RecoverQuorum:    "RecoverQuorum",
+	TakeBackup:       "Backup",
 }
 
 func (t ActionType) String() string {

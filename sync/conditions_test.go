@@ -147,8 +147,13 @@ func checkConditions(t testing.TB, gen int64, d Decision) {
 			t.Fatalf("condition %s: observedGeneration %d (want %d), lastTransitionTime %v, message %q", c.Type, c.ObservedGeneration, gen, c.LastTransitionTime, c.Message)
 		}
 	}
-	if d.Action.Type != Bootstrap && !slices.Equal(types, []string{v1alpha1.ConditionAvailable, v1alpha1.ConditionProgressing, v1alpha1.ConditionDegraded}) {
-		t.Fatalf("conditions %v, want Available, Progressing, Degraded", types)
+	// BackedUp follows the three for a cluster with spec.backup.
+	want := []string{v1alpha1.ConditionAvailable, v1alpha1.ConditionProgressing, v1alpha1.ConditionDegraded}
+	if len(types) == 4 && types[3] == v1alpha1.ConditionBackedUp {
+		want = append(want, v1alpha1.ConditionBackedUp)
+	}
+	if d.Action.Type != Bootstrap && !slices.Equal(types, want) {
+		t.Fatalf("conditions %v, want %v", types, want)
 	}
 }
 

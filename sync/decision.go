@@ -23,6 +23,11 @@ func (v *view) decision(s step) Decision {
 	sortChildren(children)
 	st := v.status(s)
 	st.Ledger = l.records()
+	if s.backup != nil {
+		st.Backup = s.backup
+	}
+	v.backupCondition(&st)
+	s.resync = v.backupResync(s.resync)
 	return Decision{
 		Children:           children,
 		Status:             st,

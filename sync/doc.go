@@ -24,6 +24,9 @@
 // sync observes the result before anything else happens. Membership is never changed here:
 // Jobs running etcdops-member do it, and each of their operations is idempotent.
 //
+// A backup (backup.go) is a member Job too: one at a time with the others, and never while a
+// learner joins or a member and its pod are apart.
+//
 // Member Jobs are named after their content and never change under a name; a Job in flight
 // is returned unchanged and waited for, a succeeded one is dropped once membership shows its
 // effect, a failed one is retried under a new name after a back-off, a bounded number of
@@ -31,15 +34,16 @@
 //
 // # Safety
 //
-// Every decision is checked against the invariants before it is returned (checkInvariants):
-// at most one change, never a second learner, never a removal or pod replacement that leaves
-// the voters without a healthy quorum, never a shrink below a member, never two pods exposed
-// to the StatefulSet's rolling update at once, the partition lowered onto a pod only once the
-// pods above it are replaced and up (the StatefulSet controller would otherwise replace it
-// later, unchecked), disturbing a healthy member only when every other member answered, never
-// removing or replacing a member only the hook cannot reach, and never replacing the leader's
-// pod while another voter could lead. Teardown and bootstrap have checks of their own. A
-// violation becomes a hold whose reason starts with "internal:".
+// Every decision is checked against the invariants before it is returned (checkInvariants): at
+// most one change, never a second learner, never a backup while a learner joins, never a
+// removal or pod replacement that leaves the voters without a healthy quorum, never a shrink
+// below a member, never two pods exposed to the StatefulSet's rolling update at once, the
+// partition lowered onto a pod only once the pods above it are replaced and up (the
+// StatefulSet controller would otherwise replace it later, unchecked), disturbing a healthy
+// member only when every other member answered, never removing or replacing a member only the
+// hook cannot reach, and never replacing the leader's pod while another voter could lead.
+// Teardown and bootstrap have checks of their own. A violation becomes a hold whose reason
+// starts with "internal:".
 // When etcd's state is unknown (not asked, inconsistent, a stranger in the member list,
 // another cluster ID) the observed children are returned unchanged, with any that are missing
 // rendered again; only when no pod is Ready may one outdated pod be recreated (nothing serves,

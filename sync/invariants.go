@@ -54,6 +54,10 @@ func checkInvariants(v *view, s step) error {
 				}
 			}
 			target = m
+		case verbBackup:
+			if len(v.learners()) > 0 {
+				return errors.New("a backup while a learner joins")
+			}
 		case verbPromote:
 			if m == nil || !m.IsLearner {
 				return fmt.Errorf("promoting %s, which is not a learner", s.job.member)

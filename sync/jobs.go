@@ -43,6 +43,7 @@ const (
 	verbCompact    = "compact"
 	verbDefragment = "defragment"
 	verbDisarm     = "disarm"
+	// verbBackup: backup.go.
 )
 
 // memberJob is one membership change or maintenance operation for the member tool to run.
@@ -57,6 +58,8 @@ type memberJob struct {
 	alarm     string
 	endpoints []string
 	attempt   int
+	// backupFor: backup, what it is for (backupTrigger.label).
+	backupFor string
 }
 
 // args is the member tool's command line (docs/architecture.md).
@@ -74,6 +77,9 @@ func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbCompact || j.verb == verbDefragment {
 		// A large database takes minutes: give the tool most of the Job's deadline.
 		args = append(args, "--timeout=4m")
+	}
+	if j.verb == verbBackup {
+		args = append(args, backupArgs(c)...)
 	}
 	if clientTLS(c) {
 		args = append(args, "--cacert="+ClientTLSDir+"/ca.crt", "--cert="+ClientTLSDir+"/tls.crt", "--key="+ClientTLSDir+"/tls.key")
@@ -108,13 +114,17 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	// deleted by TTL while still returned would be created again.
 	// The Job's pod carries no etcdops.dev/cluster label: the Services and the disruption
 	// budget select the cluster's pods by it, and this pod has no etcd to serve.
+	podLabels := map[string]string{LabelAction: j.verb, LabelMember: j.member}
 	spec := object{
 		"backoffLimit":          jobBackoffLimit,
 		"activeDeadlineSeconds": jobDeadline,
 		"template": object{
-			"metadata": object{"labels": map[string]string{LabelAction: j.verb, LabelMember: j.member}},
+			"metadata": object{"labels": podLabels},
 			"spec":     podSpec,
 		},
+	}
+	if j.verb == verbBackup {
+		backupPod(c, j, labels, podLabels, spec, podSpec, container)
 	}
 	hash := shortHash([]any{labels, j.id, spec})
 	name := fmt.Sprintf("%s-%s-%s", c.Name, j.verb, j.member)

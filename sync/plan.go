@@ -30,8 +30,8 @@ const (
 //  6. member Job          wait for the one in flight; back off after a failure
 //  7. fix                 quorum lost or NOSPACE (report only), a member without its pod,
 //     a learner (remove beyond the size, promote, or remove when stuck), a pod without its
-//     member, a failed member (replace); a member only the hook cannot reach is reported,
-//     never replaced
+//     member, a backup that is due (backup.go), a failed member (replace); a member only
+//     the hook cannot reach is reported, never replaced
 //  8. config drift        roll the highest outdated pod once the pods above are up, leader
 //     moved away first; a cluster of two first grows a temporary third member
 //  9. scale out           add a learner at the lowest free ordinal
@@ -139,7 +139,10 @@ func validate(obs *Observed, c v1alpha1.EtcdCluster) error {
 	if low := lowestVersion(obs.Etcd.Members); low != "" {
 		c.Status.CurrentVersion = low
 	}
-	return v1alpha1.Validate(c)
+	if err := v1alpha1.Validate(c); err != nil {
+		return err
+	}
+	return restoreInPlace(obs, &c)
 }
 
 // isBootstrapping: no cluster has answered yet and nothing beyond the seed was ever asked
@@ -180,6 +183,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		Token:        clusterToken(c),
 		ClusterState: joinstate.StateNew,
 		Members:      []joinstate.Member{{Name: seed, PeerURL: PeerURL(c, seed, cfg.ClusterDomain)}},
+		Restore:      restoreJoin(c, seed),
 	}
 	children := []Child{
 		headlessService(c),
@@ -190,7 +194,13 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	}
 	sortChildren(children)
 	action := Action{Type: Bootstrap, Member: seed, Reason: "no cluster yet: starting seed " + seed}
+	if f := fromBackup(c); f != nil {
+		action.Reason = "no cluster yet: starting seed " + seed + " from snapshot " + f.Name
+	}
 	st := newStatus(obs, c, v1alpha1.PhaseCreating, action)
+	if f := fromBackup(c); f != nil {
+		st.RestoredFrom = f.Name
+	}
 	setCondition(&st, obs, c, v1alpha1.ConditionProgressing, true, Bootstrap.String(), action.Reason)
 	d := Decision{Children: children, Status: st, Action: action, ResyncAfterSeconds: resyncSoon}
 	if err := checkBootstrap(obs, d); err != nil {

@@ -35,6 +35,8 @@ type planner struct {
 	// last status's records are kept.
 	maintenance *v1alpha1.MaintenanceStatus
 	recovery    *v1alpha1.RecoveryStatus
+	// backup, when set, is status.backup as this sync leaves it (backup.go).
+	backup *v1alpha1.BackupStatus
 }
 
 // step is what phases 6 to 11 decided.
@@ -61,6 +63,8 @@ type step struct {
 	// recoveryJoin, when set, is the quorum recovery the join state carries: the survivor
 	// told to force a new cluster, every other member fenced.
 	recoveryJoin *joinstate.Recovery
+	// backup, when set, replaces status.backup.
+	backup *v1alpha1.BackupStatus
 }
 
 func (p *planner) decide() step {
@@ -70,6 +74,9 @@ func (p *planner) decide() step {
 	}
 	if s.recovery == nil {
 		s.recovery = p.recovery
+	}
+	if s.backup == nil {
+		s.backup = p.backup
 	}
 	return s
 }
@@ -98,7 +105,8 @@ func (p *planner) change() step {
 		p.memberWithoutPod, // 7c
 		p.learner,          // 7d
 		p.podWithoutMember, // 7e
-		p.failedMember,     // 7f
+		p.backupDue,        // 7f (backup.go)
+		p.failedMember,     // 7g
 		p.configDrift,      // 8
 		p.scaleOut,         // 9
 		p.scaleIn,          // 10
@@ -121,6 +129,16 @@ func (p *planner) memberJob() (step, bool) {
 	var waiting *step
 	for _, j := range p.jobs {
 		verb, who := j.Labels[LabelAction], j.Labels[LabelMember]
+		if verb == verbBackup {
+			// A backup's outcome goes into status.backup, not into a retry (backup.go).
+			if s, keep := p.backupJob(j); keep {
+				p.keep = append(p.keep, j)
+				if waiting == nil {
+					waiting = &s
+				}
+			}
+			continue
+		}
 		state, at := stateOf(j)
 		var s step
 		switch state {
@@ -350,7 +368,7 @@ func (p *planner) podWithoutMember() (step, bool) {
 	return p.scaleTo(keep, PodName(p.c.Name, keep), fmt.Sprintf("pods from %s on hold no member: shrinking the StatefulSet to %d", PodName(p.c.Name, keep), keep)), true
 }
 
-// 7f. A voter only the hook cannot reach, while its pod is Ready, is unknown, not failed: it
+// 7g. A voter only the hook cannot reach, while its pod is Ready, is unknown, not failed: it
 // is reported and never replaced, however long it lasts. An unhealthy voter on an outdated pod
 // is first recreated from the current spec (that alone may fix it, and its volume keeps the
 // data), leadership moved away first. A failed voter is replaced while quorum holds:

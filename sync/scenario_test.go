@@ -67,6 +67,11 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	etcd new-cluster                     from now on etcd is another cluster: new cluster and
 //	                                     member IDs on the same data (as after a restore)
 //	age DURATION                         time passes without anything happening
+//	backup SCHEDULE | suspend | resume   spec.backup to an S3 bucket on that schedule (a
+//	                                     schedule without spaces: @hourly, @every 30m)
+//	restore NAME [in-place]              spec.bootstrap.fromBackup: the snapshot a new world
+//	                                     starts from, with the old one's backups; in-place:
+//	                                     set on the world as it is
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -408,6 +413,27 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		default:
 			t.Fatalf("%q: unknown etcd state", line)
 		}
+	case "backup":
+		switch arg(0) {
+		case "suspend", "resume":
+			w.cluster.Spec.Backup.Suspend = arg(0) == "suspend"
+		default:
+			w.cluster.Spec.Backup = &v1alpha1.BackupSpec{Schedule: arg(0), Destination: v1alpha1.BackupDestination{
+				S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
+		}
+	case "restore":
+		from := &v1alpha1.FromBackup{Name: arg(0), BackupDestination: v1alpha1.BackupDestination{
+			S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
+		if len(args) > 1 && args[1] == "in-place" {
+			w.cluster.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: from}
+			break
+		}
+		// A new cluster of the same name restores the last world's backups.
+		backups := w.backups
+		w = newSimWorld(t, *w.cluster.Spec.Size, w.storage())
+		w.cluster.UID = "uid-2"
+		w.backups = backups
+		w.cluster.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: from}
 	case "age":
 		d, err := time.ParseDuration(arg(0))
 		if err != nil {
@@ -526,6 +552,9 @@ func decisionText(t *testing.T, d Decision) string {
 				}
 				ms = append(ms, s)
 			}
+			if r := st.Restore; r != nil {
+				ms = append(ms, "restore="+r.Member+"/"+r.Backup)
+			}
 			fmt.Fprintf(&b, "  join: %s %s\n", st.ClusterState, strings.Join(ms, " "))
 		case "Job":
 			var m map[string]any
@@ -565,6 +594,25 @@ func decisionText(t *testing.T, d Decision) string {
 	}
 	if r := st.Recovery; r != nil {
 		fmt.Fprintf(&b, "  recovery: %s from %s (%s)\n", r.Phase, r.Survivor, r.Trigger)
+	}
+	if r := st.Backup; r != nil {
+		fmt.Fprintf(&b, "  backup:")
+		if r.LastScheduleTime != nil {
+			fmt.Fprintf(&b, " scheduled=%s", r.LastScheduleTime.UTC().Format(time.RFC3339))
+		}
+		if r.LastRequest != "" {
+			fmt.Fprintf(&b, " request=%s", r.LastRequest)
+		}
+		if l := r.LastSuccessful; l != nil {
+			fmt.Fprintf(&b, " last=%s@%d member=%s", l.Object, l.Revision, l.Member)
+		}
+		if f := r.LastFailure; f != nil {
+			fmt.Fprintf(&b, " failure=%q", f.Reason)
+		}
+		b.WriteString("\n")
+	}
+	if st.RestoredFrom != "" {
+		fmt.Fprintf(&b, "  restored from: %s\n", st.RestoredFrom)
 	}
 	for _, w := range st.Warnings {
 		fmt.Fprintf(&b, "  warning: %s\n", w)

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/backupresult"
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
 	"etcdops.dev/etcdops/launcher"
@@ -57,6 +58,16 @@ type simData struct {
 	inc       int64
 	id        uint64
 	recovered string
+	// restored is the join state token of the snapshot restore that wrote it.
+	restored string
+}
+
+// simBackup is a snapshot stored by a backup Job: the raft index it holds stands for the
+// revision, and the data it holds.
+type simBackup struct {
+	revision uint64
+	live     int64
+	member   uint64
 }
 
 type simPod struct {
@@ -164,12 +175,15 @@ type simWorld struct {
 	// onTick, when set, runs at the end of every tick: a fault that heals on a condition.
 	onTick func()
 	log    []string
+	// backups are the snapshots backup Jobs stored, oldest first; a restore reads the last.
+	backups []simBackup
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 	c := v1alpha1.EtcdCluster{}
 	c.APIVersion, c.Kind = v1alpha1.APIVersion, v1alpha1.Kind
 	c.Name, c.Namespace, c.UID, c.Generation = "etcd", "default", "uid-1", 1
+	c.CreationTimestamp = metav1.NewTime(simStart)
 	c.Spec.Size = &size
 	c.Spec.Version = "v3.6.16"
 	if storage {
@@ -308,6 +322,7 @@ func (w *simWorld) observe() Observed {
 		}
 	}
 	w.hideJobs = false
+	obs.Pods = append(obs.Pods, w.backupPods(obs.Children.Jobs)...)
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
 		pod := corev1.Pod{}
@@ -650,6 +665,11 @@ func (w *simWorld) runJob(j *simJob) {
 		m.file = m.live + m.history
 	case verbDisarm:
 		w.disarm(j.alarm, j.id)
+	case verbBackup:
+		if !w.backup() {
+			fail()
+			return
+		}
 	case verbMoveLeader:
 		m := w.memberByID(j.id)
 		if m == nil || m.learner || !w.healthy(m) {
@@ -804,9 +824,19 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 		}
 		m = &simMember{id: w.nextID, ord: p.ord, started: true}
 		w.nextID++
+		w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id}
+		if dec.Restore {
+			// etcdutl snapshot restore: the snapshot's data under a new cluster ID.
+			if len(w.backups) == 0 {
+				return "restore: no snapshot"
+			}
+			b := w.backups[len(w.backups)-1]
+			m.raft, m.live, m.file = b.revision, b.live, b.live
+			w.data[p.ord].restored = w.join.Token
+			w.clusterID++
+		}
 		w.members = append(w.members, m)
 		w.leader = m.id
-		w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id}
 		return ""
 	}
 	if m == nil {
@@ -833,7 +863,7 @@ func volumeOf(d *simData) launcher.Volume {
 	if d == nil {
 		return launcher.Volume{}
 	}
-	return launcher.Volume{HasData: true, HasMarker: true, Incarnation: d.inc, Recovered: d.recovered}
+	return launcher.Volume{HasData: true, HasMarker: true, Incarnation: d.inc, Recovered: d.recovered, Restored: d.restored}
 }
 
 // forceNewCluster is etcd started with --force-new-cluster on the data d at ord: the member
@@ -1107,4 +1137,57 @@ func encodeDecision(t testing.TB, d Decision) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("%s\n%s\n%v %v %v", strings.Join(children, "\n"), st, d.Action, d.ResyncAfterSeconds, d.Finalized)
+}
+
+// backup is a backup Job's snapshot: never while a membership change is under way (a learner
+// joins, a member was added without its pod, a pod waits for its member), and only from a
+// healthy voter. false: no member could give one.
+func (w *simWorld) backup() bool {
+	for _, m := range w.members {
+		if m.learner || !m.started {
+			w.t.Fatalf("a backup runs during a membership change:\n%s", w.describe())
+		}
+	}
+	for _, ord := range sortedInts(w.pods) {
+		if w.memberAt(ord) == nil && w.sts != nil && ord < w.sts.replicas {
+			w.t.Fatalf("a backup runs while pod %s waits for its member:\n%s", w.podName(ord), w.describe())
+		}
+	}
+	// A follower first, as the member tool reads from one.
+	var from *simMember
+	for _, m := range w.members {
+		if w.healthy(m) && (from == nil || from.id == w.leader) {
+			from = m
+		}
+	}
+	if from == nil {
+		return false
+	}
+	w.backups = append(w.backups, simBackup{revision: from.raft, live: from.live, member: from.id})
+	return true
+}
+
+// backupPods are the pods of finished backup Jobs, with the report the member tool writes
+// to the termination message; the Job controller's label names the Job.
+func (w *simWorld) backupPods(jobs []batchv1.Job) []corev1.Pod {
+	var out []corev1.Pod
+	for _, j := range jobs {
+		sj := w.jobs[j.Name]
+		if j.Labels[LabelAction] != verbBackup || sj == nil || sj.state == jobRunning {
+			continue
+		}
+		pod := corev1.Pod{}
+		pod.Name, pod.Namespace = j.Name+"-x1", w.cluster.Namespace
+		pod.Labels = map[string]string{LabelBackupOf: w.cluster.Name, batchv1.JobNameLabel: j.Name}
+		r := backupresult.Result{Error: "no member could give a snapshot"}
+		pod.Status.Phase = corev1.PodFailed
+		if sj.state == jobSucceeded {
+			b := w.backups[len(w.backups)-1]
+			r = backupresult.Result{Object: fmt.Sprintf("s3://backups/default/etcd/etcd-r%d.db", b.revision), Revision: int64(b.revision), Size: 4096, MemberID: fmt.Sprintf("%x", b.member)}
+			pod.Status.Phase = corev1.PodSucceeded
+		}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "member", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: backupresult.Encode(r)}}}}
+		out = append(out, pod)
+	}
+	return out
 }

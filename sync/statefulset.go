@@ -150,6 +150,7 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[s
 		// etcd never talks to the Kubernetes API.
 		"automountServiceAccountToken": false,
 	}
+	withRestore(c, etcd, spec)
 	if user != nil {
 		if user.Affinity != nil {
 			spec["affinity"] = plain(user.Affinity)

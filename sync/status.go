@@ -69,7 +69,7 @@ func stepDeadline(t ActionType) time.Duration {
 	switch t {
 	case ReplacePod:
 		return replaceDeadline
-	case AddLearner, PromoteLearner, RemoveMember, MoveLeader, Compact, Defragment, DisarmAlarm:
+	case AddLearner, PromoteLearner, RemoveMember, MoveLeader, Compact, Defragment, DisarmAlarm, TakeBackup:
 		return jobDeadline * time.Second
 	case ScaleStatefulSet, Bootstrap:
 		return stuckAfter
@@ -127,6 +127,8 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		Maintenance:    prev.Maintenance,
 		Recovery:       prev.Recovery,
 		History:        startStep(prev.History, prev.Action, a, "", false, obs.Now),
+		Backup:         prev.Backup,
+		RestoredFrom:   prev.RestoredFrom,
 	}
 }
 

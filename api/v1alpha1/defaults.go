@@ -76,6 +76,19 @@ func Defaulted(c EtcdCluster) EtcdCluster {
 		}
 		s.Recovery = &r
 	}
+	if s.Backup != nil {
+		b := *s.Backup
+		if b.MaxBandwidth == nil {
+			q := resource.MustParse(DefaultBackupMaxBandwidth)
+			b.MaxBandwidth = &q
+		}
+		s.Backup = &b
+	}
+	if s.Bootstrap != nil && s.Bootstrap.FromBackup != nil && s.Bootstrap.FromBackup.Name == "" {
+		f := *s.Bootstrap.FromBackup
+		f.Name = LatestBackup
+		s.Bootstrap = &BootstrapSpec{FromBackup: &f}
+	}
 	return c
 }
 

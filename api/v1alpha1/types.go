@@ -65,6 +65,7 @@ type EtcdCluster struct {
 // EtcdClusterSpec is the desired state of an etcd cluster.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.storageSpec) == has(oldSelf.storageSpec)",message="storageSpec cannot be added or removed after creation: the StatefulSet's volume claim templates are immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is fixed at creation: a restore makes a new cluster and is never applied to a running one in place (docs/runbooks.md, restore over an existing cluster)"
 type EtcdClusterSpec struct {
 	// Size is the number of voting members, 1 to 9. Even sizes are allowed but flagged in
 	// status: they tolerate no more failures than the odd size below them.
@@ -131,6 +132,15 @@ type EtcdClusterSpec struct {
 	//
 	// +optional
 	Recovery *RecoverySpec `json:"recovery,omitempty"`
+	// Backup schedules snapshots to object storage or a volume (docs/backup.md).
+	//
+	// +optional
+	Backup *BackupSpec `json:"backup,omitempty"`
+	// Bootstrap says how the cluster starts: from nothing, or from a snapshot. Fixed at
+	// creation.
+	//
+	// +optional
+	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
 }
 
 // MaintenanceSpec configures the operator's database maintenance.
@@ -423,6 +433,16 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	Recovery *RecoveryStatus `json:"recovery,omitempty"`
+	// Backup is what the operator knows of the cluster's backups.
+	//
+	// +optional
+	Backup *BackupStatus `json:"backup,omitempty"`
+	// RestoredFrom, on a cluster bootstrapped from a snapshot, names the snapshot asked for
+	// (spec.bootstrap.fromBackup.name); kept so that a restore is told apart from one asked
+	// for over a running cluster.
+	//
+	// +optional
+	RestoredFrom string `json:"restoredFrom,omitempty"`
 }
 
 // MaintenanceStatus records a NOSPACE remediation or a scheduled defragmentation.

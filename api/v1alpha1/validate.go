@@ -95,6 +95,9 @@ func Validate(c EtcdCluster) error {
 	if r := s.Recovery; r != nil && r.After != nil && r.After.Duration < MinRecoveryAfter {
 		add("spec.recovery.after %s is too short; allowed: %s or more, so that a restart or a brief partition is not taken for a lost quorum", r.After.Duration, MinRecoveryAfter)
 	}
+	for _, msg := range checkBackup(s) {
+		add("%s", msg)
+	}
 	if d := maintenanceDefragment(s); d != nil && d.MinFree != nil && d.MinFree.Sign() < 0 {
 		add("spec.maintenance.defragment.minFree %s is negative; allowed: 0 or more bytes", d.MinFree.String())
 	}

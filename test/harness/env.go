@@ -132,6 +132,9 @@ func Start(opts Options) (*Env, error) {
 	jobTools := opts.Tools
 	jobTools.Member = e.crash.killJob(opts.Tools.Member)
 	e.Jobs = NewJobs(e.Store, jobTools, opts.TimeScale)
+	e.Jobs.Mounts = func(p *corev1.Pod) (map[string]string, error) {
+		return e.Kubelet.jobMounts(p, filepath.Join(opts.Root, "pods", p.Name))
+	}
 	e.Monitor = newMonitor(e)
 	var jobStart gosync.Map
 	e.Jobs.OnRun = func(job string, args []string, started bool, out string, err error) {

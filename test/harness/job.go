@@ -26,6 +26,8 @@ type Jobs struct {
 	OnRun func(job string, args []string, started bool, out string, err error)
 	// AfterJob runs once an attempt's outcome is in the Job's status.
 	AfterJob func(job string)
+	// Mounts, when set, materialises a pod's volumes and returns mount path → directory.
+	Mounts func(p *corev1.Pod) (map[string]string, error)
 
 	mu       gosync.Mutex
 	running  map[string]bool // Job name → an attempt is running
@@ -137,7 +139,10 @@ func (c *Jobs) attempt(ctx context.Context, j *batchv1.Job, seq int) {
 	if c.OnRun != nil {
 		c.OnRun(j.Name, args, true, "", nil)
 	}
-	var out string
+	var out, logFile string
+	if err == nil {
+		args, logFile, err = c.jobPodArgs(pod, args)
+	}
 	if err == nil {
 		out, err = c.Tools.Member(ctx, args[1:])
 	}
@@ -157,6 +162,7 @@ func (c *Jobs) attempt(ctx context.Context, j *batchv1.Job, seq int) {
 		if err != nil {
 			p.Status.Message = err.Error()
 		}
+		terminated(p, logFile, err)
 		_ = c.Store.UpdateStatus(p)
 	}
 	c.finishAttempt(j.Name, err)

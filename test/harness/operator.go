@@ -49,22 +49,24 @@ func InProcessHook(cfg sync.Config, log *slog.Logger) HookStarter {
 type HookClock struct {
 	mu   gosync.Mutex
 	held time.Time
+	// offset is how far the clock was moved on (Env.AdvanceHookClock).
+	offset time.Duration
 }
 
-// Now is the held time, or the wall clock.
+// Now is the held time, or the wall clock moved on by the offset.
 func (c *HookClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.held.IsZero() {
 		return c.held
 	}
-	return time.Now()
+	return time.Now().Add(c.offset)
 }
 
 // Hold stops the clock at the current time until the returned release is called.
 func (c *HookClock) Hold() (release func()) {
 	c.mu.Lock()
-	c.held = time.Now()
+	c.held = time.Now().Add(c.offset)
 	c.mu.Unlock()
 	return func() {
 		c.mu.Lock()

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"etcdops.dev/etcdops/backup"
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
 	"etcdops.dev/etcdops/launcher"
@@ -44,9 +45,15 @@ commands:
   compact     --endpoints=URL[,URL] --member=POD
   defragment  --endpoints=URL --member=POD --id=HEX          (the member's own endpoint)
   disarm      --endpoints=URL[,URL] --member=POD --alarm=NOSPACE|CORRUPT [--id=HEX]
+  backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination>
+              [--keep=N] [--keep-for=DURATION] [--max-bandwidth=BYTES] [--work-dir=DIR]
+              [--termination-log=FILE]
+      destination: --s3-endpoint=URL --bucket=B [--prefix=P] [--region=R]
+                   --credentials-dir=DIR [--ca-file=FILE]   or   --dir=DIR
       common: --cacert=FILE --cert=FILE --key=FILE --timeout=30s
   install --to=PATH
-  launch --join-state=FILE --name=POD --data-dir=DIR --etcd=PATH -- <etcd flags>
+  launch --join-state=FILE --name=POD --data-dir=DIR --etcd=PATH
+         [--restore-<destination flag>...] -- <etcd flags>
   probe  --join-state=FILE --data-dir=DIR --health=URL [--name=POD, else $POD_NAME]
 `
 
@@ -64,6 +71,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "add-learner", "promote", "remove", "move-leader", "compact", "defragment", "disarm":
 		return runOperation(ctx, cmd, rest, stdout, stderr)
+	case "backup":
+		return runBackup(ctx, rest, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, stderr)
 	case "install":
@@ -85,9 +94,8 @@ type operationFlags struct {
 	timeout                               time.Duration
 }
 
-// parseOperation parses a membership command's flags; the caller prints the error, on one line.
-func parseOperation(cmd string, args []string) (operationFlags, error) {
-	var f operationFlags
+// flagSet registers the flags every command that talks to etcd takes.
+func (f *operationFlags) flagSet(cmd string, timeout time.Duration) *flag.FlagSet {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&f.endpoints, "endpoints", "", "client URLs of voters, comma-separated")
@@ -95,7 +103,14 @@ func parseOperation(cmd string, args []string) (operationFlags, error) {
 	fs.StringVar(&f.cacert, "cacert", "", "CA certificate file (PEM)")
 	fs.StringVar(&f.cert, "cert", "", "client certificate file (PEM)")
 	fs.StringVar(&f.key, "key", "", "client key file (PEM)")
-	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long, retrying what is retryable")
+	fs.DurationVar(&f.timeout, "timeout", timeout, "give up after this long, retrying what is retryable")
+	return fs
+}
+
+// parseOperation parses a membership command's flags; the caller prints the error, on one line.
+func parseOperation(cmd string, args []string) (operationFlags, error) {
+	var f operationFlags
+	fs := f.flagSet(cmd, 30*time.Second)
 	switch cmd {
 	case "add-learner":
 		fs.StringVar(&f.peerURL, "peer-url", "", "peer URL of the new member")
@@ -285,10 +300,15 @@ func LaunchArgv(args []string) ([]string, launcher.Decision, error) {
 	fs.StringVar(&o.Name, "name", "", "pod name, which is the member name")
 	fs.StringVar(&o.DataDir, "data-dir", "/var/lib/etcd/data", "etcd data dir; the incarnation marker lives beside it")
 	fs.StringVar(&o.Etcd, "etcd", "/usr/local/bin/etcd", "etcd executable")
+	var from backup.DestinationFlags
+	from.Register(fs, "restore-")
 	if err := fs.Parse(args); err != nil {
 		return nil, launcher.Decision{}, fmt.Errorf("%w: %v", launcher.ErrBadOptions, err)
 	}
 	o.Static = fs.Args()
+	if from.Set() {
+		o.Restore = func(rt launcher.RestoreTarget) error { return restoreSnapshot(from, rt, os.Stderr) }
+	}
 	return launcher.Prepare(o)
 }
 

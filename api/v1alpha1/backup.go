@@ -1,0 +1,307 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// BackupSpec schedules snapshots of the cluster's key space. The names follow a Kubernetes
+// CronJob's where the meaning is the same (schedule, suspend, status.lastScheduleTime,
+// status.lastSuccessfulTime).
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.maxBandwidth) || quantity(string(self.maxBandwidth)).isGreaterThan(quantity('0'))",message="spec.backup.maxBandwidth must be greater than zero"
+type BackupSpec struct {
+	// Schedule is when a backup is taken, in cron syntax, in UTC: five fields
+	// ("0 */6 * * *"), or a descriptor such as "@daily" or "@every 2h". A backup that falls
+	// due while the cluster changes membership waits until the change is done.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Schedule string `json:"schedule"`
+	// Suspend stops scheduled backups; an on-demand backup (annotation
+	// etcdops.dev/backup-now) is still taken.
+	//
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+	// Destination is where the snapshots go.
+	Destination BackupDestination `json:"destination"`
+	// Retention says which snapshots are kept; absent, every snapshot is kept.
+	//
+	// +optional
+	Retention *BackupRetention `json:"retention,omitempty"`
+	// MaxBandwidth bounds how fast the snapshot is read from etcd, per second, so that a
+	// backup never takes the disk and network a member needs to serve.
+	//
+	// +kubebuilder:default="32Mi"
+	// +optional
+	MaxBandwidth *resource.Quantity `json:"maxBandwidth,omitempty"`
+}
+
+// BackupDestination is S3-compatible object storage or a PersistentVolumeClaim; exactly one.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.s3) != has(self.persistentVolumeClaim)",message="set exactly one of s3 and persistentVolumeClaim"
+type BackupDestination struct {
+	// S3 is an S3-compatible bucket (AWS S3, MinIO, Ceph RGW, GCS in interoperability mode).
+	//
+	// +optional
+	S3 *S3Destination `json:"s3,omitempty"`
+	// PersistentVolumeClaim is a claim in the cluster's namespace; the snapshots are files in
+	// a directory of it.
+	//
+	// +optional
+	PersistentVolumeClaim *PVCDestination `json:"persistentVolumeClaim,omitempty"`
+}
+
+// S3Destination is a bucket and a prefix in S3-compatible object storage.
+type S3Destination struct {
+	// Endpoint is the storage's URL, with its scheme: https://s3.eu-west-1.amazonaws.com,
+	// http://minio.storage.svc:9000.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	Endpoint string `json:"endpoint"`
+	// Bucket holds the snapshots; it must exist.
+	//
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	Bucket string `json:"bucket"`
+	// Prefix is prepended to every object name; "<namespace>/<name>/" when empty. The
+	// operator lists, keeps and deletes only its own snapshots under it.
+	//
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
+	// Region of the bucket; the storage's default when empty.
+	//
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Region string `json:"region,omitempty"`
+	// CredentialsSecret names a Secret in the cluster's namespace with the keys
+	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, optional). It is
+	// mounted into the backup Jobs (and into the etcd pods of a cluster restored from it);
+	// the operator itself never reads it.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	CredentialsSecret string `json:"credentialsSecret"`
+	// CASecret, when set, names a Secret whose key ca.crt is the CA bundle (PEM) that the
+	// endpoint's certificate is verified with, instead of the system's.
+	//
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	CASecret string `json:"caSecret,omitempty"`
+}
+
+// PVCDestination is a directory on a PersistentVolumeClaim.
+type PVCDestination struct {
+	// ClaimName is a claim in the cluster's namespace. Backup Jobs run on any node, so a
+	// ReadWriteMany claim is the one that always mounts.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName"`
+	// Path is the directory inside the claim; "<namespace>/<name>" when empty.
+	//
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Path string `json:"path,omitempty"`
+}
+
+// BackupRetention says which snapshots are kept after each backup. With both set, a snapshot
+// goes once it is beyond keep or older than keepFor; the newest is never deleted.
+type BackupRetention struct {
+	// Keep is how many snapshots are kept, newest first.
+	//
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	Keep *int32 `json:"keep,omitempty"`
+	// KeepFor is how long a snapshot is kept, e.g. 720h.
+	//
+	// +optional
+	KeepFor *metav1.Duration `json:"keepFor,omitempty"`
+}
+
+// BootstrapSpec says how a new cluster starts. It is fixed at creation.
+type BootstrapSpec struct {
+	// FromBackup starts the cluster from a snapshot: the seed restores it before etcd starts
+	// (a new cluster ID; members are recreated), and the other members join it as learners.
+	//
+	// +optional
+	FromBackup *FromBackup `json:"fromBackup,omitempty"`
+}
+
+// FromBackup names the snapshot a new cluster starts from.
+type FromBackup struct {
+	// Where the snapshot is: S3-compatible object storage or a PersistentVolumeClaim, as in
+	// spec.backup.destination. The default prefix or path is this cluster's own
+	// ("<namespace>/<name>"), which is right for a cluster re-created under the same name.
+	BackupDestination `json:",inline"`
+	// Name is the snapshot's object or file name below the prefix or path, or "latest" for
+	// the newest snapshot there.
+	//
+	// +kubebuilder:default=latest
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Name string `json:"name,omitempty"`
+}
+
+// LatestBackup as FromBackup.Name restores the newest snapshot.
+const LatestBackup = "latest"
+
+// AnnotationBackupNow on an EtcdCluster asks for one backup now; its value names the
+// request, so setting a new value asks again (status.backup.lastRequest records the last
+// one taken).
+const AnnotationBackupNow = "etcdops.dev/backup-now"
+
+// DefaultBackupMaxBandwidth is spec.backup.maxBandwidth when unset.
+const DefaultBackupMaxBandwidth = "32Mi"
+
+// BackupStatus is what the operator knows of the cluster's backups.
+type BackupStatus struct {
+	// LastScheduleTime is the schedule's last time a backup was started for.
+	//
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+	// LastRequest is the value of the etcdops.dev/backup-now annotation last taken.
+	//
+	// +optional
+	LastRequest string `json:"lastRequest,omitempty"`
+	// LastSuccessfulTime is when the last successful backup finished.
+	//
+	// +optional
+	LastSuccessfulTime *metav1.Time `json:"lastSuccessfulTime,omitempty"`
+	// LastSuccessful is the last snapshot stored.
+	//
+	// +optional
+	LastSuccessful *BackupRecord `json:"lastSuccessful,omitempty"`
+	// LastFailure is the last backup that failed, and why.
+	//
+	// +optional
+	LastFailure *BackupFailure `json:"lastFailure,omitempty"`
+}
+
+// BackupRecord is one stored snapshot.
+type BackupRecord struct {
+	// Object is the snapshot's full object name (S3) or path in the claim.
+	Object string `json:"object"`
+	// Revision is the etcd revision the snapshot holds: every write acknowledged at or before
+	// it is in the snapshot.
+	Revision int64 `json:"revision"`
+	// Size is the snapshot's size in bytes.
+	Size int64 `json:"size"`
+	// SHA256 is the snapshot file's checksum, hex.
+	//
+	// +optional
+	SHA256 string `json:"sha256,omitempty"`
+	// Member is the member the snapshot was read from.
+	//
+	// +optional
+	Member string `json:"member,omitempty"`
+	// Time is when the snapshot was stored.
+	Time metav1.Time `json:"time"`
+}
+
+// BackupFailure is a backup that did not store a snapshot.
+type BackupFailure struct {
+	// Job is the backup Job that failed.
+	Job string `json:"job"`
+	// Reason says why, as the member tool reported it.
+	Reason string `json:"reason"`
+	// Time is when the Job failed.
+	Time metav1.Time `json:"time"`
+}
+
+// ConditionBackedUp is the condition of a cluster with spec.backup: True while the last
+// backup succeeded.
+const ConditionBackedUp = "BackedUp"
+
+// scheduleProbe is any fixed time: how often a schedule fires is read from two of its times.
+var scheduleProbe = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// ParseSchedule parses spec.backup.schedule as the operator does.
+func ParseSchedule(s string) (cron.Schedule, error) {
+	return cron.ParseStandard(s)
+}
+
+// BackupPrefix is where the snapshots of cluster namespace/name go by default: the S3 prefix
+// and the directory in a claim.
+func BackupPrefix(namespace, name string) string {
+	return namespace + "/" + name + "/"
+}
+
+func checkBackup(s EtcdClusterSpec) []string {
+	var p []string
+	if b := s.Backup; b != nil {
+		if sched, err := ParseSchedule(b.Schedule); err != nil {
+			p = append(p, fmt.Sprintf("spec.backup.schedule %q is not a cron schedule (%v); allowed: five fields such as \"0 */6 * * *\", or @hourly, @daily, @every 2h", b.Schedule, err))
+		} else if t := sched.Next(scheduleProbe); sched.Next(t).Sub(t) < time.Minute {
+			p = append(p, fmt.Sprintf("spec.backup.schedule %q takes a backup more often than once a minute; allowed: at most once a minute", b.Schedule))
+		}
+		p = append(p, checkDestination("spec.backup.destination", b.Destination)...)
+		if r := b.Retention; r != nil {
+			if r.Keep != nil && *r.Keep < 1 {
+				p = append(p, fmt.Sprintf("spec.backup.retention.keep %d is below 1; allowed: 1 or more (the newest snapshot is always kept)", *r.Keep))
+			}
+			if r.KeepFor != nil && r.KeepFor.Duration <= 0 {
+				p = append(p, fmt.Sprintf("spec.backup.retention.keepFor %s is not positive", r.KeepFor.Duration))
+			}
+		}
+		if q := b.MaxBandwidth; q != nil && q.Sign() <= 0 {
+			p = append(p, fmt.Sprintf("spec.backup.maxBandwidth %s must be greater than zero, e.g. 32Mi", q.String()))
+		}
+	}
+	if bs := s.Bootstrap; bs != nil && bs.FromBackup != nil {
+		f := bs.FromBackup
+		p = append(p, checkDestination("spec.bootstrap.fromBackup", f.BackupDestination)...)
+		if f.Name != LatestBackup && (f.Name == "" || strings.HasPrefix(f.Name, "/") || path.Clean(f.Name) != f.Name || strings.HasPrefix(f.Name, "..")) {
+			p = append(p, fmt.Sprintf("spec.bootstrap.fromBackup.name %q is not a snapshot name; allowed: %q or a name below the prefix, without leading \"/\" or \"..\"", f.Name, LatestBackup))
+		}
+	}
+	return p
+}
+
+func checkDestination(field string, d BackupDestination) []string {
+	var p []string
+	switch {
+	case (d.S3 == nil) == (d.PersistentVolumeClaim == nil):
+		return []string{field + " must set exactly one of s3 and persistentVolumeClaim"}
+	case d.S3 != nil:
+		s := d.S3
+		if u, err := url.Parse(s.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			p = append(p, fmt.Sprintf("%s.s3.endpoint %q is not an endpoint URL; allowed: http(s)://host[:port], e.g. https://s3.eu-west-1.amazonaws.com", field, s.Endpoint))
+		}
+		if errs := validation.IsDNS1123Subdomain(s.Bucket); len(errs) > 0 || len(s.Bucket) < 3 || len(s.Bucket) > 63 {
+			p = append(p, fmt.Sprintf("%s.s3.bucket %q is not a bucket name; allowed: 3 to 63 lower-case letters, digits, dots and dashes", field, s.Bucket))
+		}
+		if strings.HasPrefix(s.Prefix, "/") || strings.Contains(s.Prefix, "..") {
+			p = append(p, fmt.Sprintf("%s.s3.prefix %q must not start with \"/\" or contain \"..\"", field, s.Prefix))
+		}
+		for _, sec := range []struct{ name, value string }{{"credentialsSecret", s.CredentialsSecret}, {"caSecret", s.CASecret}} {
+			if sec.value == "" && sec.name == "caSecret" {
+				continue
+			}
+			if errs := validation.IsDNS1123Subdomain(sec.value); len(errs) > 0 {
+				p = append(p, fmt.Sprintf("%s.s3.%s %q is not a valid Secret name (%s)", field, sec.name, sec.value, strings.Join(errs, ", ")))
+			}
+		}
+	default:
+		c := d.PersistentVolumeClaim
+		if errs := validation.IsDNS1123Subdomain(c.ClaimName); len(errs) > 0 {
+			p = append(p, fmt.Sprintf("%s.persistentVolumeClaim.claimName %q is not a valid claim name (%s)", field, c.ClaimName, strings.Join(errs, ", ")))
+		}
+		if strings.HasPrefix(c.Path, "/") || strings.Contains(c.Path, "..") {
+			p = append(p, fmt.Sprintf("%s.persistentVolumeClaim.path %q must be relative and must not contain \"..\"", field, c.Path))
+		}
+	}
+	return p
+}

@@ -1,0 +1,77 @@
+package v1alpha1
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestValidateBackup(t *testing.T) {
+	s3 := func() *S3Destination {
+		return &S3Destination{Endpoint: "https://s3.eu-west-1.amazonaws.com", Bucket: "etcd-backups", CredentialsSecret: "s3"}
+	}
+	withBackup := func(change func(b *BackupSpec)) func(c *EtcdCluster) {
+		return func(c *EtcdCluster) {
+			c.Spec.Backup = &BackupSpec{Schedule: "0 */6 * * *", Destination: BackupDestination{S3: s3()}}
+			change(c.Spec.Backup)
+		}
+	}
+	withRestore := func(change func(f *FromBackup)) func(c *EtcdCluster) {
+		return func(c *EtcdCluster) {
+			f := &FromBackup{Name: LatestBackup, BackupDestination: BackupDestination{PersistentVolumeClaim: &PVCDestination{ClaimName: "backups"}}}
+			change(f)
+			c.Spec.Bootstrap = &BootstrapSpec{FromBackup: f}
+		}
+	}
+	for _, tt := range []struct {
+		story  string
+		change func(c *EtcdCluster)
+		want   string // "" means valid
+	}{
+		{"an S3 bucket every six hours", withBackup(func(*BackupSpec) {}), ""},
+		{"a descriptor", withBackup(func(b *BackupSpec) { b.Schedule = "@every 2h" }), ""},
+		{"a claim, kept for a week, ten at most", withBackup(func(b *BackupSpec) {
+			n := int32(10)
+			b.Destination = BackupDestination{PersistentVolumeClaim: &PVCDestination{ClaimName: "etcd-backups", Path: "prod/etcd"}}
+			b.Retention = &BackupRetention{Keep: &n, KeepFor: &metav1.Duration{Duration: 168 * 3600e9}}
+		}), ""},
+		{"not cron", withBackup(func(b *BackupSpec) { b.Schedule = "every day" }), `spec.backup.schedule "every day" is not a cron schedule`},
+		{"too often", withBackup(func(b *BackupSpec) { b.Schedule = "@every 10s" }), "more often than once a minute"},
+		{"both destinations", withBackup(func(b *BackupSpec) { b.Destination.PersistentVolumeClaim = &PVCDestination{ClaimName: "x"} }), "must set exactly one of s3 and persistentVolumeClaim"},
+		{"no destination", withBackup(func(b *BackupSpec) { b.Destination.S3 = nil }), "must set exactly one of s3 and persistentVolumeClaim"},
+		{"an endpoint without scheme", withBackup(func(b *BackupSpec) { b.Destination.S3.Endpoint = "s3.amazonaws.com" }), "is not an endpoint URL"},
+		{"an endpoint with a path", withBackup(func(b *BackupSpec) { b.Destination.S3.Endpoint = "https://minio:9000/bucket" }), "is not an endpoint URL"},
+		{"a bucket name with capitals", withBackup(func(b *BackupSpec) { b.Destination.S3.Bucket = "Backups" }), "is not a bucket name"},
+		{"no credentials", withBackup(func(b *BackupSpec) { b.Destination.S3.CredentialsSecret = "" }), "credentialsSecret"},
+		{"a prefix that climbs out", withBackup(func(b *BackupSpec) { b.Destination.S3.Prefix = "../other" }), `must not start with "/" or contain ".."`},
+		{"keep zero", withBackup(func(b *BackupSpec) { n := int32(0); b.Retention = &BackupRetention{Keep: &n} }), "retention.keep 0 is below 1"},
+		{"restore the latest from a claim", withRestore(func(*FromBackup) {}), ""},
+		{"restore one snapshot", withRestore(func(f *FromBackup) { f.Name = "etcd-20261201T090000Z-r42.db" }), ""},
+		{"restore a path that climbs out", withRestore(func(f *FromBackup) { f.Name = "../x.db" }), "is not a snapshot name"},
+		{"restore from nowhere", withRestore(func(f *FromBackup) { f.PersistentVolumeClaim = nil }), "spec.bootstrap.fromBackup must set exactly one"},
+	} {
+		c := valid()
+		tt.change(&c)
+		err := Validate(Defaulted(c))
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: %v", tt.story, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s: got %v, want %q", tt.story, err, tt.want)
+		}
+	}
+}
+
+func TestDefaultedBackup(t *testing.T) {
+	c := valid()
+	c.Spec.Backup = &BackupSpec{Schedule: "@daily"}
+	c.Spec.Bootstrap = &BootstrapSpec{FromBackup: &FromBackup{}}
+	d := Defaulted(c)
+	if d.Spec.Backup.MaxBandwidth == nil || d.Spec.Backup.MaxBandwidth.String() != DefaultBackupMaxBandwidth || d.Spec.Bootstrap.FromBackup.Name != LatestBackup {
+		t.Fatalf("defaults: %+v %+v", d.Spec.Backup, d.Spec.Bootstrap.FromBackup)
+	}
+	if c.Spec.Backup.MaxBandwidth != nil || c.Spec.Bootstrap.FromBackup.Name != "" {
+		t.Fatal("Defaulted changed its argument")
+	}
+}

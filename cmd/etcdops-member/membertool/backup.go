@@ -1,0 +1,115 @@
+package membertool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"etcdops.dev/etcdops/backup"
+	"etcdops.dev/etcdops/backupresult"
+	"etcdops.dev/etcdops/launcher"
+)
+
+// restoreTimeout bounds fetching and restoring a snapshot in the launcher; past it the pod
+// exits and the kubelet starts it again.
+const restoreTimeout = 30 * time.Minute
+
+// runBackup takes one backup (backup.Take) and reports it on stdout and in the termination
+// log, where the planner reads it from the Job's pod.
+func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f operationFlags
+	fs := f.flagSet("backup", 10*time.Minute)
+	var dest backup.DestinationFlags
+	var cluster, workDir, termLog string
+	var keep int
+	var keepFor time.Duration
+	var bandwidth int64
+	fs.StringVar(&cluster, "cluster", "", "cluster name, which names the snapshots")
+	fs.StringVar(&workDir, "work-dir", os.TempDir(), "directory the snapshot is verified in")
+	fs.StringVar(&termLog, "termination-log", "/dev/termination-log", "file the result is written to for the planner")
+	fs.IntVar(&keep, "keep", 0, "snapshots to keep, newest first; 0: no bound")
+	fs.DurationVar(&keepFor, "keep-for", 0, "how long snapshots are kept; 0: no bound")
+	fs.Int64Var(&bandwidth, "max-bandwidth", 0, "bytes per second read from etcd; 0: no bound")
+	dest.Register(fs, "")
+	err := fs.Parse(args)
+	switch {
+	case err != nil:
+	case fs.NArg() > 0:
+		err = fmt.Errorf("unexpected arguments %q", fs.Args())
+	case f.endpoints == "" || f.member == "" || cluster == "":
+		err = errors.New("--endpoints, --member and --cluster are required")
+	case !dest.Set():
+		err = errors.New("a destination is required: --s3-endpoint or --dir")
+	case keep < 0 || keepFor < 0 || bandwidth < 0:
+		err = errors.New("--keep, --keep-for and --max-bandwidth must not be negative")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "backup: %v\n", err)
+		return ExitUsage
+	}
+	report := func(r backupresult.Result, code int) int {
+		if err := os.WriteFile(termLog, []byte(backupresult.Encode(r)), 0o644); err != nil {
+			fmt.Fprintf(stderr, "backup: termination log: %v\n", err)
+		}
+		if r.Error != "" {
+			fmt.Fprintf(stderr, "backup %s: %s\n", cluster, r.Error)
+		} else {
+			fmt.Fprintf(stdout, "backup %s: stored %s (revision %d, %d bytes, member %s; retention deleted %d)\n", cluster, r.Object, r.Revision, r.Size, r.MemberID, r.Deleted)
+		}
+		return code
+	}
+	t, err := f.tls()
+	if err != nil {
+		return report(backupresult.Result{Error: err.Error()}, ExitUsage)
+	}
+	store, err := dest.Open()
+	if err != nil {
+		return report(backupresult.Result{Error: err.Error()}, ExitUsage)
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	r, err := backup.Take(ctx, backup.TakeOptions{
+		Endpoints:      strings.Split(f.endpoints, ","),
+		TLS:            t,
+		Cluster:        cluster,
+		Store:          store,
+		WorkDir:        workDir,
+		Retention:      backup.Retention{Keep: keep, KeepFor: keepFor},
+		BytesPerSecond: bandwidth,
+		Now:            time.Now,
+	})
+	switch {
+	case err != nil && r.Object != "":
+		// Stored; only retention failed. The backup counts, the next one retries retention.
+		fmt.Fprintf(stderr, "backup %s: %v\n", cluster, err)
+	case err != nil:
+		return report(backupresult.Result{Error: err.Error()}, ExitRetryable)
+	}
+	return report(r, ExitOK)
+}
+
+// restoreSnapshot is the launcher's restore: the snapshot the join state names, from the
+// destination the launch flags name, into the target data dir, fetched beside it on the
+// member volume.
+func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, log io.Writer) error {
+	store, err := from.Open()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
+	defer cancel()
+	r, err := backup.Restore(ctx, backup.RestoreOptions{
+		Store: store, Name: rt.Backup, WorkDir: filepath.Dir(rt.DataDir), DataDir: rt.DataDir,
+		Member: rt.Member, PeerURL: rt.PeerURL, InitialCluster: rt.InitialCluster, Token: rt.Token,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "launch: restored %s (revision %d, %d keys)\n", r.Object, r.Revision, r.Keys)
+	return nil
+}

@@ -1,0 +1,431 @@
+package sync
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/backupresult"
+	"etcdops.dev/etcdops/joinstate"
+)
+
+// Backups are member Jobs the planner schedules (7f), not a CronJob: a Job the planner starts
+// is one at a time with every other member Job by the rule that holds for all of them, never
+// runs while a learner joins or a member is being replaced, and is read from the members the
+// planner knows healthy. Its result comes back as the termination message of the Job's pod
+// (backupresult), which customize relates, and goes into status.backup. Restore is the other
+// half: a cluster with spec.bootstrap.fromBackup starts its seed from a snapshot (launcher).
+
+const (
+	verbBackup = "backup"
+	// LabelBackupOf on a backup Job's pod names the cluster; customize relates such pods so
+	// that the planner reads their termination message. (LabelCluster would put the pod
+	// behind the cluster's Services and disruption budget.)
+	LabelBackupOf = "etcdops.dev/backup-of"
+	// LabelBackupFor on a backup Job says what it is for: a schedule time or a request.
+	LabelBackupFor = "etcdops.dev/backup-for"
+	// backupDeadline bounds a backup Job: a large database read at the bandwidth bound and
+	// uploaded takes minutes, not an hour.
+	backupDeadline = 3600
+	// backupResultWait is how long a succeeded backup Job is kept while its pod's report is
+	// not observed yet (the pod and the Job are watched apart); then the backup is recorded
+	// without it.
+	backupResultWait = time.Minute
+)
+
+// Paths in a backup Job's pod, and the restore mounts of an etcd pod.
+const (
+	backupWorkDir        = "/var/lib/etcdops/work"
+	backupCredentialsDir = "/etc/etcdops/backup/credentials"
+	backupCADir          = "/etc/etcdops/backup/ca"
+	backupClaimDir       = "/var/lib/etcdops/backup"
+	backupCAKey          = "ca.crt"
+)
+
+// backupTrigger is why a backup is due: a schedule time, or an on-demand request.
+type backupTrigger struct {
+	scheduled time.Time
+	request   string
+}
+
+// label is the trigger as a label value: the schedule time, or a hash of the request.
+func (t backupTrigger) label() string {
+	if t.request != "" {
+		return "request-" + shortHash(t.request)
+	}
+	return "scheduled-" + t.scheduled.UTC().Format("20060102T150405Z")
+}
+
+func (t backupTrigger) String() string {
+	if t.request != "" {
+		return fmt.Sprintf("requested (%s=%s)", v1alpha1.AnnotationBackupNow, t.request)
+	}
+	return "scheduled for " + t.scheduled.UTC().Format(time.RFC3339)
+}
+
+// dueBackup is the backup due now, if any: a request the last status has not taken, or the
+// latest schedule time since the last one taken (the cluster's creation before any).
+// Schedule times missed while nothing could run are not made up: one backup catches up.
+func (v *view) dueBackup() (backupTrigger, bool) {
+	b := v.c.Spec.Backup
+	if b == nil {
+		return backupTrigger{}, false
+	}
+	last := v.obs.Cluster.Status.Backup
+	if req := v.c.Annotations[v1alpha1.AnnotationBackupNow]; req != "" && (last == nil || last.LastRequest != req) {
+		return backupTrigger{request: req}, true
+	}
+	if b.Suspend {
+		return backupTrigger{}, false
+	}
+	sched, err := v1alpha1.ParseSchedule(b.Schedule)
+	if err != nil {
+		return backupTrigger{}, false
+	}
+	from := v.c.CreationTimestamp.Time
+	if last != nil && last.LastScheduleTime != nil {
+		from = last.LastScheduleTime.Time
+	}
+	t, ok := latestTick(sched.Next, from, v.obs.Now)
+	return backupTrigger{scheduled: t}, ok
+}
+
+// latestTick is the latest time of a schedule after from and at or before now. The walk
+// starts no earlier than it must: from an hour ago when a time falls in the last hour, else
+// a day, a month, a year, else from from; a schedule is at most once a minute (Validate).
+func latestTick(next func(time.Time) time.Time, from, now time.Time) (time.Time, bool) {
+	t := next(from)
+	if t.After(now) {
+		return time.Time{}, false
+	}
+	for _, back := range []time.Duration{time.Hour, 24 * time.Hour, 31 * 24 * time.Hour, 366 * 24 * time.Hour} {
+		start := now.Add(-back)
+		if !start.After(t) {
+			break
+		}
+		if n := next(start); !n.After(now) {
+			t = n
+			break
+		}
+	}
+	for n := next(t); !n.After(now); n = next(n) {
+		t = n
+	}
+	return t, true
+}
+
+// 7f. A backup that is due is taken before a failed member is replaced and before anything
+// normal (a roll, a scale) goes on: those wait for the one Job, and a roll of many pods does
+// not put the backup off. Only the fixes come first, so no backup runs while a learner
+// joins, a member lacks its pod or a pod its member. A member down does not stop it: the
+// snapshot is read from another.
+func (p *planner) backupDue() (step, bool) {
+	t, ok := p.dueBackup()
+	if !ok || p.retry != "" || p.exhausted != nil {
+		// A failed step due for its retry, or out of retries, goes first: a backup in between
+		// would lose its count of attempts.
+		return step{}, false
+	}
+	// The endpoints are every voter's, highest ordinal first, so that the Job stays the same
+	// while the membership does; the member tool asks each and reads from a healthy
+	// follower before the leader.
+	voters := p.voters()
+	var eps []string
+	for i := len(voters) - 1; i >= 0; i-- {
+		eps = append(eps, ClientURL(p.c, voters[i].name, p.cfg.ClusterDomain))
+	}
+	name := voters[len(voters)-1].name
+	for i := len(voters) - 1; i >= 0; i-- {
+		if m := voters[i]; m.Healthy && m != p.leader {
+			name = m.name
+			break
+		}
+	}
+	s := p.base(Action{Type: TakeBackup, Member: name, Reason: "backup " + t.String() + ": snapshot from a follower, " + name + " preferred"}, resyncSoon)
+	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label()}
+	rec := p.backupRecord()
+	if t.request != "" {
+		rec.LastRequest = t.request
+	} else {
+		at := metav1.NewTime(t.scheduled)
+		rec.LastScheduleTime = &at
+	}
+	p.backup = rec
+	return s, true
+}
+
+// backupRecord is status.backup as this sync leaves it so far: a copy, changed in place.
+func (p *planner) backupRecord() *v1alpha1.BackupStatus {
+	if p.backup == nil {
+		p.backup = &v1alpha1.BackupStatus{}
+		if prev := p.obs.Cluster.Status.Backup; prev != nil {
+			*p.backup = *prev
+		}
+	}
+	return p.backup
+}
+
+// backupJob handles an observed backup Job in phase 6: one running is waited for; one done is
+// recorded in status.backup and dropped (a failed one is not retried before the next
+// schedule time: its pod was retried already, backoffLimit times). keep is false when the
+// Job is dropped.
+func (p *planner) backupJob(j *batchv1.Job) (s step, keep bool) {
+	state, at := stateOf(j)
+	switch state {
+	case jobRunning:
+		return p.wait(j.Labels[LabelMember], "backup: Job "+j.Name+" running", resyncSoon), true
+	case jobSucceeded:
+		r, ok := p.backupResult(j, corev1.PodSucceeded)
+		if !ok && p.obs.Now.Sub(at) < backupResultWait {
+			return p.wait(j.Labels[LabelMember], "backup: Job "+j.Name+" done, its pod's report not seen yet", resyncSoon), true
+		}
+		rec := p.backupRecord()
+		rec.LastSuccessfulTime = &metav1.Time{Time: at}
+		rec.LastSuccessful = &v1alpha1.BackupRecord{Object: r.Object, Revision: r.Revision, Size: r.Size, SHA256: r.SHA256, Member: p.memberNameOf(r.MemberID), Time: metav1.NewTime(at)}
+	case jobFailed:
+		r, _ := p.backupResult(j, corev1.PodFailed)
+		reason := r.Error
+		if reason == "" {
+			reason = jobFailureMessage(j)
+		}
+		p.backupRecord().LastFailure = &v1alpha1.BackupFailure{Job: j.Name, Reason: reason, Time: metav1.NewTime(at)}
+	}
+	return step{}, false
+}
+
+// backupResult reads the report of a pod of Job j that ended in phase (a succeeded Job has
+// one; the failed pods of a failed Job each tell why).
+func (p *planner) backupResult(j *batchv1.Job, phase corev1.PodPhase) (backupresult.Result, bool) {
+	var pods []*corev1.Pod
+	for i := range p.obs.Pods {
+		pod := &p.obs.Pods[i]
+		if pod.Labels[LabelBackupOf] == p.c.Name && pod.Labels[batchv1.JobNameLabel] == j.Name && pod.Status.Phase == phase {
+			pods = append(pods, pod)
+		}
+	}
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(b.Name, a.Name) })
+	for _, pod := range pods {
+		for _, cs := range pod.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil && t.Message != "" {
+				if r, err := backupresult.Decode(t.Message); err == nil {
+					return r, true
+				}
+			}
+		}
+	}
+	return backupresult.Result{}, false
+}
+
+func jobFailureMessage(j *batchv1.Job) string {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return strings.TrimSpace(c.Reason + ": " + c.Message)
+		}
+	}
+	return "the Job failed"
+}
+
+// memberNameOf names the member of a hex ID, or returns the ID.
+func (v *view) memberNameOf(id string) string {
+	if n, err := strconv.ParseUint(id, 16, 64); err == nil {
+		if m := v.memberByID(n); m != nil {
+			return m.name
+		}
+	}
+	return id
+}
+
+// backupArgs are the backup command's flags beyond the common ones.
+func backupArgs(c *v1alpha1.EtcdCluster) []string {
+	b := c.Spec.Backup
+	// The report goes where the kubelet reads a container's termination message by default.
+	args := []string{"--cluster=" + c.Name, "--work-dir=" + backupWorkDir, "--termination-log=/dev/termination-log", fmt.Sprintf("--timeout=%ds", backupDeadline-60)}
+	args = append(args, destinationArgs(c, "", b.Destination)...)
+	if r := b.Retention; r != nil {
+		if r.Keep != nil {
+			args = append(args, fmt.Sprintf("--keep=%d", *r.Keep))
+		}
+		if r.KeepFor != nil {
+			args = append(args, "--keep-for="+r.KeepFor.Duration.String())
+		}
+	}
+	if q := b.MaxBandwidth; q != nil {
+		args = append(args, fmt.Sprintf("--max-bandwidth=%d", q.Value()))
+	}
+	return args
+}
+
+// destinationArgs name a destination in the member tool's flags, each after prefix.
+func destinationArgs(c *v1alpha1.EtcdCluster, prefix string, d v1alpha1.BackupDestination) []string {
+	if s := d.S3; s != nil {
+		p := s.Prefix
+		if p == "" {
+			p = v1alpha1.BackupPrefix(c.Namespace, c.Name)
+		}
+		args := []string{"--" + prefix + "s3-endpoint=" + s.Endpoint, "--" + prefix + "bucket=" + s.Bucket, "--" + prefix + "prefix=" + p,
+			"--" + prefix + "credentials-dir=" + backupCredentialsDir}
+		if s.Region != "" {
+			args = append(args, "--"+prefix+"region="+s.Region)
+		}
+		if s.CASecret != "" {
+			args = append(args, "--"+prefix+"ca-file="+backupCADir+"/"+backupCAKey)
+		}
+		return args
+	}
+	dir := d.PersistentVolumeClaim.Path
+	if dir == "" {
+		dir = v1alpha1.BackupPrefix(c.Namespace, c.Name)
+	}
+	return []string{"--" + prefix + "dir=" + strings.TrimSuffix(backupClaimDir+"/"+dir, "/")}
+}
+
+// destinationVolumes are the volumes and mounts a destination needs: the credentials and CA
+// Secrets, or the claim.
+func destinationVolumes(d v1alpha1.BackupDestination, readOnly bool) (vols, mounts []any) {
+	if s := d.S3; s != nil {
+		vols = append(vols, object{"name": "backup-credentials", "secret": object{"secretName": s.CredentialsSecret}})
+		mounts = append(mounts, object{"name": "backup-credentials", "mountPath": backupCredentialsDir, "readOnly": true})
+		if s.CASecret != "" {
+			vols = append(vols, object{"name": "backup-ca", "secret": object{"secretName": s.CASecret}})
+			mounts = append(mounts, object{"name": "backup-ca", "mountPath": backupCADir, "readOnly": true})
+		}
+		return vols, mounts
+	}
+	claim := object{"claimName": d.PersistentVolumeClaim.ClaimName}
+	mount := object{"name": "backup-claim", "mountPath": backupClaimDir}
+	if readOnly {
+		claim["readOnly"] = true
+		mount["readOnly"] = true
+	}
+	return []any{object{"name": "backup-claim", "persistentVolumeClaim": claim}}, []any{mount}
+}
+
+// backupPod adds to a backup Job what the backup command needs: its destination mounted, a
+// work directory for the snapshot, the label customize relates its pod by, a deadline.
+func backupPod(c *v1alpha1.EtcdCluster, j memberJob, labels, podLabels map[string]string, spec, podSpec, container object) {
+	labels[LabelBackupFor] = j.backupFor
+	podLabels[LabelBackupOf] = c.Name
+	spec["activeDeadlineSeconds"] = backupDeadline
+	vols, mounts := destinationVolumes(c.Spec.Backup.Destination, false)
+	vols = append(vols, object{"name": "backup-work", "emptyDir": object{}})
+	mounts = append(mounts, object{"name": "backup-work", "mountPath": backupWorkDir})
+	if have, ok := podSpec["volumes"].([]any); ok {
+		vols = append(have, vols...)
+	}
+	if have, ok := container["volumeMounts"].([]any); ok {
+		mounts = append(have, mounts...)
+	}
+	podSpec["volumes"], container["volumeMounts"] = vols, mounts
+}
+
+// backupResync is when the next schedule time falls, if sooner than resync: Metacontroller
+// resyncs on its own only every resyncPeriodSeconds.
+func (v *view) backupResync(resync float64) float64 {
+	b := v.c.Spec.Backup
+	if b == nil || b.Suspend {
+		return resync
+	}
+	sched, err := v1alpha1.ParseSchedule(b.Schedule)
+	if err != nil {
+		return resync
+	}
+	return min(resync, max(1, math.Ceil(sched.Next(v.obs.Now).Sub(v.obs.Now).Seconds())))
+}
+
+// backupCondition sets the BackedUp condition of a cluster with spec.backup: True while the
+// last backup succeeded and the one after it is not overdue, False after a failure or when
+// two schedule times passed since the last success, Unknown before the first.
+func (v *view) backupCondition(st *v1alpha1.EtcdClusterStatus) {
+	b := v.c.Spec.Backup
+	if b == nil {
+		return
+	}
+	cond := metav1.Condition{Type: v1alpha1.ConditionBackedUp, Status: metav1.ConditionUnknown, Reason: "NoBackupYet",
+		Message: "no backup has finished yet", ObservedGeneration: v.c.Generation, LastTransitionTime: metav1.NewTime(v.obs.Now)}
+	rec := st.Backup
+	switch {
+	case rec == nil || rec.LastSuccessfulTime == nil && rec.LastFailure == nil:
+	case rec.LastFailure != nil && (rec.LastSuccessfulTime == nil || rec.LastFailure.Time.After(rec.LastSuccessfulTime.Time)):
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "BackupFailed", "Job "+rec.LastFailure.Job+": "+rec.LastFailure.Reason
+	case overdue(b, rec.LastSuccessfulTime.Time, v.obs.Now):
+		cond.Status, cond.Reason = metav1.ConditionFalse, "BackupOverdue"
+		cond.Message = "no backup since " + rec.LastSuccessfulTime.UTC().Format(time.RFC3339) + ", though two schedule times have passed: the operator could not run one (see the Progressing condition)"
+	default:
+		cond.Status, cond.Reason = metav1.ConditionTrue, "BackupSucceeded"
+		cond.Message = "last backup at " + rec.LastSuccessfulTime.UTC().Format(time.RFC3339)
+		if l := rec.LastSuccessful; l != nil && l.Object != "" {
+			cond.Message += fmt.Sprintf(": %s, revision %d", l.Object, l.Revision)
+		}
+	}
+	setConditionValue(st, v.obs, cond)
+}
+
+// overdue: not suspended, and two schedule times have passed since last.
+func overdue(b *v1alpha1.BackupSpec, last, now time.Time) bool {
+	sched, err := v1alpha1.ParseSchedule(b.Schedule)
+	return err == nil && !b.Suspend && !sched.Next(sched.Next(last)).After(now)
+}
+
+// Restore at bootstrap.
+
+// restoreJoin is the join state's restore of a cluster bootstrapped from a snapshot: the seed
+// restores it. nil for any other cluster.
+func restoreJoin(c *v1alpha1.EtcdCluster, seed string) *joinstate.Restore {
+	if f := fromBackup(c); f != nil {
+		return &joinstate.Restore{Member: seed, Backup: f.Name}
+	}
+	return nil
+}
+
+func fromBackup(c *v1alpha1.EtcdCluster) *v1alpha1.FromBackup {
+	if b := c.Spec.Bootstrap; b != nil {
+		return b.FromBackup
+	}
+	return nil
+}
+
+// withRestore gives the etcd container of a cluster bootstrapped from a snapshot the restore
+// flags (before the "--" that ends the launcher's own) and the mounts the snapshot is read
+// through. Every pod gets them, as they share one template; only the seed of the new
+// cluster uses them (launcher.Decide).
+func withRestore(c *v1alpha1.EtcdCluster, etcd, spec object) {
+	f := fromBackup(c)
+	if f == nil {
+		return
+	}
+	cmd := etcd["command"].([]string)
+	end := slices.Index(cmd, "--")
+	etcd["command"] = slices.Concat(cmd[:end], destinationArgs(c, "restore-", f.BackupDestination), cmd[end:])
+	vols, mounts := destinationVolumes(f.BackupDestination, true)
+	spec["volumes"] = append(spec["volumes"].([]any), vols...)
+	etcd["volumeMounts"] = append(etcd["volumeMounts"].([]any), mounts...)
+}
+
+// restoreInPlace refuses spec.bootstrap.fromBackup on a cluster that did not start from it:
+// a restore makes a new cluster, so applying it to a running one would either do nothing or
+// throw its data away. Started from it means status says so, or the StatefulSet's pods carry
+// the restore flags (kept twice, so that a lost status loses nothing).
+func restoreInPlace(obs *Observed, c *v1alpha1.EtcdCluster) error {
+	f := fromBackup(c)
+	if f == nil || isBootstrapping(obs) || obs.Cluster.Status.RestoredFrom != "" {
+		return nil
+	}
+	for _, s := range obs.Children.StatefulSets {
+		for _, ct := range s.Spec.Template.Spec.Containers {
+			if slices.ContainsFunc(ct.Command, func(a string) bool { return strings.HasPrefix(a, "--restore-") }) {
+				return nil
+			}
+		}
+	}
+	return errors.New("spec.bootstrap.fromBackup is set on a cluster that already runs: a restore creates a new cluster and is never applied in place; " +
+		"remove spec.bootstrap to go on with this cluster, or restore into a new EtcdCluster (docs/runbooks.md, restore over an existing cluster)")
+}

@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"net/http/httptest"
+	"strings"
+	gosync "sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/backup"
+	"etcdops.dev/etcdops/test/harness"
+)
+
+// Object storage is gofakes3, an S3-compatible server, in the test process on 127.0.0.1.
+func fakeS3(t *testing.T) v1alpha1.BackupDestination {
+	be := s3mem.New()
+	if err := be.CreateBucket("etcd-backups"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gofakes3.New(be).Server())
+	t.Cleanup(srv.Close)
+	return v1alpha1.BackupDestination{S3: &v1alpha1.S3Destination{Endpoint: srv.URL, Bucket: "etcd-backups", Prefix: "e2e/etcd/",
+		Region: "us-east-1", CredentialsSecret: "s3-credentials"}}
+}
+
+// addCredentials creates the credentials Secret the backup Jobs and a restoring seed mount.
+func addCredentials(t *testing.T, env *harness.Env) {
+	err := env.Store.Create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3-credentials"},
+		Data: map[string][]byte{backup.KeyAccessKeyID: []byte("e2e"), backup.KeySecretAccessKey: []byte("e2e-secret")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func lastBackup(env *harness.Env) *v1alpha1.BackupStatus {
+	if p := env.Store.Parent(); p != nil {
+		return p.Status.Backup
+	}
+	return nil
+}
+
+// TestBackupRestore: a cluster backed up every minute rolls a configuration change while a
+// backup falls due, which runs between two of the roll's steps; then, with the writes
+// stopped and one more backup taken on request, the whole cluster is deleted (pods, volumes,
+// every child) and a new cluster of the same name restores the latest snapshot and holds
+// every write the old one acknowledged.
+func TestBackupRestore(t *testing.T) {
+	dest := fakeS3(t)
+	keep := int32(3)
+	s := spec(3)
+	s.Backup = &v1alpha1.BackupSpec{Schedule: "* * * * *", Destination: dest, Retention: &v1alpha1.BackupRetention{Keep: &keep}}
+	env := newEnv(t, false)
+	addCredentials(t, env)
+
+	t.Run("create", func(t *testing.T) {
+		env.Create(s)
+		if _, err := env.WaitFor(createBound, func() (bool, string) { return env.Monitor.View().Leader != "", "no leader yet" }); err != nil {
+			t.Fatal(err)
+		}
+		measure(t, env, scenario{act: func(*testing.T, *harness.Env) int { return 3 }})
+	})
+
+	t.Run("scheduled-backups-during-rolling-change", func(t *testing.T) {
+		waitSteady(t, env, 3)
+		var during gosync.Int32
+		env.AfterJob(func(job string) {
+			if strings.Contains(job, "-backup-") {
+				if rolled, _ := env.RolledOut(3); !rolled {
+					during.Add(1)
+				}
+			}
+		})
+		defer env.AfterJob(nil)
+		measure(t, env, scenario{act: func(t *testing.T, env *harness.Env) int {
+			env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { setSnapshotCount(s, 20000) })
+			if _, err := env.WaitFor(changeBound, func() (bool, string) {
+				rolled, _ := env.RolledOut(3)
+				return !rolled, "the roll has not begun"
+			}); err != nil {
+				t.Fatal(err)
+			}
+			// The roll is under way: the schedule's next minute falls due now.
+			env.AdvanceHookClock(time.Minute)
+			return 3
+		}})
+		if during.Load() == 0 {
+			t.Fatalf("no backup ran while the roll was under way\n%s", env.Describe())
+		}
+		b := lastBackup(env)
+		if b == nil || b.LastSuccessful == nil || b.LastSuccessful.Revision < 2 || !strings.HasPrefix(b.LastSuccessful.Object, "s3://etcd-backups/e2e/etcd/etcd-") {
+			t.Fatalf("status.backup %+v", b)
+		}
+		t.Logf("last backup %s at revision %d from %s", b.LastSuccessful.Object, b.LastSuccessful.Revision, b.LastSuccessful.Member)
+	})
+
+	t.Run("restore-after-deleting-the-cluster", func(t *testing.T) {
+		waitSteady(t, env, 3)
+		w, err := env.StartWorkload("/restore")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.AwaitAcked(200, changeBound)
+		stats := w.Stop()
+
+		// One backup on request, after the last acknowledged write.
+		before := lastBackup(env).LastSuccessful.Object
+		env.Store.AnnotateParent(v1alpha1.AnnotationBackupNow, "before-delete")
+		if _, err := env.WaitFor(changeBound, func() (bool, string) {
+			b := lastBackup(env)
+			return b.LastRequest == "before-delete" && b.LastSuccessful.Object != before, "the requested backup has not finished"
+		}); err != nil {
+			t.Fatal(err)
+		}
+		taken := lastBackup(env).LastSuccessful
+		oldID := env.Store.Parent().Status.ClusterID
+
+		// The whole cluster goes: every pod, volume and child, and the hook that knew it.
+		env.Close()
+
+		restored := newEnv(t, false)
+		addCredentials(t, restored)
+		r := spec(3)
+		r.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: dest, Name: v1alpha1.LatestBackup}}
+		restored.Create(r)
+		if _, err := restored.WaitSteady(3, createBound); err != nil {
+			t.Fatalf("the restored cluster is not steady: %v\n%s", err, restored.Describe())
+		}
+		lost, err := w.VerifyOn(restored, verifyBound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lost) > 0 || stats.Acked == 0 {
+			t.Fatalf("%d of %d acknowledged writes missing after the restore of %s, first %s", len(lost), stats.Acked, taken.Object, lost[0])
+		}
+		st := restored.Store.Parent().Status
+		if st.ClusterID == "" || st.ClusterID == oldID || st.RestoredFrom != v1alpha1.LatestBackup {
+			t.Fatalf("restored cluster ID %q (old %q), restoredFrom %q", st.ClusterID, oldID, st.RestoredFrom)
+		}
+		for _, v := range restored.Monitor.Violations() {
+			t.Errorf("invariant: %s", v)
+		}
+		t.Logf("%d acknowledged writes restored from %s (revision %d) into cluster %s", stats.Acked, taken.Object, taken.Revision, st.ClusterID)
+	})
+}
