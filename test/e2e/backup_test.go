@@ -51,6 +51,7 @@ func lastBackup(env *harness.Env) *v1alpha1.BackupStatus {
 // every child) and a new cluster of the same name restores the latest snapshot and holds
 // every write the old one acknowledged.
 func TestBackupRestore(t *testing.T) {
+	t.Parallel()
 	dest := fakeS3(t)
 	keep := int32(3)
 	s := spec(3)

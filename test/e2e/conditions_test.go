@@ -11,26 +11,6 @@ import (
 	"etcdops.dev/etcdops/test/harness"
 )
 
-// TestConditions runs planned work and faults on one 3-member cluster and checks the status
-// of every sync: a rolling change, an upgrade, a scale out and in never set Degraded nor
-// leave phase Running; a lost node and a wiped member set Degraded, and the repair clears it.
-// With -v it prints the conditions of each step: every sync whose action, phase or
-// conditions differ from the sync before.
-func TestConditions(t *testing.T) {
-	onCluster(t, spec(3),
-		scenario{name: "rolling-config-change", act: planned(rollingConfigChange(25000))},
-		scenario{name: "patch-upgrade", act: planned(patchUpgrade)},
-		scenario{name: "scale-out-and-in", act: planned(func(t *testing.T, env *harness.Env) int {
-			scaleTo(env, 4)
-			waitSteady(t, env, 4)
-			scaleTo(env, 3)
-			return 3
-		})},
-		scenario{name: "node-lost", act: unplanned(nodeLost)},
-		scenario{name: "wipe-member", act: unplanned(wipeMember)},
-	)
-}
-
 // planned checks, once the scenario has settled, that no sync of it set Degraded.
 func planned(act func(*testing.T, *harness.Env) int) func(*testing.T, *harness.Env) int {
 	return func(t *testing.T, env *harness.Env) int {

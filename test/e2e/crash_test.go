@@ -19,6 +19,7 @@ import (
 // change in the planner cannot quietly skip a boundary. Killed Jobs need no pod replaced:
 // that tour leaves out the configuration change, which runs no other Job.
 func TestCrashBoundaries(t *testing.T) {
+	t.Parallel()
 	onClusterCrashing(t, spec(3), harness.Crashes{LoseAnswers: true, KillJobs: true, RestartHook: true},
 		crashTour("lost-answers", harness.Crashes{LoseAnswers: true}, harness.BoundaryLostAnswer, harness.Steps, true),
 		crashTour("killed-jobs", harness.Crashes{KillJobs: true}, harness.BoundaryKilledJob, harness.JobVerbs, false),

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -96,12 +97,21 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+func topLevel(scenario string) string {
+	test, _, _ := strings.Cut(scenario, "/")
+	return test
+}
+
 func printFigures(w io.Writer) {
 	figMu.Lock()
 	defer figMu.Unlock()
 	if len(figures) == 0 {
 		return
 	}
+	// The top-level tests run in parallel: group each one's rows, in the order they ran.
+	slices.SortStableFunc(figures, func(a, b Figure) int {
+		return strings.Compare(topLevel(a.Scenario), topLevel(b.Scenario))
+	})
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-52s %5s %8s %8s %6s %6s %8s %8s %4s %7s %6s %6s %4s %6s %7s %5s\n",
 		"scenario", "syncs", "members±", "leaders±", "failed", "acked", "worst", "converge", "lost", "opQloss", "panics",

@@ -73,35 +73,41 @@ func onClusterCrashing(t *testing.T, s v1alpha1.EtcdClusterSpec, c harness.Crash
 	}
 }
 
+// TestScale scales one cluster out and in; planned work, so no sync of it may set Degraded.
 func TestScale(t *testing.T) {
-	onCluster(t, spec(1), scenario{name: "1-3-5-3-1", act: func(t *testing.T, env *harness.Env) int {
+	t.Parallel()
+	onCluster(t, spec(1), scenario{name: "1-3-5-3-1", act: planned(func(t *testing.T, env *harness.Env) int {
 		for _, size := range []int32{3, 5, 3} {
 			scaleTo(env, size)
 			waitSteady(t, env, int(size))
 		}
 		scaleTo(env, 1)
 		return 1
-	}})
+	})})
 }
 
 // TestThreeMembers runs the single-member faults, the rolling changes and the baseline on
-// one 3-member cluster.
+// one 3-member cluster. The planned changes must never set Degraded; a lost node and a wiped
+// member must, until repaired.
 func TestThreeMembers(t *testing.T) {
+	t.Parallel()
 	onCluster(t, spec(3),
 		scenario{name: "kill-follower", act: killFollower},
 		scenario{name: "kill-leader", act: killLeader},
 		scenario{name: "partition-member", act: partitionMember},
 		staleReads(),
 		scenario{name: "quorum-loss", act: quorumLoss},
-		scenario{name: "wipe-member", act: wipeMember},
-		scenario{name: "rolling-config-change", act: rollingConfigChange(20000)},
-		scenario{name: "patch-upgrade", act: patchUpgrade},
+		scenario{name: "node-lost", act: unplanned(nodeLost)},
+		scenario{name: "wipe-member", act: unplanned(wipeMember)},
+		scenario{name: "rolling-config-change", act: planned(rollingConfigChange(20000))},
+		scenario{name: "patch-upgrade", act: planned(patchUpgrade)},
 		scenario{name: "invalid-spec-mid-rollout", act: invalidSpecMidRollout},
 		scenario{name: "baseline-statefulset-rolling-update", act: baselineRollingUpdate(30000)},
 	)
 }
 
 func TestFiveMembers(t *testing.T) {
+	t.Parallel()
 	onCluster(t, spec(5),
 		scenario{name: "rolling-config-change", act: rollingConfigChange(20000)},
 		scenario{name: "baseline-statefulset-rolling-update", act: baselineRollingUpdate(30000)},
@@ -111,6 +117,7 @@ func TestFiveMembers(t *testing.T) {
 // TestEmptyDir rolls a change on members without a storageSpec: a recreated pod starts
 // with an empty data dir, so each member is replaced through a learner.
 func TestEmptyDir(t *testing.T) {
+	t.Parallel()
 	onCluster(t, emptyDirSpec(3), scenario{name: "rolling-config-change", act: rollingConfigChange(20000)})
 }
 
@@ -266,6 +273,7 @@ func quorumLoss(t *testing.T, env *harness.Env) int {
 // applies the answer to the request it just sent, so an old answer reaches the cluster
 // exactly this way: as the fresh answer to a stale request.)
 func TestHookReplay(t *testing.T) {
+	t.Parallel()
 	onCluster(t, spec(1), scenario{name: "scale-out-with-replays", act: func(t *testing.T, env *harness.Env) int {
 		env.MC.SendTwice(true)
 		var mu gosync.Mutex
