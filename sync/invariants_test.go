@@ -31,7 +31,9 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 		},
 		{
 			"a second learner",
-			func(w *simWorld) { w.members = append(w.members, &simMember{id: 0x99, ord: 3, learner: true}) },
+			func(w *simWorld) {
+				w.members = append(w.members, &simMember{id: 0x99, ord: 3, learner: true, peerURL: PeerURL(&w.cluster, w.podName(3), simConfig.ClusterDomain)})
+			},
 			func(p *planner) step { return p.addLearner(4, "") },
 			"a second learner",
 		},

@@ -24,10 +24,13 @@ type Config struct {
 // Observed is everything one sync knows: the parent, its children, the related pods, one
 // etcd snapshot, and the time. The planner reads nothing else.
 type Observed struct {
-	Cluster    v1alpha1.EtcdCluster
-	Children   Children
-	Pods       []corev1.Pod
-	Etcd       etcdstate.Snapshot
+	Cluster  v1alpha1.EtcdCluster
+	Children Children
+	Pods     []corev1.Pod
+	Etcd     etcdstate.Snapshot
+	// CAs digests, per Secret that spec.tls or status.tls names and Metacontroller sent, its
+	// ca.crt (CADigests); a Secret not in it was not sent. The planner sees no key material.
+	CAs        map[string]string
 	Finalizing bool
 	Now        time.Time
 }
