@@ -262,7 +262,7 @@ func TestObserverGetsEndpointsAndTheClientCertificate(t *testing.T) {
 	}
 	want := etcdstate.Request{
 		Key:       "default/etcd/u-1",
-		Endpoints: []etcdstate.Endpoint{{Member: "etcd-0", Address: "127.0.0.10:2379", ServerName: "etcd-0.etcd.default.svc.cluster.local"}},
+		Endpoints: []etcdstate.Endpoint{{Member: "etcd-0", Address: "127.0.0.10:2379", ServerName: "etcd-0.etcd.default.svc.cluster.local", TLS: true}},
 		TLS:       &etcdstate.TLS{CA: []byte("CA"), Cert: []byte("CERT"), Key: []byte("KEY")},
 	}
 	if gj, wj := mustJSON(t, got), mustJSON(t, want); gj != wj {
