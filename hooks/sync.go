@@ -75,13 +75,15 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 	}
 	pods, secrets := sorted(req.related.pods), sorted(req.related.secrets)
 	return sync.Observed{
-		Cluster:    c,
-		Children:   children,
-		Pods:       pods,
-		Etcd:       h.snapshot(ctx, &c, pods, secrets),
-		CAs:        sync.CADigests(&c, secrets),
-		Finalizing: req.finalizing || finalize,
-		Now:        h.Now(),
+		Cluster:  c,
+		Children: children,
+		Pods:     pods,
+		Etcd:     h.snapshot(ctx, &c, pods, secrets),
+		CAs:      sync.CADigests(&c, secrets),
+		// Certificates members would reject are caught before a TLS change relies on them.
+		CertProblems: sync.CertificateProblems(h.Config, &c, secrets, h.Now()),
+		Finalizing:   req.finalizing || finalize,
+		Now:          h.Now(),
 	}, nil
 }
 

@@ -75,6 +75,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	new ... tls=client,peer | spec tls=client|peer|client,peer|none   TLS on the client port
 //	                                     (etcd-server, etcd-client Secrets) and between peers (etcd-peer)
 //	secret NAME CA | secret-delete NAME  a TLS Secret with CA bundle CA (a digest), or none
+//	bad-cert NAME WHY... | good-cert NAME   members would reject the Secret's certificate, or not
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -373,6 +374,10 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w.secrets[arg(0)] = arg(1)
 	case "secret-delete":
 		delete(w.secrets, arg(0))
+	case "bad-cert":
+		w.badCerts[arg(0)] = "Secret " + arg(0) + ": " + strings.Join(args[1:], " ")
+	case "good-cert":
+		delete(w.badCerts, arg(0))
 	case "allow-quorum-loss":
 		w.faulty = true
 	case "fail-jobs":

@@ -184,8 +184,10 @@ type simWorld struct {
 	log    []string
 	// backups are the snapshots backup Jobs stored, oldest first; a restore reads the last.
 	backups []simBackup
-	// secrets are the TLS Secrets that exist, each with a digest of its CA bundle.
-	secrets map[string]string
+	// secrets are the TLS Secrets that exist, each with a digest of its CA bundle;
+	// badCerts those whose certificate members would reject, and why.
+	secrets  map[string]string
+	badCerts map[string]string
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -202,7 +204,8 @@ func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 		t: t, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
 		pods: map[int]*simPod{}, data: map[int]*simData{}, applied: map[string][]byte{}, jobs: map[string]*simJob{},
 		lag: simLag, unschedulable: map[int]bool{},
-		secrets: map[string]string{simServerSecret: "ca-1", simPeerSecret: "ca-1", simClientSecret: "ca-1"},
+		secrets:  map[string]string{simServerSecret: "ca-1", simPeerSecret: "ca-1", simClientSecret: "ca-1"},
+		badCerts: map[string]string{},
 	}
 }
 
@@ -380,6 +383,10 @@ func (w *simWorld) observe() Observed {
 		if ca, ok := w.secrets[n]; ok {
 			obs.CAs[n] = ca
 		}
+	}
+	obs.CertProblems = map[string]string{}
+	for n, p := range w.badCerts {
+		obs.CertProblems[n] = p
 	}
 	obs.Etcd = w.snapshot(obs.Pods)
 	if w.etcdOverride != nil {

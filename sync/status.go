@@ -34,6 +34,7 @@ const (
 	ReasonNoVolumeToRoll           = "NoVolumeToRoll"
 	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
 	ReasonTLSSecretMissing         = "TLSSecretMissing"
+	ReasonTLSCertificate           = "TLSCertificateInvalid"
 	ReasonBlocked                  = "Blocked"
 )
 

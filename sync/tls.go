@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -174,8 +175,9 @@ type tlsView struct {
 	// clientSecret is the client certificate the hook and the member Jobs present: the
 	// spec's, or while a pod still serves TLS after it left the spec, the one status kept.
 	clientSecret string
-	// waiting says why a TLS change cannot start yet (a Secret is missing), or "".
-	waiting string
+	// waiting says why a TLS change cannot go on (a Secret is missing, or members would
+	// reject its certificate), or ""; waitingBy is the Degraded reason for it.
+	waiting, waitingBy string
 }
 
 // newTLSView decides the template's TLS stage for each port from the spec, the StatefulSet's
@@ -233,7 +235,10 @@ func (t *tlsView) clientStage(v *view, fresh bool) clientMode {
 	case fresh, t.running != nil && t.running.client == want, v.allPods(func(s serving) bool { return s.client == want }):
 		return want
 	case want == clientTLS && !v.hasSecret(t.want.serverSecret):
-		t.waiting = fmt.Sprintf("spec.tls.serverSecret %s is not there (or has no %s): client TLS is turned on once it is", t.want.serverSecret, secretCAKey)
+		t.wait(fmt.Sprintf("spec.tls.serverSecret %s is not there (or has no %s): client TLS is turned on once it is", t.want.serverSecret, secretCAKey), ReasonTLSSecretMissing)
+		return t.runningClient()
+	case want == clientTLS && v.certProblem(t.want.serverSecret, v.c.Spec.TLS.ClientSecret) != "":
+		t.wait(v.certProblem(t.want.serverSecret, v.c.Spec.TLS.ClientSecret)+": client TLS is turned on once members would accept it", ReasonTLSCertificate)
 		return t.runningClient()
 	case want == clientTLS && v.settledForTLS() && v.allPods(func(s serving) bool { return s.client.servesTLS() }):
 		return clientTLS
@@ -250,6 +255,20 @@ func (t *tlsView) runningClient() clientMode {
 	return t.running.client
 }
 
+func (t *tlsView) runningPeer() peerMode {
+	if t.running == nil {
+		return peerPlain
+	}
+	return t.running.peer
+}
+
+// wait records the first reason a TLS change cannot go on.
+func (t *tlsView) wait(why, reason string) {
+	if t.waiting == "" {
+		t.waiting, t.waitingBy = why, reason
+	}
+}
+
 // peerStage is the peer port's stage to render. https is listened on only once every pod
 // holds the peer certificate; the certificate is dropped only once no member advertises an
 // https peer URL and no pod listens on https.
@@ -259,11 +278,11 @@ func (t *tlsView) peerStage(v *view, fresh bool) peerMode {
 	case fresh, t.running != nil && t.running.peer == want, v.allPods(func(s serving) bool { return s.peer == want }):
 		return want
 	case want == peerTLS && !v.hasSecret(t.want.peerSecret):
-		t.waiting = fmt.Sprintf("spec.tls.peerSecret %s is not there (or has no %s): peer TLS is turned on once it is", t.want.peerSecret, secretCAKey)
-		if t.running == nil {
-			return peerPlain
-		}
-		return t.running.peer
+		t.wait(fmt.Sprintf("spec.tls.peerSecret %s is not there (or has no %s): peer TLS is turned on once it is", t.want.peerSecret, secretCAKey), ReasonTLSSecretMissing)
+		return t.runningPeer()
+	case want == peerTLS && v.certProblem(t.want.peerSecret) != "":
+		t.wait(v.certProblem(t.want.peerSecret)+": peer TLS is turned on once members would accept it", ReasonTLSCertificate)
+		return t.runningPeer()
 	case want == peerTLS && v.settledForTLS() && v.allPods(func(s serving) bool { return s.peer.canDialTLS() }):
 		return peerTLS
 	case want == peerPlain && v.settledForTLS() && v.allPods(func(s serving) bool { return s.peer != peerTLS }) && !v.anyMemberAdvertisesTLS():
@@ -273,8 +292,9 @@ func (t *tlsView) peerStage(v *view, fresh bool) peerMode {
 }
 
 // trust is the digest of the CA bundles the desired template mounts. When one of them was not
-// sent (Metacontroller lags, or the Secret is gone) the running template's digest is kept, so
-// that a missing Secret never rolls the pods.
+// sent (Metacontroller lags, or the Secret is gone), or members would reject a certificate
+// under the new bundle (a CA dropped while certificates it signed are still in use), the
+// running template's digest is kept: such a Secret never rolls the pods.
 func (t *tlsView) trust(v *view) string {
 	var names []string
 	if t.desired.client != clientPlain {
@@ -286,15 +306,38 @@ func (t *tlsView) trust(v *view) string {
 	if len(names) == 0 {
 		return ""
 	}
+	keep := t.running != nil && t.running.trust != ""
 	h := sha256.New()
 	for _, n := range names {
 		ca, ok := v.obs.CAs[n]
-		if !ok && t.running != nil && t.running.trust != "" {
+		if p := v.certProblem(n, t.clientSecretOf(v)); p != "" {
+			t.wait(p+": the pods keep the CAs they trust", ReasonTLSCertificate)
+			ok = false
+		}
+		if !ok && keep {
 			return t.running.trust
 		}
 		fmt.Fprintf(h, "%s=%s\n", n, ca)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:10]
+}
+
+// clientSecretOf is the spec's client Secret, checked with the server Secret.
+func (t *tlsView) clientSecretOf(v *view) string {
+	if v.c.Spec.TLS == nil {
+		return ""
+	}
+	return v.c.Spec.TLS.ClientSecret
+}
+
+// certProblem is the first problem CertificateProblems found with one of the Secrets.
+func (v *view) certProblem(names ...string) string {
+	for _, n := range names {
+		if p := v.obs.CertProblems[n]; n != "" && p != "" {
+			return p
+		}
+	}
+	return ""
 }
 
 // hasSecret: the hook was sent the Secret, with a CA bundle.
@@ -426,7 +469,7 @@ func (p *planner) newMemberPeerURL(ord int) string {
 func (p *planner) tlsWaiting() (step, bool) {
 	if p.tls.waiting != "" {
 		s := p.wait("", p.tls.waiting, resyncHold)
-		s.degraded, s.degradedBy = p.tls.waiting, ReasonTLSSecretMissing
+		s.degraded, s.degradedBy = p.tls.waiting, p.tls.waitingBy
 		return s, true
 	}
 	d, w := p.tls.desired, p.tls.want
@@ -523,7 +566,9 @@ func checkTLSStep(v *view, s step, exposed []int) error {
 		if cur.client == clientPlain && d.client == clientTLS || cur.client == clientTLS && d.client == clientPlain {
 			return fmt.Errorf("replacing %s moves its client port from %s to %s in one roll", p.Name, cur.client, d.client)
 		}
-		for o, other := range v.pods {
+		// In ordinal order, so the same step always gets the same reason.
+		for _, o := range slices.Sorted(maps.Keys(v.pods)) {
+			other := v.pods[o]
 			if o == ord {
 				continue
 			}

@@ -30,9 +30,12 @@ type Observed struct {
 	Etcd     etcdstate.Snapshot
 	// CAs digests, per Secret that spec.tls or status.tls names and Metacontroller sent, its
 	// ca.crt (CADigests); a Secret not in it was not sent. The planner sees no key material.
-	CAs        map[string]string
-	Finalizing bool
-	Now        time.Time
+	CAs map[string]string
+	// CertProblems says, per TLS Secret whose certificate members would reject, why
+	// (CertificateProblems); no TLS change moves onto such a Secret.
+	CertProblems map[string]string
+	Finalizing   bool
+	Now          time.Time
 }
 
 // Children are the observed children, by type, as Metacontroller sent them.
