@@ -17,14 +17,14 @@ import (
 	"etcdops.dev/etcdops/membership"
 )
 
-// recorder listens on addr and counts the connections it gets.
+// recorder listens on addr and counts the connections it gets, handing each to serve.
 type recorder struct {
 	addr string
 	mu   stdsync.Mutex
 	n    int
 }
 
-func record(t *testing.T, addr string) *recorder {
+func record(t *testing.T, addr string, serve func(net.Conn)) *recorder {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -41,11 +41,13 @@ func record(t *testing.T, addr string) *recorder {
 			r.mu.Lock()
 			r.n++
 			r.mu.Unlock()
-			c.Close()
+			go serve(c)
 		}
 	}()
 	return r
 }
+
+func hangUp(c net.Conn) { c.Close() }
 
 func (r *recorder) count() int {
 	r.mu.Lock()
@@ -65,7 +67,7 @@ func TestForgedRequestDialsOnlyTheClustersPods(t *testing.T) {
 		"a pod of another namespace", "a pod of another cluster", "a pod without the cluster label",
 		"a pod that is not a member by name", "a member beyond any size", "the client URL etcd advertises",
 	} {
-		foreign[story] = record(t, fmt.Sprintf("%s%d:2379", ip, 11+i))
+		foreign[story] = record(t, fmt.Sprintf("%s%d:2379", ip, 11+i), hangUp)
 	}
 	own := startMember(t, ip+"10", "http://"+foreign["the client URL etcd advertises"].addr)
 
@@ -110,25 +112,8 @@ func TestForgedRequestDialsOnlyTheClustersPods(t *testing.T) {
 // the connections to its client port.
 func startMember(t *testing.T, host, clientURL string) *recorder {
 	t.Helper()
-	l, err := net.Listen("tcp", host+":2379")
-	if err != nil {
-		t.Skipf("no loopback address %s to listen on (run under a network namespace of your own): %v", host, err)
-	}
-	r := &recorder{addr: l.Addr().String()}
 	backend := host + ":32379"
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			r.mu.Lock()
-			r.n++
-			r.mu.Unlock()
-			go proxy(c, backend)
-		}
-	}()
-	t.Cleanup(func() { l.Close() })
+	r := record(t, host+":2379", func(c net.Conn) { proxy(c, backend) })
 
 	cfg := embed.NewConfig()
 	cfg.Name = "etcd-0"

@@ -114,26 +114,14 @@ func newTLSEnv(t *testing.T) (*harness.Env, *harness.PKI, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	env, err := harness.Start(harness.Options{
-		Namespace:  namespaceOf(t.Name()),
-		Cluster:    "etcd",
-		Domain:     "cluster.local",
-		TimeScale:  timeScale,
-		Tools:      harness.OperatorTools(),
-		Hook:       harness.InProcessHook(sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops.dev/etcdops:e2e"}, log),
-		Controller: controller(t),
-		Root:       t.TempDir(),
-		Logf:       func(format string, args ...any) { fmt.Fprintf(logs, format+"\n", args...) },
-		OnSync: func(rec harness.SyncRecord) {
-			if *verbose {
-				t.Log(harness.SyncLine(rec))
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
+	opts := envOptions(t, false)
+	opts.Hook = harness.InProcessHook(sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops.dev/etcdops:e2e"}, log)
+	logf := opts.Logf
+	opts.Logf = func(format string, args ...any) {
+		fmt.Fprintf(logs, format+"\n", args...)
+		logf(format, args...)
 	}
-	t.Cleanup(env.Close)
+	env := startEnv(t, opts)
 	pki, err := harness.NewPKI(env.Namespace, env.Cluster, env.Domain)
 	if err != nil {
 		t.Fatal(err)
