@@ -206,13 +206,12 @@ func newTLSView(v *view) tlsView {
 	if t.desired.peer != peerPlain {
 		t.desired.peerSecret = firstNonEmpty(t.want.peerSecret, t.runningSecret(volumePeerTLS), prev.PeerSecret)
 	}
-	t.desired.trust = t.trust(v)
-
 	if v.c.Spec.TLS != nil && v.c.Spec.TLS.ClientSecret != "" {
 		t.clientSecret = v.c.Spec.TLS.ClientSecret
 	} else if t.desired.client != clientPlain || v.anyPod(func(s serving) bool { return s.client.servesTLS() }) {
 		t.clientSecret = prev.ClientSecret
 	}
+	t.desired.trust = t.trust(v)
 	return t
 }
 
@@ -310,7 +309,12 @@ func (t *tlsView) trust(v *view) string {
 	h := sha256.New()
 	for _, n := range names {
 		ca, ok := v.obs.CAs[n]
-		if p := v.certProblem(n, t.clientSecretOf(v)); p != "" {
+		checked := []string{n}
+		if n == t.desired.serverSecret {
+			// Members verify the client certificate with the server Secret's bundle.
+			checked = append(checked, t.clientSecret)
+		}
+		if p := v.certProblem(checked...); p != "" {
 			t.wait(p+": the pods keep the CAs they trust", ReasonTLSCertificate)
 			ok = false
 		}
@@ -320,14 +324,6 @@ func (t *tlsView) trust(v *view) string {
 		fmt.Fprintf(h, "%s=%s\n", n, ca)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:10]
-}
-
-// clientSecretOf is the spec's client Secret, checked with the server Secret.
-func (t *tlsView) clientSecretOf(v *view) string {
-	if v.c.Spec.TLS == nil {
-		return ""
-	}
-	return v.c.Spec.TLS.ClientSecret
 }
 
 // certProblem is the first problem CertificateProblems found with one of the Secrets.
