@@ -19,9 +19,13 @@ import (
 	"etcdops.dev/etcdops/test/harness"
 )
 
-// TestTLS takes a running cluster from plain HTTP to TLS on both ports and back, with the
-// workload writing throughout (over https once every pod serves it), and kills the leader
-// while peer TLS rolls. Nothing acknowledged may be lost, no key may show in a log or answer.
+// TestTLS takes a running cluster from plain HTTP to TLS on both ports (killing the leader
+// half-way through the roll), renews every leaf certificate (etcd reloads it: nothing rolls),
+// rotates the CA in three steps (trust both, issue from the new one, drop the old one: the
+// pods roll where etcd must restart to trust a CA), and turns TLS off again, with the
+// workload writing throughout (over https once every pod serves it). Nothing acknowledged may
+// be lost, no key may show in a log or answer. Both ports change together, to keep the run
+// short; the planner's scenarios (sync/testdata/tls.txt) turn each on and off alone.
 func TestTLS(t *testing.T) {
 	env, pki, logs := newTLSEnv(t)
 	size := 3
@@ -30,14 +34,10 @@ func TestTLS(t *testing.T) {
 		waitLeader(t, env)
 		measure(t, env, scenario{act: func(*testing.T, *harness.Env) int { return size }})
 	})
-	tlsScenario(t, env, size, "client-tls-on", func(t *testing.T) int {
+	tlsScenario(t, env, size, "tls-on-kill-leader", func(t *testing.T) int {
 		env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) {
-			s.TLS = &v1alpha1.TLSSpec{ServerSecret: pki.Server, ClientSecret: pki.Client}
+			s.TLS = &v1alpha1.TLSSpec{ServerSecret: pki.Server, PeerSecret: pki.Peer, ClientSecret: pki.Client}
 		})
-		return size
-	}, func(t *testing.T) { wantServing(t, env, "https", "http") })
-	tlsScenario(t, env, size, "peer-tls-on-kill-leader", func(t *testing.T) int {
-		env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.TLS.PeerSecret = pki.Peer })
 		// The leader dies once the roll is half-way: a pod already listens on https for peers.
 		if _, err := env.WaitFor(changeBound, func() (bool, string) {
 			for _, p := range env.Pods() {
@@ -54,32 +54,6 @@ func TestTLS(t *testing.T) {
 		}
 		return size
 	}, func(t *testing.T) { wantServing(t, env, "https", "https") })
-	tlsScenario(t, env, size, "tls-off", func(t *testing.T) int {
-		env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil })
-		return size
-	}, func(t *testing.T) {
-		wantServing(t, env, "http", "http")
-		if st := env.Store.Parent().Status.TLS; st != nil {
-			t.Errorf("status.tls is %+v after TLS was turned off", st)
-		}
-	})
-	noKeyMaterial(t, env, pki, logs)
-}
-
-// TestTLSCreated creates a cluster with TLS on both ports, renews every leaf certificate
-// (etcd reloads it: nothing rolls) and rotates the CA in three steps (trust both, issue from
-// the new one, drop the old one), the pods rolled where etcd must restart to trust a CA.
-func TestTLSCreated(t *testing.T) {
-	env, pki, logs := newTLSEnv(t)
-	size := 3
-	s := spec(int32(size))
-	s.TLS = &v1alpha1.TLSSpec{ServerSecret: pki.Server, PeerSecret: pki.Peer, ClientSecret: pki.Client}
-	t.Run("create-with-tls", func(t *testing.T) {
-		env.Create(s)
-		waitLeader(t, env)
-		measure(t, env, scenario{act: func(*testing.T, *harness.Env) int { return size }})
-		wantServing(t, env, "https", "https")
-	})
 	tlsScenario(t, env, size, "rotate-leaf", func(t *testing.T) int {
 		pods := podUIDs(env)
 		renew(t, env, pki, pki.RenewLeaves)
@@ -106,6 +80,30 @@ func TestTLSCreated(t *testing.T) {
 		trustRoll(t, env, pki)
 		return size
 	}, nil)
+	tlsScenario(t, env, size, "tls-off", func(t *testing.T) int {
+		env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.TLS = nil })
+		return size
+	}, func(t *testing.T) {
+		wantServing(t, env, "http", "http")
+		if st := env.Store.Parent().Status.TLS; st != nil {
+			t.Errorf("status.tls is %+v after TLS was turned off", st)
+		}
+	})
+	noKeyMaterial(t, env, pki, logs)
+}
+
+// TestTLSCreated creates a cluster with TLS on both ports from the start.
+func TestTLSCreated(t *testing.T) {
+	env, pki, logs := newTLSEnv(t)
+	size := 3
+	s := spec(int32(size))
+	s.TLS = &v1alpha1.TLSSpec{ServerSecret: pki.Server, PeerSecret: pki.Peer, ClientSecret: pki.Client}
+	t.Run("create-with-tls", func(t *testing.T) {
+		env.Create(s)
+		waitLeader(t, env)
+		measure(t, env, scenario{act: func(*testing.T, *harness.Env) int { return size }})
+		wantServing(t, env, "https", "https")
+	})
 	noKeyMaterial(t, env, pki, logs)
 }
 
