@@ -100,6 +100,8 @@ type Endpoint struct {
 	// ServerName is the member's stable DNS name: the TLS server name, and the address to
 	// fall back to when the pod has no IP yet.
 	ServerName string `json:"serverName"`
+	// TLS is true when the member is asked over https: its pod serves TLS on the client port.
+	TLS bool `json:"tls,omitempty"`
 }
 
 // Request names the cluster to observe: Key identifies it in the observer's client cache (for

@@ -50,9 +50,11 @@ type objectSets struct {
 
 // decodeOptions: the decoder validates and decodes in the same single pass (encoding/json
 // scans every value twice, once to find its end and once to decode it). Names match
-// case-sensitively, as the API server's own decoding does; repeated names and invalid UTF-8
-// are let through as encoding/json lets them.
-var decodeOptions = []jsonv2.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
+// case-sensitively, as the API server's own decoding does; invalid UTF-8 is let through as
+// encoding/json lets it. A name given twice in one object is refused: a request whose parent,
+// spec or Secret says two things at once is read differently by decoders that keep the first
+// and those that keep the last, so it is read neither way.
+var decodeOptions = []jsonv2.Options{jsontext.AllowInvalidUTF8(true)}
 
 // readSyncRequest decodes the body as it arrives. A body that is not JSON, whose outer
 // structure is not a hook request's, or with an object that is not one of its kind is

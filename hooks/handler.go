@@ -5,6 +5,7 @@
 package hooks
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/sync"
@@ -179,6 +181,10 @@ func readJSON(r *http.Request, v any) error {
 		return refuse(errMalformed, "reading the body: %v", err)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
+		return refuse(errMalformed, "%v", err)
+	}
+	// The same rules as sync's decoder (decodeOptions), a name given twice refused above all.
+	if err := jsontext.NewDecoder(bytes.NewReader(body), decodeOptions...).SkipValue(); err != nil {
 		return refuse(errMalformed, "%v", err)
 	}
 	return nil

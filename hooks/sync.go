@@ -73,14 +73,17 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 	if err != nil {
 		return sync.Observed{}, err
 	}
-	pods := sorted(req.related.pods)
+	pods, secrets := sorted(req.related.pods), sorted(req.related.secrets)
 	return sync.Observed{
-		Cluster:    c,
-		Children:   children,
-		Pods:       pods,
-		Etcd:       h.snapshot(ctx, &c, pods, sorted(req.related.secrets)),
-		Finalizing: req.finalizing || finalize,
-		Now:        h.Now(),
+		Cluster:  c,
+		Children: children,
+		Pods:     pods,
+		Etcd:     h.snapshot(ctx, &c, pods, secrets),
+		CAs:      sync.CADigests(&c, secrets),
+		// Certificates members would reject are caught before a TLS change relies on them.
+		CertProblems: sync.CertificateProblems(h.Config, &c, secrets, h.Now()),
+		Finalizing:   req.finalizing || finalize,
+		Now:          h.Now(),
 	}, nil
 }
 
@@ -92,8 +95,9 @@ func (h *handler) snapshot(ctx context.Context, c *v1alpha1.EtcdCluster, pods []
 		return etcdstate.Snapshot{Err: "no member pod to ask"}
 	}
 	key := c.Namespace + "/" + c.Name + "/" + string(c.UID)
+	// The client certificate is needed only for members whose pods serve TLS.
 	tls, err := clientTLS(c, secrets)
-	if err != nil {
+	if err != nil && sync.AnyTLS(endpoints) {
 		h.metrics.observeFailures.Inc()
 		h.Log.Warn("etcd not observed", "cluster", key, "error", err.Error())
 		return etcdstate.Snapshot{Err: err.Error()}
@@ -114,12 +118,13 @@ func (h *handler) snapshot(ctx context.Context, c *v1alpha1.EtcdCluster, pods []
 const secretCAKey = "ca.crt"
 
 // clientTLS returns the client certificate from the related Secret named in
-// spec.tls.clientSecret, or nil when the cluster's client port has no TLS.
+// spec.tls.clientSecret (or kept in status.tls while TLS is turned off), or nil when there is
+// none. Errors name the Secret and the missing key, never a value.
 func clientTLS(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) (*etcdstate.TLS, error) {
-	if c.Spec.TLS == nil || c.Spec.TLS.ClientSecret == "" {
+	name := sync.ClientSecretName(c)
+	if name == "" {
 		return nil, nil
 	}
-	name := c.Spec.TLS.ClientSecret
 	i := slices.IndexFunc(secrets, func(s corev1.Secret) bool { return s.Name == name && s.Namespace == c.Namespace })
 	if i < 0 {
 		return nil, fmt.Errorf("client certificate Secret %s/%s not found", c.Namespace, name)
@@ -134,7 +139,8 @@ func clientTLS(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) (*etcdstate.TLS
 }
 
 // customize asks Metacontroller for the cluster's pods, the Secrets named in spec.tls and
-// the pods of backup Jobs.
+// status.tls (the client certificate to observe with, and the CA bundles the pods trust),
+// and the pods of backup Jobs.
 func (h *handler) customize(w http.ResponseWriter, r *http.Request) {
 	var req customizeRequest
 	if err := readJSON(r, &req); err != nil {
@@ -157,16 +163,7 @@ func relatedResources(c *v1alpha1.EtcdCluster) customizeResponse {
 		Resource:      "pods",
 		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{sync.LabelCluster: c.Name}},
 	}}
-	var names []string
-	if t := c.Spec.TLS; t != nil {
-		for _, n := range []string{t.ServerSecret, t.PeerSecret, t.ClientSecret} {
-			if n != "" && !slices.Contains(names, n) {
-				names = append(names, n)
-			}
-		}
-	}
-	if len(names) > 0 {
-		slices.Sort(names)
+	if names := sync.SecretNames(c); len(names) > 0 {
 		rules = append(rules, relatedRule{APIVersion: "v1", Resource: "secrets", Namespace: c.Namespace, Names: names})
 	}
 	if c.Spec.Backup != nil {

@@ -284,6 +284,7 @@ func TestAPIServer(t *testing.T) {
 	t.Run("validation", func(t *testing.T) { testValidation(t, s) })
 	t.Run("owned flags", func(t *testing.T) { testOwnedFlags(t, s) })
 	t.Run("immutable storage", func(t *testing.T) { testImmutableStorage(t, s) })
+	t.Run("tls transitions", func(t *testing.T) { testTLSTransitions(t, s) })
 	t.Run("status", func(t *testing.T) { testStatus(t, s) })
 	t.Run("hook fixtures", func(t *testing.T) { testHookFixtures(t, s) })
 	t.Run("printer columns", func(t *testing.T) { testPrinterColumns(t, s) })
@@ -499,6 +500,8 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true},
 			{Name: "status-2", ID: "fd422379fda50e48", Incarnation: 1},
 		},
+		TLS: &v1alpha1.TLSStatus{Client: "http+https", Peer: "https", ServerSecret: "status-server", PeerSecret: "status-peer",
+			ClientSecret: "status-client", Progress: "client TLS on, stage 1 of 2: 1 of 3 pods rolled"},
 	}
 }
 

@@ -301,6 +301,7 @@ func TestHookManifests(t *testing.T) {
 	if len(np.Ingress[0].Ports) != 1 || np.Ingress[0].Ports[0].Port.String() != "http" {
 		t.Errorf("NetworkPolicy ports = %+v, want the hook's http port only", np.Ingress[0].Ports)
 	}
+	checkHookEgress(t, np)
 
 	checkCompositeController(t, h.controller)
 }
@@ -677,7 +678,7 @@ func TestSamplesValidateInGo(t *testing.T) {
 // The YAML shown in the operator's docs parses, and every object of a kind with a Go type
 // here decodes strictly into it.
 func TestDocsYAML(t *testing.T) {
-	for _, file := range []string{"../docs/install.md", "../docs/operate.md", "../docs/runbooks.md", "../docs/backup.md"} {
+	for _, file := range []string{"../docs/install.md", "../docs/operate.md", "../docs/runbooks.md", "../docs/backup.md", "../docs/security.md"} {
 		data, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)

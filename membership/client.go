@@ -65,7 +65,9 @@ func (m *memberClient) record(answered, waited bool, now time.Time) {
 
 // newMemberClient builds a client for one endpoint. Creation does not dial; retries are few
 // because every call runs under the observer's single deadline, and the reconnect backoff is
-// short so a member that comes back is seen on the next observation.
+// short so a member that comes back is seen on the next observation. The endpoint says
+// whether its member is asked over TLS; with no TLS material for it, the server is still
+// verified (against the system's roots), so the member is reported unreachable, not trusted.
 func newMemberClient(ep etcdstate.Endpoint, t *etcdstate.TLS, connectTimeout time.Duration, dial dialFunc) (*memberClient, error) {
 	addr, serverName := dialTarget(ep)
 	cfg := clientv3.Config{
@@ -86,7 +88,10 @@ func newMemberClient(ep etcdstate.Endpoint, t *etcdstate.TLS, connectTimeout tim
 	if dial != nil {
 		cfg.DialOptions = append(cfg.DialOptions, grpc.WithContextDialer(dial))
 	}
-	if t != nil {
+	if ep.TLS {
+		if t == nil {
+			t = &etcdstate.TLS{}
+		}
 		tc, err := tlsConfig(t, serverName)
 		if err != nil {
 			return nil, err
@@ -181,7 +186,7 @@ func cacheKey(req etcdstate.Request) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%q\n", req.Key)
 	for _, ep := range req.Endpoints {
-		fmt.Fprintf(h, "%q %q %q\n", ep.Member, ep.Address, ep.ServerName)
+		fmt.Fprintf(h, "%q %q %q %t\n", ep.Member, ep.Address, ep.ServerName, ep.TLS)
 	}
 	if req.TLS != nil {
 		fmt.Fprintf(h, "tls %x %x %x\n", sha256.Sum256(req.TLS.CA), sha256.Sum256(req.TLS.Cert), sha256.Sum256(req.TLS.Key))

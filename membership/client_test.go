@@ -39,6 +39,7 @@ func TestCacheReusesClients(t *testing.T) {
 
 	changed := fakeRequest("a")
 	changed.TLS = &etcdstate.TLS{CA: []byte("other CA")}
+	changed.Endpoints[0].TLS = true
 	if _, err := c.acquire(changed, now); err == nil || !strings.Contains(err.Error(), "CA") {
 		t.Fatalf("bad CA: got %v", err)
 	}

@@ -176,7 +176,7 @@ func (c *testCluster) stopAll() {
 
 // endpoint is how the hook would describe m: the address to dial and the name to verify.
 func (c *testCluster) endpoint(m *testMember) etcdstate.Endpoint {
-	return etcdstate.Endpoint{Member: m.name, Address: m.clientURL.Host, ServerName: m.name + ".etcd.test"}
+	return etcdstate.Endpoint{Member: m.name, Address: m.clientURL.Host, ServerName: m.name + ".etcd.test", TLS: c.pki != nil}
 }
 
 // request describes the given members (all when none are given) for Observe.

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -207,6 +208,20 @@ func TestObserveTLS(t *testing.T) {
 	}
 	if snap := observeTimed(t, o, wrongName); snap.Asked {
 		t.Fatalf("server certificates do not name elsewhere.etcd.test; got %+v", snap)
+	}
+
+	// Each endpoint is asked over the scheme it is flagged with: plain HTTP to a member that
+	// serves only TLS gets no answer, and TLS without material verifies against the system's
+	// roots, which do not hold this CA; the other members still answer.
+	mixed := c.request()
+	mixed.Endpoints[2].TLS = false
+	if snap := observeTimed(t, o, mixed); !snap.Asked || snap.Complete || !strings.Contains(snap.Err+fmt.Sprint(snap.Members), c.members[2].name) {
+		t.Fatalf("a member asked over http must be the one not answering; got %+v", snap)
+	}
+	noMaterial := c.request()
+	noMaterial.TLS = nil
+	if snap := observeTimed(t, o, noMaterial); snap.Asked {
+		t.Fatalf("a member asked over TLS without the CA must not be trusted; got %+v", snap)
 	}
 
 	// The member tool dials the advertised URLs with the same client certificate.

@@ -39,6 +39,8 @@ const (
 	RecoverQuorum
 	// TakeBackup: a Job takes a snapshot and stores it (spec.backup, or on request).
 	TakeBackup
+	// UpdatePeerURL: a Job updates a member's peer URL to the scheme its pod listens with.
+	UpdatePeerURL
 )
 
 var actionNames = [...]string{
@@ -58,6 +60,7 @@ var actionNames = [...]string{
 	DisarmAlarm:      "DisarmAlarm",
 	RecoverQuorum:    "RecoverQuorum",
 	TakeBackup:       "Backup",
+	UpdatePeerURL:    "UpdatePeerURL",
 }
 
 func (t ActionType) String() string {

@@ -140,8 +140,9 @@ func (p *planner) backupDue() (step, bool) {
 	// follower before the leader.
 	voters := p.voters()
 	var eps []string
+	secure := p.jobTLS()
 	for i := len(voters) - 1; i >= 0; i-- {
-		eps = append(eps, ClientURL(p.c, voters[i].name, p.cfg.ClusterDomain))
+		eps = append(eps, clientURLOf(p.c, voters[i].name, p.cfg.ClusterDomain, secure))
 	}
 	name := voters[len(voters)-1].name
 	for i := len(voters) - 1; i >= 0; i-- {
@@ -151,7 +152,7 @@ func (p *planner) backupDue() (step, bool) {
 		}
 	}
 	s := p.base(Action{Type: TakeBackup, Member: name, Reason: "backup " + t.String() + ": snapshot from a follower, " + name + " preferred"}, resyncSoon)
-	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label()}
+	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), clientSecret: p.tls.clientSecret}
 	rec := p.backupRecord()
 	if t.request != "" {
 		rec.LastRequest = t.request

@@ -121,6 +121,9 @@ func checkInvariants(v *view, s step) error {
 	if changes > 1 {
 		return fmt.Errorf("%d changes in one sync", changes)
 	}
+	if err := checkTLSStep(v, s, exposed); err != nil {
+		return err
+	}
 	// A change that disturbs a healthy member is decided on a complete picture: every other
 	// member answered, so none of them is failing unseen. (A failed member's removal counts
 	// every silent member as unhealthy, which errs on the safe side.)

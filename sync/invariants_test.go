@@ -31,7 +31,9 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 		},
 		{
 			"a second learner",
-			func(w *simWorld) { w.members = append(w.members, &simMember{id: 0x99, ord: 3, learner: true}) },
+			func(w *simWorld) {
+				w.members = append(w.members, &simMember{id: 0x99, ord: 3, learner: true, peerURL: PeerURL(&w.cluster, w.podName(3), simConfig.ClusterDomain)})
+			},
 			func(p *planner) step { return p.addLearner(4, "") },
 			"a second learner",
 		},
@@ -123,18 +125,25 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(w)
 			}
-			obs := w.observe()
-			c := v1alpha1.Defaulted(obs.Cluster)
-			p := &planner{view: newView(simConfig, &obs, &c)}
-			s := tc.step(p)
-			err := checkInvariants(p.view, s)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("checkInvariants = %v, want an error containing %q", err, tc.want)
-			}
-			if d := p.decision(s); !strings.HasPrefix(d.Action.Reason, "internal: ") || d.Action.Type != Hold {
-				t.Errorf("decision %v, want an internal hold", d.Action)
-			}
+			wantRefused(t, w, tc.step, tc.want)
 		})
+	}
+}
+
+// wantRefused plans step on the world as it is and checks the invariant check refuses it with
+// want, turning it into an internal hold.
+func wantRefused(t *testing.T, w *simWorld, step func(p *planner) step, want string) {
+	t.Helper()
+	obs := w.observe()
+	c := v1alpha1.Defaulted(obs.Cluster)
+	p := &planner{view: newView(simConfig, &obs, &c)}
+	s := step(p)
+	err := checkInvariants(p.view, s)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("checkInvariants = %v, want an error containing %q", err, want)
+	}
+	if d := p.decision(s); !strings.HasPrefix(d.Action.Reason, "internal: ") || d.Action.Type != Hold {
+		t.Errorf("decision %v, want an internal hold", d.Action)
 	}
 }
 

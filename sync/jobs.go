@@ -44,15 +44,18 @@ const (
 	verbDefragment = "defragment"
 	verbDisarm     = "disarm"
 	// verbBackup: backup.go.
+	// verbUpdatePeerURL is etcd's member update: a new peer URL for a member (tls.go).
+	verbUpdatePeerURL = "update-peer-url"
 )
 
 // memberJob is one membership change or maintenance operation for the member tool to run.
 type memberJob struct {
 	verb   string
 	member string // pod name the change is about; for move-leader the new leader
-	// peerURL: add-learner.
+	// peerURL: add-learner, update-peer-url.
 	peerURL string
-	// id: promote, remove, move-leader, defragment, and disarm of one member's alarm.
+	// id: promote, remove, move-leader, update-peer-url, defragment, and disarm of one
+	// member's alarm.
 	id uint64
 	// alarm: disarm.
 	alarm     string
@@ -60,6 +63,8 @@ type memberJob struct {
 	attempt   int
 	// backupFor: backup, what it is for (backupTrigger.label).
 	backupFor string
+	// clientSecret is the client certificate the tool presents; "" while no member serves TLS.
+	clientSecret string
 }
 
 // args is the member tool's command line (docs/architecture.md).
@@ -81,7 +86,7 @@ func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbBackup {
 		args = append(args, backupArgs(c)...)
 	}
-	if clientTLS(c) {
+	if j.clientSecret != "" {
 		args = append(args, "--cacert="+ClientTLSDir+"/ca.crt", "--cert="+ClientTLSDir+"/tls.crt", "--key="+ClientTLSDir+"/tls.key")
 	}
 	return args
@@ -106,9 +111,9 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 		"securityContext":              podSecurityContext(),
 		"automountServiceAccountToken": false,
 	}
-	if clientTLS(c) {
+	if j.clientSecret != "" {
 		container["volumeMounts"] = []any{object{"name": "client-tls", "mountPath": ClientTLSDir, "readOnly": true}}
-		podSpec["volumes"] = []any{object{"name": "client-tls", "secret": object{"secretName": c.Spec.TLS.ClientSecret}}}
+		podSpec["volumes"] = []any{object{"name": "client-tls", "secret": object{"secretName": j.clientSecret}}}
 	}
 	// No TTL: the planner drops the Job itself once membership shows its effect, and a Job
 	// deleted by TTL while still returned would be created again.

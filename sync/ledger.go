@@ -115,7 +115,7 @@ func (v *view) joinState(rebaseline bool) (joinstate.State, ledger) {
 		}
 		e.Established = e.Established || (m.Started() && !m.IsLearner)
 		next[m.name] = e
-		peer := PeerURL(v.c, m.name, v.cfg.ClusterDomain)
+		peer := peerURLOf(v.c, m.name, v.cfg.ClusterDomain, v.tls.desired.peer == peerTLS)
 		if len(m.PeerURLs) > 0 {
 			peer = m.PeerURLs[0]
 		}
@@ -132,7 +132,7 @@ func (v *view) lastKnownJoinState() joinstate.State {
 	st := joinstate.State{Token: clusterToken(v.c), ClusterState: joinstate.StateExisting}
 	for _, m := range v.obs.Cluster.Status.Members {
 		e := v.ledger[m.Name]
-		st.Members = append(st.Members, joinstate.Member{Name: m.Name, PeerURL: PeerURL(v.c, m.Name, v.cfg.ClusterDomain), Incarnation: e.Incarnation, Established: e.Established})
+		st.Members = append(st.Members, joinstate.Member{Name: m.Name, PeerURL: peerURLOf(v.c, m.Name, v.cfg.ClusterDomain, v.tls.desired.peer == peerTLS), Incarnation: e.Incarnation, Established: e.Established})
 	}
 	sortJoinMembers(st.Members)
 	return st

@@ -190,7 +190,7 @@ func (p *planner) defragmentStep(m *member, op, why, phase string) step {
 		fmt.Sprintf("%s: defragmenting %s (%s file, %s in use)", why, m.name, bytesString(m.DBSize), bytesString(m.DBSizeInUse)))
 	if s.job != nil {
 		// Defragmentation is the member's own maintenance: only its endpoint is asked.
-		s.job.endpoints = []string{ClientURL(p.c, m.name, p.cfg.ClusterDomain)}
+		s.job.endpoints = []string{clientURLOf(p.c, m.name, p.cfg.ClusterDomain, p.memberClientTLS(m))}
 	}
 	return p.maintaining(s, op, phase, m.name)
 }

@@ -63,12 +63,12 @@ func scheme(secure bool) string {
 	return "http"
 }
 
-// PeerURL is the advertised peer URL of the member at pod name.
+// PeerURL is the peer URL of the member at pod name once the spec's TLS is rolled out.
 func PeerURL(c *v1alpha1.EtcdCluster, pod, clusterDomain string) string {
-	return fmt.Sprintf("%s://%s:%d", scheme(c.Spec.TLS != nil && c.Spec.TLS.PeerSecret != ""), MemberHost(c, pod, clusterDomain), PeerPort)
+	return peerURLOf(c, pod, clusterDomain, wantedServing(c).peer == peerTLS)
 }
 
-// ClientURL is the advertised client URL of the member at pod name.
+// ClientURL is the client URL of the member at pod name once the spec's TLS is rolled out.
 func ClientURL(c *v1alpha1.EtcdCluster, pod, clusterDomain string) string {
-	return fmt.Sprintf("%s://%s:%d", scheme(c.Spec.TLS != nil && c.Spec.TLS.ServerSecret != ""), MemberHost(c, pod, clusterDomain), ClientPort)
+	return clientURLOf(c, pod, clusterDomain, wantedServing(c).client == clientTLS)
 }

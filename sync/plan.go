@@ -142,6 +142,9 @@ func validate(obs *Observed, c v1alpha1.EtcdCluster) error {
 	if err := v1alpha1.Validate(c); err != nil {
 		return err
 	}
+	if err := checkTLSChange(obs, &c); err != nil {
+		return err
+	}
 	return restoreInPlace(obs, &c)
 }
 
@@ -185,12 +188,13 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		Members:      []joinstate.Member{{Name: seed, PeerURL: PeerURL(c, seed, cfg.ClusterDomain)}},
 		Restore:      restoreJoin(c, seed),
 	}
+	v := newView(cfg, obs, c)
 	children := []Child{
 		headlessService(c),
 		clientService(c),
 		joinConfigMap(c, state, ledger{seed: {}}, ""),
 		podDisruptionBudget(c, 1),
-		statefulSet(c, renderPodSpec(cfg, c), 1, 0),
+		statefulSet(c, v.spec, 1, 0),
 	}
 	sortChildren(children)
 	action := Action{Type: Bootstrap, Member: seed, Reason: "no cluster yet: starting seed " + seed}
@@ -201,6 +205,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	if f := fromBackup(c); f != nil {
 		st.RestoredFrom = f.Name
 	}
+	st.TLS = v.tlsStatus()
 	setCondition(&st, obs, c, v1alpha1.ConditionProgressing, true, Bootstrap.String(), action.Reason)
 	d := Decision{Children: children, Status: st, Action: action, ResyncAfterSeconds: resyncSoon}
 	if err := checkBootstrap(obs, d); err != nil {

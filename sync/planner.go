@@ -103,6 +103,7 @@ func (p *planner) change() step {
 		p.staleAlarm,       // 7b
 		p.noSpace,          // 7b
 		p.memberWithoutPod, // 7c
+		p.peerURLs,         // 7c' (tls.go)
 		p.learner,          // 7d
 		p.podWithoutMember, // 7e
 		p.backupDue,        // 7f (backup.go)
@@ -112,6 +113,7 @@ func (p *planner) change() step {
 		p.scaleIn,          // 10
 		p.upgrade,          // 11
 		p.defragment,       // 12
+		p.tlsWaiting,       // 13 (tls.go)
 	}
 	for _, phase := range phases {
 		if s, ok := phase(); ok {
@@ -204,6 +206,12 @@ func (p *planner) effectShows(j *batchv1.Job) bool {
 		return m != nil
 	case verbPromote:
 		return m == nil || !m.IsLearner
+	case verbUpdatePeerURL:
+		url, ok := "", false
+		if m != nil {
+			url, ok = p.listenedPeerURL(m)
+		}
+		return !ok || slices.Equal(m.PeerURLs, []string{url})
 	case verbRemove:
 		id := j.Annotations[AnnotationMemberID]
 		for _, m := range p.members {
@@ -464,7 +472,7 @@ func (p *planner) waitedTooLong(name string) bool {
 func (p *planner) configDrift() (step, bool) {
 	for _, pod := range p.pods {
 		if !isTerminating(pod) && p.drifted(pod) {
-			return p.roll("config drift")
+			return p.roll(p.tlsChange("config drift"))
 		}
 	}
 	return step{}, false
@@ -546,7 +554,7 @@ func (p *planner) scaleOut() (step, bool) {
 
 func (p *planner) addLearner(ord int, reason string) step {
 	name := PodName(p.c.Name, ord)
-	return p.runJob(memberJob{verb: verbAddLearner, member: name, peerURL: PeerURL(p.c, name, p.cfg.ClusterDomain)}, AddLearner, reason)
+	return p.runJob(memberJob{verb: verbAddLearner, member: name, peerURL: p.newMemberPeerURL(ord)}, AddLearner, reason)
 }
 
 // 10. Scale in: a member beyond the target goes, the highest first, leadership moved away
@@ -628,9 +636,11 @@ func (p *planner) replacePod(ord int, member, reason string) step {
 // as often as allowed without a lasting effect (leadership that keeps moving back) waits for
 // a person instead, keeping its last Job so that the count survives.
 func (p *planner) runJob(j memberJob, t ActionType, reason string) step {
+	secure := p.jobTLS()
 	for _, m := range p.voters() {
-		j.endpoints = append(j.endpoints, ClientURL(p.c, m.name, p.cfg.ClusterDomain))
+		j.endpoints = append(j.endpoints, clientURLOf(p.c, m.name, p.cfg.ClusterDomain, secure))
 	}
+	j.clientSecret = p.tls.clientSecret
 	j.attempt = p.attemptFor(j)
 	if j.attempt >= maxJobAttempts {
 		s := p.wait(j.member, fmt.Sprintf("%s %s ran %d times without a lasting effect (%s); delete its Jobs to try again", j.verb, j.member, j.attempt, reason), resyncHold)
@@ -685,6 +695,8 @@ func actionOfVerb(verb string) ActionType {
 		return Defragment
 	case verbDisarm:
 		return DisarmAlarm
+	case verbUpdatePeerURL:
+		return UpdatePeerURL
 	}
 	return MoveLeader
 }

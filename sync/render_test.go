@@ -34,7 +34,7 @@ func childrenOf(t *testing.T, d Decision) map[string]string {
 
 func TestRenderingIsStableAndOwnsOnlyItsFields(t *testing.T) {
 	w := newSimWorld(t, 3, true)
-	w.cluster.Spec.TLS = &v1alpha1.TLSSpec{ServerSecret: "srv", PeerSecret: "peer", ClientSecret: "cli"}
+	w.setTLS("client,peer")
 	w.cluster.Spec.PodTemplate = &v1alpha1.PodTemplate{
 		Metadata: &v1alpha1.PodMetadata{Labels: map[string]string{"team": "db", LabelCluster: "spoofed"}},
 		Spec: &v1alpha1.PodSpec{
@@ -148,7 +148,7 @@ func TestEndpoints(t *testing.T) {
 	c.Name, c.Namespace = "etcd", "db"
 	pod := func(name, ip string, labels map[string]string) corev1.Pod {
 		p := corev1.Pod{}
-		p.Name, p.Labels, p.Status.PodIP = name, labels, ip
+		p.Name, p.Namespace, p.Labels, p.Status.PodIP = name, "db", labels, ip
 		return p
 	}
 	own := map[string]string{LabelCluster: "etcd"}
@@ -222,7 +222,7 @@ func TestPodsMeetTheRestrictedStandard(t *testing.T) {
 	} {
 		w := newSimWorld(t, 3, tc.storage)
 		if tc.tls {
-			w.cluster.Spec.TLS = &v1alpha1.TLSSpec{ServerSecret: "srv", PeerSecret: "peer", ClientSecret: "cli"}
+			w.setTLS("client,peer")
 		}
 		w.run(100)
 		w.cluster.Spec.Size = ptrTo(int32(4))
@@ -346,7 +346,7 @@ func TestEtcdFlagsTLS(t *testing.T) {
 		c := v1alpha1.EtcdCluster{}
 		c.Name, c.Namespace = "etcd", "db"
 		c.Spec.TLS = tc.tls
-		got := strings.Join(etcdFlags(Config{ClusterDomain: "cluster.local"}, &c), " ") + " "
+		got := strings.Join(etcdFlags(Config{ClusterDomain: "cluster.local"}, &c, wantedServing(&c)), " ") + " "
 		for _, w := range tc.want {
 			if !strings.Contains(got, w+" ") {
 				t.Errorf("%s: missing %s in %s", tc.story, w, got)

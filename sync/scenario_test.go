@@ -72,6 +72,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	restore NAME [in-place]              spec.bootstrap.fromBackup: the snapshot a new world
 //	                                     starts from, with the old one's backups; in-place:
 //	                                     set on the world as it is
+//	new ... tls=client,peer | spec tls=client|peer|client,peer|none   TLS on the client port
+//	                                     (etcd-server, etcd-client Secrets) and between peers (etcd-peer)
+//	secret NAME CA | secret-delete NAME  a TLS Secret with CA bundle CA (a digest), or none
+//	bad-cert NAME WHY... | good-cert NAME   members would reject the Secret's certificate, or not
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -162,7 +166,7 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 	}
 	switch cmd {
 	case "new":
-		size, storage, version := int32(3), true, ""
+		size, storage, version, tls := int32(3), true, "", "none"
 		for _, a := range args {
 			k, v, _ := strings.Cut(a, "=")
 			switch k {
@@ -173,12 +177,15 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 				storage = false
 			case "version":
 				version = v
+			case "tls":
+				tls = v
 			}
 		}
 		w = newSimWorld(t, size, storage)
 		if version != "" {
 			w.cluster.Spec.Version = version
 		}
+		w.setTLS(tls)
 	case "run":
 		fmt.Fprintf(out, "converged: %s\n", w.run(400))
 	case "step", "watch":
@@ -238,6 +245,8 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 				w.maintenance().NoSpace = v1alpha1.NoSpacePolicy(v)
 			case "defragment":
 				w.maintenance().Defragment = &v1alpha1.DefragmentSpec{}
+			case "tls":
+				w.setTLS(v)
 			case "paused":
 				w.cluster.Spec.Paused = true
 			case "unpaused":
@@ -336,7 +345,7 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		}
 		w.cluster.Annotations[k] = v
 	case "member-add":
-		w.members = append(w.members, &simMember{id: w.nextID, ord: w.ordinalOf(arg(0)), learner: true})
+		w.members = append(w.members, &simMember{id: w.nextID, ord: w.ordinalOf(arg(0)), learner: true, peerURL: PeerURL(&w.cluster, arg(0), simConfig.ClusterDomain)})
 		w.nextID++
 	case "member-remove":
 		m := w.memberAt(w.ordinalOf(arg(0)))
@@ -361,6 +370,14 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		}
 	case "bad-image":
 		w.badImage = arg(0)
+	case "secret":
+		w.secrets[arg(0)] = arg(1)
+	case "secret-delete":
+		delete(w.secrets, arg(0))
+	case "bad-cert":
+		w.badCerts[arg(0)] = "Secret " + arg(0) + ": " + strings.Join(args[1:], " ")
+	case "good-cert":
+		delete(w.badCerts, arg(0))
 	case "allow-quorum-loss":
 		w.faulty = true
 	case "fail-jobs":
@@ -616,6 +633,9 @@ func decisionText(t *testing.T, d Decision) string {
 	}
 	for _, w := range st.Warnings {
 		fmt.Fprintf(&b, "  warning: %s\n", w)
+	}
+	if t := st.TLS; t != nil {
+		fmt.Fprintf(&b, "  tls: client=%s peer=%q secrets=%s,%s,%s progress=%q\n", t.Client, t.Peer, t.ServerSecret, t.PeerSecret, t.ClientSecret, t.Progress)
 	}
 	return b.String()
 }

@@ -119,7 +119,7 @@ var simScenarios = []simScenario{
 	{"interrupted: member added, StatefulSet not grown", func(t *testing.T) []simStats {
 		w, _ := created(t, 3, true)
 		w.cluster.Spec.Size = ptrTo(int32(4))
-		w.members = append(w.members, &simMember{id: w.nextID, ord: 3, learner: true})
+		w.members = append(w.members, &simMember{id: w.nextID, ord: 3, learner: true, peerURL: PeerURL(&w.cluster, w.podName(3), simConfig.ClusterDomain)})
 		w.nextID++
 		return []simStats{w.run(200)}
 	}},
@@ -189,7 +189,7 @@ func (w *simWorld) faultUntilRemoved(ord int) {
 // just made is the fault, and reverting it heals.
 func (w *simWorld) crashOnCurrentSpec() {
 	c := v1alpha1.Defaulted(w.cluster)
-	bad := renderPodSpec(simConfig, &c).specHash
+	bad := renderPodSpec(simConfig, &c, wantedServing(&c)).specHash
 	w.onTick = func() {
 		for _, p := range w.pods {
 			p.crash = p.spec == bad

@@ -50,6 +50,8 @@ type simMember struct {
 	// compactAt: a compaction applies on this member then, as followers apply one in the
 	// background after the member that served it.
 	compactAt time.Time
+	// peerURL is the one peer URL etcd has for the member.
+	peerURL string
 }
 
 // simData is what a member's data dir holds: the incarnation and member that wrote it, and the
@@ -72,7 +74,8 @@ type simBackup struct {
 
 type simPod struct {
 	ord         int
-	spec        string // spec hash of the template it was created from
+	tmpl        corev1.PodTemplateSpec // the template it was created from: what its etcd serves
+	spec        string                 // spec hash of the template it was created from
 	config      string
 	version     string
 	running     bool
@@ -99,18 +102,22 @@ type simSTS struct {
 	// the partition are created from.
 	updateSpec, updateConfig, updateVersion    string
 	currentSpec, currentConfig, currentVersion string
+	updateTmpl, currentTmpl                    corev1.PodTemplateSpec
 }
 
 type simJob struct {
-	name    string
-	verb    string
-	member  string
-	peerURL string
-	id      uint64
-	alarm   string
-	state   jobState
-	at      time.Time
-	failNow bool
+	name      string
+	verb      string
+	member    string
+	peerURL   string
+	id        uint64
+	alarm     string
+	endpoints []string
+	// clientCert: the Job presents the client certificate.
+	clientCert bool
+	state      jobState
+	at         time.Time
+	failNow    bool
 }
 
 type simStats struct {
@@ -177,6 +184,10 @@ type simWorld struct {
 	log    []string
 	// backups are the snapshots backup Jobs stored, oldest first; a restore reads the last.
 	backups []simBackup
+	// secrets are the TLS Secrets that exist, each with a digest of its CA bundle;
+	// badCerts those whose certificate members would reject, and why.
+	secrets  map[string]string
+	badCerts map[string]string
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -193,6 +204,8 @@ func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 		t: t, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
 		pods: map[int]*simPod{}, data: map[int]*simData{}, applied: map[string][]byte{}, jobs: map[string]*simJob{},
 		lag: simLag, unschedulable: map[int]bool{},
+		secrets:  map[string]string{simServerSecret: "ca-1", simPeerSecret: "ca-1", simClientSecret: "ca-1"},
+		badCerts: map[string]string{},
 	}
 }
 
@@ -222,7 +235,7 @@ func (w *simWorld) podName(ord int) string { return PodName(w.cluster.Name, ord)
 // etcd answers until the pod is gone: it shuts down gracefully.
 func (w *simWorld) healthy(m *simMember) bool {
 	p := w.pods[m.ord]
-	return m.started && p != nil && p.running && !p.down
+	return m.started && p != nil && p.running && !p.down && w.peerReachable(m)
 }
 
 // anyCorrupt: a CORRUPT alarm stands; etcd then serves no reads or writes anywhere, and every
@@ -325,10 +338,14 @@ func (w *simWorld) observe() Observed {
 	obs.Pods = append(obs.Pods, w.backupPods(obs.Children.Jobs)...)
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
-		pod := corev1.Pod{}
+		pod := corev1.Pod{Spec: *p.tmpl.Spec.DeepCopy()}
 		pod.Name, pod.Namespace = w.podName(ord), w.cluster.Namespace
 		pod.Labels = map[string]string{LabelCluster: w.cluster.Name}
-		pod.Annotations = map[string]string{AnnotationSpecHash: p.spec, AnnotationConfigHash: p.config}
+		pod.Annotations = map[string]string{}
+		for k, v := range p.tmpl.Annotations {
+			pod.Annotations[k] = v
+		}
+		pod.Annotations[AnnotationSpecHash], pod.Annotations[AnnotationConfigHash] = p.spec, p.config
 		pod.Status.PodIP = fmt.Sprintf("127.0.0.%d", ord+10)
 		// Ready is the kubelet's probe of the member's own health: the hook's reach plays no
 		// part in it.
@@ -361,7 +378,17 @@ func (w *simWorld) observe() Observed {
 		}
 		obs.Pods = append(obs.Pods, pod)
 	}
-	obs.Etcd = w.snapshot()
+	obs.CAs = map[string]string{}
+	for _, n := range SecretNames(&w.cluster) {
+		if ca, ok := w.secrets[n]; ok {
+			obs.CAs[n] = ca
+		}
+	}
+	obs.CertProblems = map[string]string{}
+	for n, p := range w.badCerts {
+		obs.CertProblems[n] = p
+	}
+	obs.Etcd = w.snapshot(obs.Pods)
 	if w.etcdOverride != nil {
 		w.etcdOverride(&obs.Etcd)
 		w.etcdOverride = nil
@@ -370,11 +397,20 @@ func (w *simWorld) observe() Observed {
 }
 
 // snapshot is what the membership observer would read: nothing when no voter can answer the
-// hook. A blind pod's member is healthy for etcd and the kubelet, but does not answer the hook.
-func (w *simWorld) snapshot() etcdstate.Snapshot {
+// hook. A blind pod's member is healthy for etcd and the kubelet, but does not answer the hook;
+// nor does one whose pod does not serve the scheme the hook asks it over (sync.Endpoints, from
+// the pods as observed), or serves only https while the hook has no client certificate.
+func (w *simWorld) snapshot(pods []corev1.Pod) etcdstate.Snapshot {
+	asked := map[int]bool{}
+	for _, ep := range Endpoints(simConfig, &w.cluster, pods) {
+		ord, _ := Ordinal(w.cluster.Name, ep.Member)
+		if p := w.pods[ord]; p != nil && w.servesClient(p, ep.TLS) {
+			asked[ord] = true
+		}
+	}
 	answers := false
 	for _, m := range w.members {
-		if !m.learner && w.healthy(m) && !w.pods[m.ord].blind {
+		if !m.learner && w.healthy(m) && !w.pods[m.ord].blind && asked[m.ord] {
 			answers = true
 		}
 	}
@@ -384,12 +420,12 @@ func (w *simWorld) snapshot() etcdstate.Snapshot {
 	s := etcdstate.Snapshot{Asked: true, ClusterID: w.clusterID, Complete: true}
 	quorum := w.hasQuorum()
 	for _, m := range w.members {
-		em := etcdstate.Member{ID: m.id, IsLearner: m.learner, PeerURLs: []string{PeerURL(&w.cluster, w.podName(m.ord), simConfig.ClusterDomain)}}
+		em := etcdstate.Member{ID: m.id, IsLearner: m.learner, PeerURLs: []string{m.peerURL}}
 		if m.started {
 			em.Name = w.podName(m.ord)
 		}
 		p := w.pods[m.ord]
-		if m.started && p != nil && p.running && !p.blind {
+		if m.started && p != nil && p.running && !p.blind && asked[m.ord] {
 			em.Reachable = true
 			em.RaftIndex = m.raft
 			em.Version = strings.TrimPrefix(p.version, "v")
@@ -555,6 +591,10 @@ func (w *simWorld) applySTS(b []byte) {
 	w.sts.replicas = int(*s.Spec.Replicas)
 	w.sts.partition = int(*s.Spec.UpdateStrategy.RollingUpdate.Partition)
 	w.sts.updateSpec, w.sts.updateConfig, w.sts.updateVersion = tmpl.Annotations[AnnotationSpecHash], tmpl.Annotations[AnnotationConfigHash], version
+	w.sts.updateTmpl = tmpl
+	if w.sts.currentTmpl.Spec.Containers == nil {
+		w.sts.currentTmpl = tmpl
+	}
 }
 
 func (w *simWorld) newJob(b []byte) *simJob {
@@ -571,6 +611,10 @@ func (w *simWorld) newJob(b []byte) *simJob {
 		if v, ok := strings.CutPrefix(a, "--alarm="); ok {
 			sj.alarm = v
 		}
+		if v, ok := strings.CutPrefix(a, "--endpoints="); ok {
+			sj.endpoints = strings.Split(v, ",")
+		}
+		sj.clientCert = sj.clientCert || strings.HasPrefix(a, "--cert=")
 	}
 	if w.failJobs > 0 {
 		w.failJobs--
@@ -598,7 +642,7 @@ func (w *simWorld) tick() {
 func (w *simWorld) runJob(j *simJob) {
 	j.at = w.now
 	fail := func() { j.state = jobFailed; w.stats.jobFailures++ }
-	if j.failNow || !w.hasQuorum() {
+	if j.failNow || !w.hasQuorum() || !w.jobReaches(j) {
 		fail()
 		return
 	}
@@ -614,7 +658,7 @@ func (w *simWorld) runJob(j *simJob) {
 				return
 			}
 		}
-		w.members = append(w.members, &simMember{id: w.nextID, ord: ord, learner: true})
+		w.members = append(w.members, &simMember{id: w.nextID, ord: ord, learner: true, peerURL: j.peerURL})
 		w.nextID++
 		w.stats.adds++
 	case verbPromote:
@@ -670,6 +714,13 @@ func (w *simWorld) runJob(j *simJob) {
 			fail()
 			return
 		}
+	case verbUpdatePeerURL:
+		m := w.memberByID(j.id)
+		if m == nil {
+			fail()
+			return
+		}
+		m.peerURL = j.peerURL
 	case verbMoveLeader:
 		m := w.memberByID(j.id)
 		if m == nil || m.learner || !w.healthy(m) {
@@ -738,9 +789,9 @@ func (w *simWorld) statefulSetController() {
 		if w.pods[ord] != nil || gone[ord] {
 			continue
 		}
-		p := &simPod{ord: ord, spec: s.updateSpec, config: s.updateConfig, version: s.updateVersion}
+		p := &simPod{ord: ord, spec: s.updateSpec, config: s.updateConfig, version: s.updateVersion, tmpl: s.updateTmpl}
 		if ord < s.partition {
-			p.spec, p.config, p.version = s.currentSpec, s.currentConfig, s.currentVersion
+			p.spec, p.config, p.version, p.tmpl = s.currentSpec, s.currentConfig, s.currentVersion, s.currentTmpl
 		}
 		p.noImage = p.version == w.badImage
 		w.pods[ord] = p
@@ -750,7 +801,7 @@ func (w *simWorld) statefulSetController() {
 		all = all && w.pods[ord] != nil && w.pods[ord].spec == s.updateSpec
 	}
 	if all {
-		s.currentSpec, s.currentConfig, s.currentVersion = s.updateSpec, s.updateConfig, s.updateVersion
+		s.currentSpec, s.currentConfig, s.currentVersion, s.currentTmpl = s.updateSpec, s.updateConfig, s.updateVersion, s.updateTmpl
 	}
 }
 
@@ -822,7 +873,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 		if len(w.members) > 0 {
 			w.t.Fatalf("%s formed a second cluster with state new", w.podName(p.ord))
 		}
-		m = &simMember{id: w.nextID, ord: p.ord, started: true}
+		m = &simMember{id: w.nextID, ord: p.ord, started: true, peerURL: w.join.Members[0].PeerURL}
 		w.nextID++
 		w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id}
 		if dec.Restore {
@@ -846,6 +897,10 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 		// etcd joins as the member whose log the cluster already sent it, with none of
 		// that log: it panics (tocommit out of range), in e2e and in production.
 		w.t.Fatalf("%s starts member %x a second time, on an empty data dir of incarnation %d", w.podName(p.ord), m.id, dec.Incarnation)
+	}
+	if adv := w.advertisedPeerURL(p); adv != m.peerURL {
+		// etcd checks a joining member's advertised peer URL against its entry.
+		return "advertises " + adv + ", etcd has " + m.peerURL
 	}
 	m.started = true
 	m.raft = 0
@@ -975,6 +1030,7 @@ func (w *simWorld) checkWorld() {
 	if learners > 1 {
 		w.t.Fatalf("%d learners", learners)
 	}
+	w.checkTLSWorld()
 	// A one-member cluster has no redundancy: recreating its pod is a planned outage.
 	if v, _ := w.voters(); v > 1 && !w.faulty && !w.hasQuorum() {
 		v, h := w.voters()

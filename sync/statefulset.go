@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"strings"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/joinstate"
@@ -44,22 +45,23 @@ type podSpec struct {
 	configHash string
 }
 
-// renderPodSpec builds the pod template from the spec alone: nothing about membership goes in
-// (that lives in the join ConfigMap), so membership changes never restart pods.
-func renderPodSpec(cfg Config, c *v1alpha1.EtcdCluster) podSpec {
+// renderPodSpec builds the pod template from the spec and the TLS stage s it is rolled to
+// (see tls.go): nothing about membership goes in (that lives in the join ConfigMap), so
+// membership changes never restart pods.
+func renderPodSpec(cfg Config, c *v1alpha1.EtcdCluster, s serving) podSpec {
 	image := etcdImage(c)
-	configHash := shortHash(podTemplate(cfg, c, "", nil))
+	configHash := shortHash(podTemplate(cfg, c, s, "", nil))
 	annotations := map[string]string{AnnotationConfigHash: configHash}
-	specHash := shortHash(podTemplate(cfg, c, image, annotations))
+	specHash := shortHash(podTemplate(cfg, c, s, image, annotations))
 	annotations[AnnotationSpecHash] = specHash
-	return podSpec{template: podTemplate(cfg, c, image, annotations), specHash: specHash, configHash: configHash}
+	return podSpec{template: podTemplate(cfg, c, s, image, annotations), specHash: specHash, configHash: configHash}
 }
 
 func etcdImage(c *v1alpha1.EtcdCluster) string {
 	return c.Spec.ImageRegistry + ":" + c.Spec.Version
 }
 
-func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[string]string) object {
+func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string, hashes map[string]string) object {
 	labels := map[string]string{}
 	annotations := map[string]string{}
 	var user *v1alpha1.PodSpec
@@ -80,6 +82,9 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[s
 	}
 	for k, v := range hashes {
 		annotations[k] = v
+	}
+	if s.trust != "" {
+		annotations[AnnotationTrust] = s.trust
 	}
 	meta := object{"labels": labels}
 	if len(annotations) > 0 {
@@ -102,7 +107,7 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[s
 			"--data-dir=" + dataDir,
 			"--etcd=" + etcdBinary,
 			"--"},
-		"args": etcdFlags(cfg, c),
+		"args": etcdFlags(cfg, c, s),
 		"env": []any{object{"name": "POD_NAME", "valueFrom": object{
 			"fieldRef": object{"fieldPath": "metadata.name"}}}},
 		"ports": []any{
@@ -127,7 +132,7 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[s
 				fmt.Sprintf("--health=http://127.0.0.1:%d%s", MetricsPort, livenessPath)}},
 			"initialDelaySeconds": 15, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 8,
 		},
-		"volumeMounts": podVolumeMounts(c),
+		"volumeMounts": podVolumeMounts(s),
 		// The launcher writes only under /var/lib/etcd, and etcd only under its data dir
 		// (its temporary files too: snapshots and defragmentation write beside the data), so
 		// the image stays read-only and no /tmp is needed.
@@ -145,7 +150,7 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, image string, hashes map[s
 	spec := object{
 		"initContainers":  []any{install},
 		"containers":      []any{etcd},
-		"volumes":         podVolumes(c),
+		"volumes":         podVolumes(c, s),
 		"securityContext": security,
 		// etcd never talks to the Kubernetes API.
 		"automountServiceAccountToken": false,
@@ -174,54 +179,56 @@ const (
 	livenessPath  = "/livez"
 )
 
-// etcdFlags are the static flags of every member; the launcher adds name, data dir and the
-// initial-cluster flags from the join state. $(POD_NAME) is expanded by the kubelet.
-func etcdFlags(cfg Config, c *v1alpha1.EtcdCluster) []string {
+// etcdFlags are the static flags of every member for TLS stage s; the launcher adds name, data
+// dir and the initial-cluster flags from the join state. $(POD_NAME) is expanded by the
+// kubelet. While the client port serves both schemes, both client URLs are advertised.
+func etcdFlags(cfg Config, c *v1alpha1.EtcdCluster, s serving) []string {
 	self := "$(POD_NAME)"
+	var listenClient, advertiseClient []string
+	if s.client.servesPlain() {
+		listenClient = append(listenClient, listenURL(false, ClientPort))
+		advertiseClient = append(advertiseClient, clientURLOf(c, self, cfg.ClusterDomain, false))
+	}
+	if s.client.servesTLS() {
+		listenClient = append(listenClient, listenURL(true, ClientPort))
+		advertiseClient = append(advertiseClient, clientURLOf(c, self, cfg.ClusterDomain, true))
+	}
 	flags := []string{
-		"--listen-peer-urls=" + listenURL(peerTLS(c), PeerPort),
-		"--listen-client-urls=" + listenURL(serverTLS(c), ClientPort),
-		"--initial-advertise-peer-urls=" + PeerURL(c, self, cfg.ClusterDomain),
-		"--advertise-client-urls=" + ClientURL(c, self, cfg.ClusterDomain),
+		"--listen-peer-urls=" + listenURL(s.peer == peerTLS, PeerPort),
+		"--listen-client-urls=" + strings.Join(listenClient, ","),
+		"--initial-advertise-peer-urls=" + peerURLOf(c, self, cfg.ClusterDomain, s.peer == peerTLS),
+		"--advertise-client-urls=" + strings.Join(advertiseClient, ","),
 		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", MetricsPort),
 	}
-	if serverTLS(c) {
+	if s.client.servesTLS() {
 		flags = append(flags, tlsFlags("", tlsDir+"/server")...)
 	}
-	if peerTLS(c) {
+	if s.peer.canDialTLS() {
 		flags = append(flags, tlsFlags("peer-", tlsDir+"/peer")...)
 	}
 	return append(flags, c.Spec.EtcdOptions...)
-}
-
-func serverTLS(c *v1alpha1.EtcdCluster) bool {
-	return c.Spec.TLS != nil && c.Spec.TLS.ServerSecret != ""
-}
-func peerTLS(c *v1alpha1.EtcdCluster) bool { return c.Spec.TLS != nil && c.Spec.TLS.PeerSecret != "" }
-func clientTLS(c *v1alpha1.EtcdCluster) bool {
-	return c.Spec.TLS != nil && c.Spec.TLS.ClientSecret != ""
 }
 
 func listenURL(secure bool, port int) string {
 	return fmt.Sprintf("%s://0.0.0.0:%d", scheme(secure), port)
 }
 
-func podVolumeMounts(c *v1alpha1.EtcdCluster) []any {
+func podVolumeMounts(s serving) []any {
 	mounts := []any{
 		object{"name": volumeData, "mountPath": dataVolumeDir},
 		object{"name": volumeTools, "mountPath": toolDir},
 		object{"name": volumeJoin, "mountPath": joinDir, "readOnly": true},
 	}
-	if serverTLS(c) {
+	if s.client.servesTLS() {
 		mounts = append(mounts, object{"name": volumeServerTLS, "mountPath": tlsDir + "/server", "readOnly": true})
 	}
-	if peerTLS(c) {
+	if s.peer.canDialTLS() {
 		mounts = append(mounts, object{"name": volumePeerTLS, "mountPath": tlsDir + "/peer", "readOnly": true})
 	}
 	return mounts
 }
 
-func podVolumes(c *v1alpha1.EtcdCluster) []any {
+func podVolumes(c *v1alpha1.EtcdCluster, s serving) []any {
 	vols := []any{
 		object{"name": volumeTools, "emptyDir": object{}},
 		object{"name": volumeJoin, "configMap": object{"name": JoinConfigMapName(c.Name)}},
@@ -230,11 +237,11 @@ func podVolumes(c *v1alpha1.EtcdCluster) []any {
 	if c.Spec.StorageSpec == nil {
 		vols = append(vols, object{"name": volumeData, "emptyDir": object{}})
 	}
-	if serverTLS(c) {
-		vols = append(vols, object{"name": volumeServerTLS, "secret": object{"secretName": c.Spec.TLS.ServerSecret}})
+	if s.client.servesTLS() {
+		vols = append(vols, object{"name": volumeServerTLS, "secret": object{"secretName": s.serverSecret}})
 	}
-	if peerTLS(c) {
-		vols = append(vols, object{"name": volumePeerTLS, "secret": object{"secretName": c.Spec.TLS.PeerSecret}})
+	if s.peer.canDialTLS() {
+		vols = append(vols, object{"name": volumePeerTLS, "secret": object{"secretName": s.peerSecret}})
 	}
 	return vols
 }

@@ -33,6 +33,8 @@ const (
 	ReasonNoSpace                  = "NoSpace"
 	ReasonNoVolumeToRoll           = "NoVolumeToRoll"
 	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	ReasonTLSSecretMissing         = "TLSSecretMissing"
+	ReasonTLSCertificate           = "TLSCertificateInvalid"
 	ReasonBlocked                  = "Blocked"
 )
 
@@ -69,7 +71,7 @@ func stepDeadline(t ActionType) time.Duration {
 	switch t {
 	case ReplacePod:
 		return replaceDeadline
-	case AddLearner, PromoteLearner, RemoveMember, MoveLeader, Compact, Defragment, DisarmAlarm, TakeBackup:
+	case AddLearner, PromoteLearner, RemoveMember, MoveLeader, Compact, Defragment, DisarmAlarm, TakeBackup, UpdatePeerURL:
 		return jobDeadline * time.Second
 	case ScaleStatefulSet, Bootstrap:
 		return stuckAfter
@@ -234,6 +236,9 @@ func (v *view) judge(s step, hist []v1alpha1.StepRecord, asked bool) health {
 			return cur.Member == name && podDownAsPlanned(v, pod)
 		case cur.Type == MoveLeader.String():
 			return pod != nil && !isTerminating(pod) && isReady(pod)
+		case cur.Type == UpdatePeerURL.String():
+			// Its peers reach it only once etcd has its new URL (tls.go).
+			return cur.Member == name && pod != nil && !isTerminating(pod)
 		}
 		return false
 	}
@@ -407,6 +412,7 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 		job = s.job.render(v.cfg, v.c).Name
 	}
 	st.History = startStep(hist, v.obs.Cluster.Status.Action, s.action, job, degraded, v.obs.Now)
+	st.TLS = v.tlsStatus()
 	if len(s.keep) > 0 {
 		st.JobFailures = int32(attemptOf(s.keep[0]))
 		if state, _ := stateOf(s.keep[0]); state == jobFailed {

@@ -70,7 +70,7 @@ func TestSimulatedChildrenAreTyped(t *testing.T) {
 	}
 	t.Run("tls", func(t *testing.T) {
 		w := newSimWorld(t, 3, true)
-		w.cluster.Spec.TLS = &v1alpha1.TLSSpec{ServerSecret: "etcd-server-tls", PeerSecret: "etcd-peer-tls", ClientSecret: "etcd-client-tls"}
+		w.setTLS("client,peer")
 		for _, l := range []string{"run", "spec size=5", "run", "leader etcd-4", "fault etcd-4 crash", "step 20", "fault etcd-4 heal", "run",
 			"spec version=v3.6.17", "run", "spec size=3", "run", "spec delete", "step 10"} {
 			w = typedCommand(t, w, l, seen)
@@ -99,7 +99,7 @@ func typedCommand(t *testing.T, w *simWorld, line string, seen map[string]bool) 
 			if o, ok := c.Object.(object); ok && c.Kind == "Job" {
 				seen[o["metadata"].(object)["labels"].(map[string]string)[LabelAction]] = true
 			}
-			if b, _ := json.Marshal(c.Object); strings.Contains(string(b), `"secretName":"etcd-server-tls"`) {
+			if b, _ := json.Marshal(c.Object); strings.Contains(string(b), `"secretName":"`+simServerSecret+`"`) {
 				seen["tls"] = true
 			}
 		}

@@ -24,12 +24,18 @@ type Config struct {
 // Observed is everything one sync knows: the parent, its children, the related pods, one
 // etcd snapshot, and the time. The planner reads nothing else.
 type Observed struct {
-	Cluster    v1alpha1.EtcdCluster
-	Children   Children
-	Pods       []corev1.Pod
-	Etcd       etcdstate.Snapshot
-	Finalizing bool
-	Now        time.Time
+	Cluster  v1alpha1.EtcdCluster
+	Children Children
+	Pods     []corev1.Pod
+	Etcd     etcdstate.Snapshot
+	// CAs digests, per Secret that spec.tls or status.tls names and Metacontroller sent, its
+	// ca.crt (CADigests); a Secret not in it was not sent. The planner sees no key material.
+	CAs map[string]string
+	// CertProblems says, per TLS Secret whose certificate members would reject, why
+	// (CertificateProblems); no TLS change moves onto such a Secret.
+	CertProblems map[string]string
+	Finalizing   bool
+	Now          time.Time
 }
 
 // Children are the observed children, by type, as Metacontroller sent them.

@@ -23,6 +23,7 @@ type view struct {
 	c    *v1alpha1.EtcdCluster // defaulted
 	size int
 	spec podSpec // the pod template the spec asks for now
+	tls  tlsView // the TLS stage spec renders, and what the pods serve
 
 	pods    map[int]*corev1.Pod // the cluster's pods by ordinal
 	members []*member           // etcd members by ordinal
@@ -61,7 +62,6 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 		obs:    obs,
 		c:      c,
 		size:   int(*c.Spec.Size),
-		spec:   renderPodSpec(cfg, c),
 		pods:   map[int]*corev1.Pod{},
 		byOrd:  map[int]*member{},
 		ledger: ledger{},
@@ -113,6 +113,9 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 		}
 	}
 	sort.Slice(v.jobs, func(i, j int) bool { return v.jobs[i].Name < v.jobs[j].Name })
+	// The template follows the pods through a TLS change, so it is rendered from what they run.
+	v.tls = newTLSView(v)
+	v.spec = renderPodSpec(cfg, c, v.tls.desired)
 	v.target = v.size
 	if v.surging() {
 		v.target = v.size + 1

@@ -276,7 +276,15 @@ const (
 // certificates, and the operator presents clientSecret to observe the cluster. peerSecret is
 // independent of both.
 //
+// Turning TLS on or off on a running cluster is a staged roll (docs/operate.md, "TLS"); so is a
+// new CA, which etcd reads only at start. A Secret cannot be swapped for another while its
+// field is set: the new Secret's certificates may come from a CA the running members do not
+// trust, and members that reject each other lose quorum.
+//
 // +kubebuilder:validation:XValidation:rule="(has(self.serverSecret) && self.serverSecret.size() > 0) == (has(self.clientSecret) && self.clientSecret.size() > 0)",message="serverSecret and clientSecret go together: with serverSecret etcd requires client certificates and the operator needs clientSecret to observe the cluster"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.serverSecret) || !has(self.serverSecret) || self.serverSecret == oldSelf.serverSecret",message="spec.tls.serverSecret cannot name another Secret while it is set: renew the certificate inside the named Secret (a new leaf is reloaded without a restart; a new CA rolls the pods), or remove serverSecret and clientSecret, wait for status.tls.client to be http, then set the new names"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.peerSecret) || !has(self.peerSecret) || self.peerSecret == oldSelf.peerSecret",message="spec.tls.peerSecret cannot name another Secret while it is set: renew the certificate inside the named Secret (a new leaf is reloaded without a restart; a new CA rolls the pods), or remove peerSecret, wait for status.tls.peer to be http, then set the new name"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.clientSecret) || !has(self.clientSecret) || self.clientSecret == oldSelf.clientSecret",message="spec.tls.clientSecret cannot name another Secret while it is set: renew the certificate inside the named Secret, or remove serverSecret and clientSecret, wait for status.tls.client to be http, then set the new names"
 type TLSSpec struct {
 	// ServerSecret is served on the client port (2379). Its SANs must cover
 	// *.<name>.<namespace>.svc.<cluster-domain> and <name>-client.<namespace>.svc.
@@ -443,6 +451,44 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	RestoredFrom string `json:"restoredFrom,omitempty"`
+	// TLS is what the members serve and, while TLS is turned on or off, how far the roll got.
+	//
+	// +optional
+	TLS *TLSStatus `json:"tls,omitempty"`
+}
+
+// TLSStatus is what the members' pods are configured to serve, and the Secrets the operator
+// uses for it. A Secret removed from spec.tls stays here while a member still serves TLS with
+// it: turning TLS off needs the client certificate until the last member serves plain HTTP.
+type TLSStatus struct {
+	// Client is what the client port (2379) is rolled to: http, https, or http+https while
+	// client TLS is turned on or off (both on the same port).
+	//
+	// +optional
+	Client string `json:"client,omitempty"`
+	// Peer is what members speak among themselves (2380): http, https, or "http, dialing
+	// https" while peer TLS is turned on or off (each member holds the peer certificate, so
+	// it reaches members already on https).
+	//
+	// +optional
+	Peer string `json:"peer,omitempty"`
+	// ServerSecret is the Secret served on the client port.
+	//
+	// +optional
+	ServerSecret string `json:"serverSecret,omitempty"`
+	// PeerSecret is the Secret used between members.
+	//
+	// +optional
+	PeerSecret string `json:"peerSecret,omitempty"`
+	// ClientSecret is the client certificate the operator and its Jobs present.
+	//
+	// +optional
+	ClientSecret string `json:"clientSecret,omitempty"`
+	// Progress says where a TLS change stands, e.g. "client TLS on, stage 1 of 2: 1 of 3 pods
+	// rolled". Empty when no change is under way.
+	//
+	// +optional
+	Progress string `json:"progress,omitempty"`
 }
 
 // MaintenanceStatus records a NOSPACE remediation or a scheduled defragmentation.

@@ -45,6 +45,7 @@ type config struct {
 	maxClusters     int
 	drainPeriod     time.Duration
 	shutdownTimeout time.Duration
+	headerTimeout   time.Duration
 	maxBodyBytes    int64
 	logLevel        string
 	logFormat       string
@@ -77,6 +78,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	// take the pod out of the Service.
 	fs.DurationVar(&c.drainPeriod, "drain-period", 15*time.Second, "after SIGTERM, how long /readyz answers 503 while calls are still served")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "after the drain, how long in-flight calls may take to finish")
+	fs.DurationVar(&c.headerTimeout, "read-header-timeout", 10*time.Second, "time a client gets to send its request headers; a slower connection is closed")
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", hooks.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or text")
@@ -104,8 +106,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	switch {
 	case (c.tlsCertFile == "") != (c.tlsKeyFile == ""):
 		return c, errors.New("--tls-cert-file and --tls-key-file go together")
-	case c.syncTimeout <= 0 || c.observeTimeout <= 0 || c.slowMember <= 0:
-		return c, errors.New("--sync-timeout, --observe-timeout and --slow-member-timeout must be positive")
+	case c.syncTimeout <= 0 || c.observeTimeout <= 0 || c.slowMember <= 0 || c.headerTimeout <= 0:
+		return c, errors.New("--sync-timeout, --observe-timeout, --slow-member-timeout and --read-header-timeout must be positive")
 	case c.slowMember >= c.observeTimeout:
 		return c, fmt.Errorf("--slow-member-timeout %s must be below --observe-timeout %s", c.slowMember, c.observeTimeout)
 	case c.maxClusters <= 0:
@@ -171,6 +173,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		TLSKeyFile:      c.tlsKeyFile,
 		DrainPeriod:     c.drainPeriod,
 		ShutdownTimeout: c.shutdownTimeout,
+		HeaderTimeout:   c.headerTimeout,
 		Log:             log,
 		Dial:            dial,
 	})

@@ -119,7 +119,7 @@ func TestShutdownLetsAnInFlightSyncFinish(t *testing.T) {
 
 	host, _, _ := net.SplitHostPort(silent.Addr().String())
 	body := `{"parent":{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","uid":"u"},"spec":{}},` +
-		`"children":{"StatefulSet.apps/v1":{}},"related":{"Pod.v1":{"etcd-0":{"metadata":{"name":"etcd-0","namespace":"default"},"status":{"podIP":"` + host + `"}}}}}`
+		`"children":{"StatefulSet.apps/v1":{}},"related":{"Pod.v1":{"etcd-0":{"metadata":{"name":"etcd-0","namespace":"default","labels":{"etcdops.dev/cluster":"etcd"}},"status":{"podIP":"` + host + `"}}}}}`
 	type answer struct {
 		status int
 		took   time.Duration

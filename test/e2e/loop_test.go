@@ -51,11 +51,17 @@ func namespaceOf(name string) string {
 // newEnv starts a closed loop for one scenario; it is torn down with the test.
 func newEnv(t *testing.T, noOperator bool) *harness.Env {
 	t.Helper()
+	return startEnv(t, envOptions(t, noOperator))
+}
+
+// envOptions are the options of every scenario's loop.
+func envOptions(t *testing.T, noOperator bool) harness.Options {
+	t.Helper()
 	logf := func(string, ...any) {}
 	if *verbose {
 		logf = func(format string, args ...any) { t.Logf(format, args...) }
 	}
-	env, err := harness.Start(harness.Options{
+	return harness.Options{
 		Namespace:  namespaceOf(t.Name()),
 		Cluster:    "etcd",
 		Domain:     "cluster.local",
@@ -71,7 +77,13 @@ func newEnv(t *testing.T, noOperator bool) *harness.Env {
 			}
 		},
 		NoOperator: noOperator,
-	})
+	}
+}
+
+// startEnv starts a loop; it is torn down with the test.
+func startEnv(t *testing.T, opts harness.Options) *harness.Env {
+	t.Helper()
+	env, err := harness.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,6 +80,9 @@ type Env struct {
 	// workload is the one running, for SideWrite.
 	workloadMu gosync.Mutex
 	workload   *Workload
+
+	tlsMu gosync.Mutex
+	pki   *PKI // the cluster's certificates, once UseTLS was called
 }
 
 var (

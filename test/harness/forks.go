@@ -8,7 +8,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // forkBound is how long members get to catch up with the revision their key spaces are
@@ -92,7 +91,7 @@ func (e *Env) hashForks(want uint64) []string {
 	if len(voters) == 0 {
 		return []string{"no running voter to compare"}
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.clientURLs(), DialTimeout: time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(e.clientConfig())
 	if err != nil {
 		return []string{"comparing members: " + err.Error()}
 	}

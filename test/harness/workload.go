@@ -10,7 +10,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // WorkloadOptions shape a workload; the zero value is the default.
@@ -145,7 +144,7 @@ func (e *Env) SideWrite(key, value string) (Output, error) {
 }
 
 func (w *Workload) client() (*clientv3.Client, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: w.env.clientURLs(), DialTimeout: time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(w.env.clientConfig())
 	if err != nil {
 		return nil, err
 	}

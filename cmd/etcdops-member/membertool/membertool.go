@@ -45,6 +45,7 @@ commands:
   compact     --endpoints=URL[,URL] --member=POD
   defragment  --endpoints=URL --member=POD --id=HEX          (the member's own endpoint)
   disarm      --endpoints=URL[,URL] --member=POD --alarm=NOSPACE|CORRUPT [--id=HEX]
+  update-peer-url --endpoints=URL[,URL] --member=POD --id=HEX --peer-url=URL
   backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination>
               [--keep=N] [--keep-for=DURATION] [--max-bandwidth=BYTES] [--work-dir=DIR]
               [--termination-log=FILE]
@@ -69,7 +70,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
-	case "add-learner", "promote", "remove", "move-leader", "compact", "defragment", "disarm":
+	case "add-learner", "promote", "remove", "move-leader", "compact", "defragment", "disarm", "update-peer-url":
 		return runOperation(ctx, cmd, rest, stdout, stderr)
 	case "backup":
 		return runBackup(ctx, rest, stdout, stderr)
@@ -121,6 +122,9 @@ func parseOperation(cmd string, args []string) (operationFlags, error) {
 	default:
 		fs.StringVar(&f.id, "id", "", "member ID in hex")
 	}
+	if cmd == "update-peer-url" {
+		fs.StringVar(&f.peerURL, "peer-url", "", "the member's new peer URL")
+	}
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
@@ -129,7 +133,7 @@ func parseOperation(cmd string, args []string) (operationFlags, error) {
 		return f, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case f.endpoints == "" || f.member == "":
 		return f, errors.New("--endpoints and --member are required")
-	case cmd == "add-learner" && f.peerURL == "":
+	case (cmd == "add-learner" || cmd == "update-peer-url") && f.peerURL == "":
 		return f, errors.New("--peer-url is required")
 	case cmd == "disarm" && f.alarm == "":
 		return f, errors.New("--alarm is required")
@@ -207,6 +211,9 @@ func runOperation(ctx context.Context, cmd string, args []string, stdout, stderr
 			return out.String(), err
 		case "disarm":
 			out, err := op.Disarm(ctx, f.alarm, id)
+			return out.String(), err
+		case "update-peer-url":
+			out, err := op.UpdatePeerURL(ctx, f.member, id, f.peerURL)
 			return out.String(), err
 		default:
 			out, err := op.MoveLeader(ctx, f.member, id)

@@ -112,6 +112,15 @@ func TestMembershipCommands(t *testing.T) {
 	}
 	oneLine(t, "second learner", errOut, "refused")
 
+	moved := freeURL(t)
+	for _, c := range []struct{ url, want string }{{learnerPeer, "already done"}, {moved.String(), "done"}, {moved.String(), "already done"}} {
+		code, out, errOut = run(with("update-peer-url", "--member=e-1", "--id="+id, "--peer-url="+c.url)...)
+		if code != ExitOK {
+			t.Fatalf("update-peer-url to %s: exit %d: %s", c.url, code, errOut)
+		}
+		oneLine(t, "update-peer-url", out, ": "+c.want)
+	}
+
 	for _, want := range []string{"done", "already done"} {
 		code, out, errOut = run(with("remove", "--member=e-1", "--id="+id)...)
 		if code != ExitOK {
@@ -204,6 +213,8 @@ func TestUsage(t *testing.T) {
 		{"add-learner", "--endpoints=http://127.0.0.1:1", "--member=e-1", "--id=1"},
 		{"defragment", "--endpoints=http://127.0.0.1:1", "--member=e-1"},
 		{"disarm", "--endpoints=http://127.0.0.1:1", "--member=e-1"},
+		{"update-peer-url", "--endpoints=http://127.0.0.1:1", "--member=e-1", "--id=1"},
+		{"update-peer-url", "--endpoints=http://127.0.0.1:1", "--member=e-1", "--peer-url=http://e-1:2380"},
 		{"install"},
 		{"launch", "--name=e-0", "--", "--name=other"},
 	} {

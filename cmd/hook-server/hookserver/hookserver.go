@@ -38,7 +38,9 @@ type Options struct {
 	DrainPeriod time.Duration
 	// ShutdownTimeout is how long in-flight calls may take after the drain.
 	ShutdownTimeout time.Duration
-	Log             *slog.Logger
+	// HeaderTimeout is how long a client may take to send its request headers; 10s when 0.
+	HeaderTimeout time.Duration
+	Log           *slog.Logger
 	// Now is the planner's clock; time.Now when nil.
 	Now func() time.Time
 	// Dial connects to etcd members; nil dials TCP directly.
@@ -61,6 +63,9 @@ func New(o Options) *Server {
 	if o.SyncTimeout <= 0 {
 		o.SyncTimeout = hooks.DefaultSyncTimeout
 	}
+	if o.HeaderTimeout <= 0 {
+		o.HeaderTimeout = 10 * time.Second
+	}
 	s := &Server{opts: o}
 	s.observer = membership.NewObserver(membership.ObserverOptions{
 		Deadline:   o.ObserveTimeout,
@@ -79,12 +84,18 @@ func New(o Options) *Server {
 		AuthToken:      o.AuthToken,
 		Ready:          s.ready.Load,
 	})
+	// A client that sends its headers, or its body, too slowly (a slow-loris) is cut off: the
+	// headers get HeaderTimeout, the whole request and the answer SyncTimeout and ten seconds
+	// more (a body of MaxBodyBytes over a slow link); an idle keep-alive connection is closed
+	// after two minutes. Headers beyond 64 KiB get 431: Metacontroller sends a few hundred
+	// bytes.
 	s.http = &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: o.HeaderTimeout,
 		ReadTimeout:       o.SyncTimeout + 10*time.Second,
 		WriteTimeout:      o.SyncTimeout + 10*time.Second,
 		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(o.Log.Handler(), slog.LevelWarn),
 	}
 	return s
