@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"path/filepath"
 	"runtime"
+	"strings"
 	gosync "sync"
 	"time"
 
@@ -133,20 +135,37 @@ func startEtcd(args []string, podIP string) (*etcdProcess, error) {
 // unaryCrash and streamCrash turn a panic in an etcd request handler into the death of this
 // member alone. In a pod the panic kills the container; in this shared process it would kill
 // every member and the test, so it is recovered here and the member is killed instead.
-func (p *etcdProcess) unaryCrash(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
-	defer p.crashOnPanic(&err)
+func (p *etcdProcess) unaryCrash(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	defer p.crashOnPanic(info.FullMethod, &err)
 	return h(ctx, req)
 }
 
-func (p *etcdProcess) streamCrash(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
-	defer p.crashOnPanic(&err)
+func (p *etcdProcess) streamCrash(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer p.crashOnPanic(info.FullMethod, &err)
 	return h(srv, ss)
 }
 
-func (p *etcdProcess) crashOnPanic(err *error) {
+// The message names the request and the frame that panicked: a runtime error alone ("nil
+// pointer dereference") does not say which of etcd's code paths a scenario reached.
+func (p *etcdProcess) crashOnPanic(method string, err *error) {
 	if r := recover(); r != nil {
-		p.crashed(fmt.Sprint(r))
+		p.crashed(fmt.Sprintf("%v (serving %s, in %s)", r, method, panicFrame()))
 		*err = status.Errorf(codes.Unavailable, "member crashed: %v", r)
+	}
+}
+
+// panicFrame is the innermost frame outside the runtime of the panic being recovered.
+func panicFrame() string {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	for {
+		f, more := frames.Next()
+		if !strings.HasPrefix(f.Function, "runtime.") {
+			return fmt.Sprintf("%s %s:%d", f.Function, filepath.Base(f.File), f.Line)
+		}
+		if !more {
+			return "an unknown frame"
+		}
 	}
 }
 
