@@ -27,6 +27,7 @@ import (
 // be lost, no key may show in a log or answer. Both ports change together, to keep the run
 // short; the planner's scenarios (sync/testdata/tls.txt) turn each on and off alone.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	env, pki, logs := newTLSEnv(t)
 	size := 3
 	t.Run("create", func(t *testing.T) {
@@ -94,6 +95,7 @@ func TestTLS(t *testing.T) {
 
 // TestTLSCreated creates a cluster with TLS on both ports from the start.
 func TestTLSCreated(t *testing.T) {
+	t.Parallel()
 	env, pki, logs := newTLSEnv(t)
 	size := 3
 	s := spec(int32(size))
