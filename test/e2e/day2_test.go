@@ -35,7 +35,8 @@ func TestDayTwo(t *testing.T) {
 		scenario{name: "nospace", act: noSpace},
 		scenario{name: "scheduled-defragment", act: scheduledDefragment},
 		scenario{name: "corrupt-member", act: corruptMember,
-			expectPanic: "etcd v3.7.3 panics on a request to a member removed while still running (\"failed to find local ID in cluster members\"); the replaced member is wiped and rejoins as a learner"},
+			expectPanic: "etcd v3.7.3 panics on a request to a member removed while still running (\"failed to find local ID in cluster members\"); the replaced member is wiped and rejoins as a learner",
+			panicSays:   "failed to find local ID in cluster members"},
 		scenario{name: "quorum-recovery", act: quorumRecovery},
 	)
 }

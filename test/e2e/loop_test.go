@@ -178,6 +178,9 @@ func window(t *testing.T, env *harness.Env, sc scenario) Figure {
 	}
 	for _, p := range env.Monitor.Panics()[counts0.Panics:] {
 		t.Logf("etcd panicked on %s", p)
+		if sc.expectPanic == "" || !strings.Contains(p, sc.panicSays) {
+			t.Errorf("etcd panicked on %s, and the scenario expects no such panic", p)
+		}
 	}
 	checkHistory(t, sc, verdict)
 	for _, f := range forks {
@@ -245,9 +248,6 @@ func checkSafety(t *testing.T, env *harness.Env, fig Figure, lost []string, sinc
 	}
 	if fig.OperatorQuorum > 0 {
 		t.Errorf("quorum lost %d time(s) by the operator's own action", fig.OperatorQuorum)
-	}
-	if fig.Panics > 0 && fig.ExpectedPanic == "" {
-		t.Errorf("etcd panicked %d time(s), and the scenario expects no panic", fig.Panics)
 	}
 	for _, v := range env.Monitor.Violations()[since.violations:] {
 		t.Errorf("invariant: %s", v)

@@ -24,9 +24,9 @@ type scenario struct {
 	// injected says how the workload breaks linearizability on purpose: the checker must
 	// find the history not linearizable.
 	injected string
-	// expectPanic says why etcd is expected to panic in this scenario; a panic in a scenario
-	// without one fails it.
-	expectPanic string
+	// expectPanic says why etcd is expected to panic in this scenario, and panicSays what
+	// etcd's message then contains; any other panic fails the scenario.
+	expectPanic, panicSays string
 }
 
 // onCluster creates one cluster from s (the "create" row) and runs the scenarios on it in

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/pkg/v3/flags"
@@ -39,6 +40,7 @@ type etcdProcess struct {
 	// that takes longer than stopBound is not waited for, but its data dir stays locked.
 	closed chan struct{}
 
+	killed    atomic.Bool // set when a hard end begins
 	panicOnce gosync.Once
 	panicked  chan struct{} // closed when etcd panicked
 	panicMsg  string
@@ -135,20 +137,38 @@ func startEtcd(args []string, podIP string) (*etcdProcess, error) {
 // unaryCrash and streamCrash turn a panic in an etcd request handler into the death of this
 // member alone. In a pod the panic kills the container; in this shared process it would kill
 // every member and the test, so it is recovered here and the member is killed instead.
+//
+// A killed process serves nothing: the kernel ends it and its sockets at once. Here the
+// server is hard-stopped before its listeners close, so requests that arrive meanwhile are
+// refused as a dead process's would be, and one already inside a server that is being torn
+// down may panic on state the stop released; that is not a panic of a running etcd and is
+// not counted as one.
 func (p *etcdProcess) unaryCrash(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	if p.killed.Load() {
+		return nil, errKilled
+	}
 	defer p.crashOnPanic(info.FullMethod, &err)
 	return h(ctx, req)
 }
 
 func (p *etcdProcess) streamCrash(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	if p.killed.Load() {
+		return errKilled
+	}
 	defer p.crashOnPanic(info.FullMethod, &err)
 	return h(srv, ss)
 }
+
+var errKilled = status.Error(codes.Unavailable, "member killed")
 
 // The message names the request and the frame that panicked: a runtime error alone ("nil
 // pointer dereference") does not say which of etcd's code paths a scenario reached.
 func (p *etcdProcess) crashOnPanic(method string, err *error) {
 	if r := recover(); r != nil {
+		if p.killed.Load() {
+			*err = errKilled
+			return
+		}
 		p.crashed(fmt.Sprintf("%v (serving %s, in %s)", r, method, panicFrame()))
 		*err = status.Errorf(codes.Unavailable, "member crashed: %v", r)
 	}
@@ -199,6 +219,7 @@ func (p *etcdProcess) end(hard bool) {
 				// listeners are closed first, by Close.
 			default:
 				if hard {
+					p.killed.Store(true)
 					p.e.Server.HardStop()
 				}
 			}
