@@ -198,11 +198,14 @@ func (p *etcdProcess) crashed(msg string) {
 
 // crashHook stands in for zap's panic and os.Exit on etcd's Panic and Fatal logs (a raft
 // invariant broken, a corrupt WAL): they would take down every member in this process, so
-// the goroutine that logged ends there and the member is killed instead.
+// the goroutine that logged ends there and the member is killed instead. One logged while a
+// kill tears the server down is the emulation's, not etcd's, as in crashOnPanic.
 type crashHook struct{ p *etcdProcess }
 
 func (h crashHook) OnWrite(ce *zapcore.CheckedEntry, _ []zapcore.Field) {
-	h.p.crashed(ce.Message)
+	if !h.p.killed.Load() {
+		h.p.crashed(ce.Message)
+	}
 	runtime.Goexit()
 }
 
