@@ -128,6 +128,23 @@ func transient(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// member reads the membership and finds member id (pod name) in it: a member that is gone or
+// is another pod's is refused.
+func (o *Operator) member(ctx context.Context, name string, id uint64) ([]*memberInfo, *memberInfo, error) {
+	ms, err := o.members(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := findByID(ms, id)
+	if m == nil {
+		return nil, nil, refused("member %x (%s) is not in the cluster", id, name)
+	}
+	if err := checkIdentity(m, name); err != nil {
+		return nil, nil, err
+	}
+	return ms, m, nil
+}
+
 // checkIdentity refuses to act on member id when it has started under another name: the
 // caller's view of the cluster is wrong, and acting on it could hit the wrong member.
 func checkIdentity(m *memberInfo, name string) error {
@@ -195,15 +212,8 @@ func findByPeerURL(ms []*memberInfo, peerURL string) *memberInfo {
 // Promote makes learner id (pod name) a voter. A voter is already done; a learner that has
 // not caught up with the leader is a retryable error.
 func (o *Operator) Promote(ctx context.Context, name string, id uint64) (Outcome, error) {
-	ms, err := o.members(ctx)
+	_, m, err := o.member(ctx, name, id)
 	if err != nil {
-		return 0, err
-	}
-	m := findByID(ms, id)
-	if m == nil {
-		return 0, refused("member %x (%s) is not in the cluster", id, name)
-	}
-	if err := checkIdentity(m, name); err != nil {
 		return 0, err
 	}
 	if !m.IsLearner {

@@ -12,15 +12,8 @@ import (
 // already at peerURL is done. It is refused for a member that is gone or is another pod's,
 // and for a URL another member has.
 func (o *Operator) UpdatePeerURL(ctx context.Context, name string, id uint64, peerURL string) (Outcome, error) {
-	ms, err := o.members(ctx)
+	ms, m, err := o.member(ctx, name, id)
 	if err != nil {
-		return 0, err
-	}
-	m := findByID(ms, id)
-	if m == nil {
-		return 0, refused("member %x (%s) is not in the cluster", id, name)
-	}
-	if err := checkIdentity(m, name); err != nil {
 		return 0, err
 	}
 	if slices.Equal(m.PeerURLs, []string{peerURL}) {

@@ -40,7 +40,11 @@ type etcdProcess struct {
 	// that takes longer than stopBound is not waited for, but its data dir stays locked.
 	closed chan struct{}
 
-	killed    atomic.Bool // set when a hard end begins
+	killed atomic.Bool // set when a hard end begins
+	// stopping is the server's StoppingNotify once it has started: closed when the server
+	// begins to stop on its own (removed from the cluster, a fatal error), before its backend
+	// closes.
+	stopping  atomic.Pointer[<-chan struct{}]
 	panicOnce gosync.Once
 	panicked  chan struct{} // closed when etcd panicked
 	panicMsg  string
@@ -118,6 +122,8 @@ func startEtcd(args []string, podIP string) (*etcdProcess, error) {
 		return nil, err
 	}
 	p.e = e
+	stopping := e.Server.StoppingNotify()
+	p.stopping.Store(&stopping)
 	holders.Store(cfg.Dir, p)
 	go func() {
 		// etcd's main exits when the server stops on its own (removed from the cluster,
@@ -140,9 +146,11 @@ func startEtcd(args []string, podIP string) (*etcdProcess, error) {
 //
 // A killed process serves nothing: the kernel ends it and its sockets at once. Here the
 // server is hard-stopped before its listeners close, so requests that arrive meanwhile are
-// refused as a dead process's would be, and one already inside a server that is being torn
-// down may panic on state the stop released; that is not a panic of a running etcd and is
-// not counted as one.
+// refused as a dead process's would be. A request already inside a server that is being
+// torn down, by a kill or because it stops on its own (etcd's main then exits), may panic on
+// state the stop released (a closed bbolt database: "nil pointer dereference" in
+// bbolt.(*Tx).Bucket); that is the end of a process already on its way out, not a panic of
+// a running etcd, and is not counted as one.
 func (p *etcdProcess) unaryCrash(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
 	if p.killed.Load() {
 		return nil, errKilled
@@ -161,11 +169,26 @@ func (p *etcdProcess) streamCrash(srv any, ss grpc.ServerStream, info *grpc.Stre
 
 var errKilled = status.Error(codes.Unavailable, "member killed")
 
+// exiting reports whether the process is being killed or its server has begun to stop.
+func (p *etcdProcess) exiting() bool {
+	if p.killed.Load() {
+		return true
+	}
+	if c := p.stopping.Load(); c != nil {
+		select {
+		case <-*c:
+			return true
+		default:
+		}
+	}
+	return false
+}
+
 // The message names the request and the frame that panicked: a runtime error alone ("nil
 // pointer dereference") does not say which of etcd's code paths a scenario reached.
 func (p *etcdProcess) crashOnPanic(method string, err *error) {
 	if r := recover(); r != nil {
-		if p.killed.Load() {
+		if p.exiting() {
 			*err = errKilled
 			return
 		}

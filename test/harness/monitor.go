@@ -61,16 +61,21 @@ func (v View) Learners() (n int) {
 type Monitor struct {
 	env *Env
 
-	mu         gosync.Mutex
-	faults     map[string]time.Time // pod → when the scenario broke it
-	cut        map[string]bool      // pods whose peer traffic is cut
-	leaderSeen string
-	counts     Counts
-	violations []string
-	seen       map[string]bool // violations already reported, without their time
-	panics     []string
-	inLoss     bool
-	partition  int32 // the StatefulSet's partition after the last sync, -1 before it exists
+	mu     gosync.Mutex
+	faults map[string]time.Time // pod → when the scenario broke it
+	// downAtFault are voters that were already down, or being deleted, by the operator's
+	// hand when the scenario broke another: a planned disruption that a fault then turns
+	// into a quorum loss is the fault's doing, not the operator's.
+	downAtFault map[string]bool
+	voters      []string        // voters' pods at the last sample
+	cut         map[string]bool // pods whose peer traffic is cut
+	leaderSeen  string
+	counts      Counts
+	violations  []string
+	seen        map[string]bool // violations already reported, without their time
+	panics      []string
+	inLoss      bool
+	partition   int32 // the StatefulSet's partition after the last sync, -1 before it exists
 	// ledger are the members seen in etcd's membership while the join ConfigMap listed them
 	// by name and peer URL: member ID → name.
 	ledger map[uint64]string
@@ -87,7 +92,7 @@ type Counts struct {
 }
 
 func newMonitor(env *Env) *Monitor {
-	return &Monitor{env: env, faults: map[string]time.Time{}, cut: map[string]bool{}, seen: map[string]bool{}, partition: -1,
+	return &Monitor{env: env, faults: map[string]time.Time{}, downAtFault: map[string]bool{}, cut: map[string]bool{}, seen: map[string]bool{}, partition: -1,
 		ledger: map[uint64]string{}}
 }
 
@@ -160,8 +165,32 @@ func (m *Monitor) violate(format string, args ...any) {
 // started after it runs the pod's member again and is not cut off.
 func (m *Monitor) markFault(pod string) {
 	m.mu.Lock()
-	m.faults[pod] = time.Now()
+	voters := m.voters
 	m.mu.Unlock()
+	var down []string
+	for _, v := range voters {
+		if v != pod && m.goingDown(v) {
+			down = append(down, v)
+		}
+	}
+	m.mu.Lock()
+	m.faults[pod] = time.Now()
+	for _, v := range down {
+		if m.faults[v].IsZero() {
+			m.downAtFault[v] = true
+		}
+	}
+	m.mu.Unlock()
+}
+
+// goingDown reports whether pod's etcd is not running, or its pod is gone or being deleted
+// from the store while the kubelet has yet to stop it.
+func (m *Monitor) goingDown(pod string) bool {
+	if m.env.Kubelet.runningSince(pod).IsZero() {
+		return true
+	}
+	o, ok := m.env.Store.Get("Pod", pod)
+	return !ok || o.(*corev1.Pod).DeletionTimestamp != nil
 }
 
 // Run samples the cluster every 20ms until ctx ends.
@@ -243,31 +272,41 @@ func (m *Monitor) sample() {
 			delete(m.faults, pod)
 		}
 	}
+	for pod := range m.downAtFault {
+		if len(m.faults) == 0 || !m.env.Kubelet.runningSince(pod).IsZero() {
+			delete(m.downAtFault, pod)
+		}
+	}
 	if v.Leader != "" && v.Leader != m.leaderSeen {
 		if m.leaderSeen != "" {
 			m.counts.LeaderChanges++
 		}
 		m.leaderSeen = v.Leader
 	}
-	voters, avail, faulted := 0, 0, 0
-	var down []string
+	var states []voterState
+	var down, names []string
 	for _, mem := range v.Members {
 		if mem.IsLearner {
 			continue
 		}
-		voters++
+		names = append(names, mem.Name)
 		switch {
 		case mem.Running:
-			avail++
+			states = append(states, voterUp)
 		case !m.faults[mem.Name].IsZero():
-			faulted++
+			states = append(states, voterFaulted)
 			down = append(down, mem.Name+"(fault)")
+		case m.downAtFault[mem.Name]:
+			states = append(states, voterDownAtFault)
+			down = append(down, mem.Name+"(down before the fault)")
 		default:
+			states = append(states, voterDown)
 			down = append(down, mem.Name)
 		}
 	}
-	q := etcdstate.Quorum(voters)
-	loss := avail < q && voters-faulted >= q
+	m.voters = names
+	avail := voterCount(states, voterUp)
+	loss := operatorLostQuorum(states)
 	newLoss := loss && !m.inLoss
 	m.inLoss = loss
 	if newLoss {
@@ -275,12 +314,43 @@ func (m *Monitor) sample() {
 	}
 	m.mu.Unlock()
 	if newLoss {
-		m.env.logf("quorum lost by the operator's hand: %d of %d voters up, down: %v", avail, voters, down)
+		m.env.logf("quorum lost by the operator's hand: %d of %d voters up, down: %v", avail, len(states), down)
 	}
 	if v.Learners() > 1 {
 		m.violate("%d learners at once: %+v", v.Learners(), v.Members)
 	}
 	m.checkStatefulSet(v)
+}
+
+// voterState is how the monitor finds a voter at one sample.
+type voterState int
+
+const (
+	voterUp          voterState = iota
+	voterFaulted                // down by the scenario's hand
+	voterDownAtFault            // down by the operator's hand since before a fault came
+	voterDown                   // down by the operator's hand
+)
+
+// operatorLostQuorum reports a quorum loss that the scenario's faults do not explain: fewer
+// voters are up than a quorum, while the voters the faults left would have been enough. A
+// voter the operator took down before a fault came counts with the fault: that is a planned
+// disruption (one pod of a rolling change) that the fault turned into the loss. One it took
+// down while a fault was in force counts against it.
+func operatorLostQuorum(states []voterState) bool {
+	q := etcdstate.Quorum(len(states))
+	spared := len(states) - voterCount(states, voterFaulted) - voterCount(states, voterDownAtFault)
+	return voterCount(states, voterUp) < q && spared >= q
+}
+
+func voterCount(states []voterState, s voterState) int {
+	n := 0
+	for _, v := range states {
+		if v == s {
+			n++
+		}
+	}
+	return n
 }
 
 // jobDone counts a membership change when a member Job changed the membership: the member
