@@ -121,11 +121,22 @@ func transient(what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return retryable("%s: %v", what, err)
 	}
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+	if c := errorCode(err); c == codes.Unavailable || c == codes.DeadlineExceeded || c == codes.Canceled {
 		return retryable("%s: %v", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// errorCode is the gRPC code of err. The client turns etcd's own errors into
+// rpctypes.EtcdError values, which carry their code without being gRPC statuses: "server
+// stopped" from a member that is being removed, "no leader" and "request timed out" are all
+// Unavailable, so worth another try.
+func errorCode(err error) codes.Code {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code()
+	}
+	return status.Code(err)
 }
 
 // member reads the membership and finds member id (pod name) in it: a member that is gone or

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/server/v3/embed"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"etcdops.dev/etcdops/etcdstate"
 )
@@ -180,4 +183,28 @@ func TestMoveLeaderThroughFollower(t *testing.T) {
 	}
 	out, err = op.MoveLeader(ctx, transferee.name, transferee.id())
 	wantOutcome(t, "move leader again", out, err, AlreadyDone)
+}
+
+// TestTransientErrors: etcd's errors come back from the client as rpctypes values, not gRPC
+// statuses; those etcd marks Unavailable (a member stopping because it is being removed, no
+// leader, a timeout) are worth another try, the others are not.
+func TestTransientErrors(t *testing.T) {
+	tests := []struct {
+		err       error
+		retryable bool
+	}{
+		{rpctypes.Error(rpctypes.ErrGRPCStopped), true},
+		{rpctypes.Error(rpctypes.ErrGRPCNoLeader), true},
+		{rpctypes.Error(rpctypes.ErrGRPCTimeout), true},
+		{status.Error(codes.Unavailable, "connection refused"), true},
+		{context.DeadlineExceeded, true},
+		{rpctypes.Error(rpctypes.ErrGRPCPermissionDenied), false},
+		{rpctypes.Error(rpctypes.ErrGRPCMemberNotFound), false},
+		{errors.New("something else"), false},
+	}
+	for _, tt := range tests {
+		if got := errors.Is(transient("remove m-2", tt.err), ErrRetryable); got != tt.retryable {
+			t.Errorf("transient(%v) retryable = %v, want %v", tt.err, got, tt.retryable)
+		}
+	}
 }
