@@ -2,106 +2,62 @@ package backup
 
 import (
 	"fmt"
-	"net"
 	"net/url"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
+
+	"etcdops.dev/etcdops/internal/etcdtest"
 )
 
-// A small cluster of real embedded etcd members on 127.0.0.1, with timings a loaded
-// two-core machine keeps.
+// A small cluster of real embedded etcd members on 127.0.0.1 (internal/etcdtest).
 
 type member struct {
 	name      string
 	dir       string
 	peerURL   url.URL
 	clientURL url.URL
-	etcd      *embed.Etcd
+	etcd      *etcdtest.Etcd
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+var freePort = etcdtest.FreePort
 
 func newMember(t testing.TB, name string) *member {
-	return &member{
-		name:      name,
-		dir:       t.TempDir(),
-		peerURL:   url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", freePort(t))},
-		clientURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", freePort(t))},
-	}
+	return &member{name: name, dir: t.TempDir(), peerURL: etcdtest.FreeURL(t), clientURL: etcdtest.FreeURL(t)}
+}
+
+func (m *member) config() *embed.Config {
+	return etcdtest.Config(m.name, m.dir, m.peerURL, m.clientURL)
 }
 
 // startCluster starts n members as a new cluster and stops them when the test ends.
 func startCluster(t testing.TB, n int) []*member {
 	t.Helper()
-	var ms []*member
-	var initial []string
-	for i := range n {
-		m := newMember(t, fmt.Sprintf("m-%d", i))
-		ms = append(ms, m)
-		initial = append(initial, m.name+"="+m.peerURL.String())
+	ms := make([]*member, n)
+	cfgs := make([]*embed.Config, n)
+	for i := range ms {
+		ms[i] = newMember(t, fmt.Sprintf("m-%d", i))
+		cfgs[i] = ms[i].config()
 	}
-	var wg sync.WaitGroup
-	for _, m := range ms {
-		wg.Go(func() { startMember(t, m, embed.ClusterStateFlagNew, strings.Join(initial, ","), "backup-test") })
+	for i, e := range etcdtest.StartCluster(t, "backup-test", cfgs...) {
+		ms[i].etcd = e
 	}
-	wg.Wait()
 	return ms
 }
 
 // startMember runs m on its data dir (a new member, or one restored there) and waits until
 // it serves.
 func startMember(t testing.TB, m *member, state, initial, token string) {
-	cfg := embed.NewConfig()
-	cfg.Name = m.name
-	cfg.Dir = m.dir
-	cfg.TickMs = 20
-	cfg.ElectionMs = 200
-	cfg.ListenPeerUrls = []url.URL{m.peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
-	cfg.ListenClientUrls = []url.URL{m.clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{m.clientURL}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = initial
-	cfg.ClusterState = state
-	cfg.InitialClusterToken = token
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Errorf("start %s: %v", m.name, err)
-		return
-	}
-	t.Cleanup(func() { stopMember(m) })
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		t.Errorf("start %s: %v", m.name, err)
-		return
-	case <-time.After(20 * time.Second):
-		e.Close()
-		t.Errorf("start %s: not ready after 20s", m.name)
-		return
-	}
-	m.etcd = e
+	t.Helper()
+	cfg := m.config()
+	cfg.ClusterState, cfg.InitialCluster, cfg.InitialClusterToken = state, initial, token
+	m.etcd = etcdtest.Start(t, cfg)
 }
 
 func stopMember(m *member) {
 	if m.etcd != nil {
-		m.etcd.Server.HardStop()
-		m.etcd.Close()
+		m.etcd.Stop()
 		m.etcd = nil
 	}
 }

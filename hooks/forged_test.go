@@ -10,10 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
-
 	"etcdops.dev/etcdops/hooks"
+	"etcdops.dev/etcdops/internal/etcdtest"
 	"etcdops.dev/etcdops/membership"
 )
 
@@ -115,30 +113,12 @@ func startMember(t *testing.T, host, clientURL string) *recorder {
 	backend := host + ":32379"
 	r := record(t, host+":2379", func(c net.Conn) { proxy(c, backend) })
 
-	cfg := embed.NewConfig()
-	cfg.Name = "etcd-0"
-	cfg.Dir = t.TempDir()
 	peer := url.URL{Scheme: "http", Host: host + ":32380"}
 	client := url.URL{Scheme: "http", Host: backend}
 	advertised, _ := url.Parse(clientURL)
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{*advertised}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = "etcd-0=" + peer.String()
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		e.Server.HardStop()
-		e.Close()
-	})
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(20 * time.Second):
-		t.Fatal("etcd not ready after 20s")
-	}
+	cfg := etcdtest.Config("etcd-0", t.TempDir(), peer, client)
+	cfg.AdvertiseClientUrls = []url.URL{*advertised}
+	etcdtest.Start(t, cfg)
 	return r
 }
 

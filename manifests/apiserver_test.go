@@ -7,9 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	servertesting "k8s.io/apiextensions-apiserver/pkg/cmd/server/testing"
@@ -34,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/internal/etcdtest"
 )
 
 // metacontrollerCRDs are Metacontroller's own CRDs (v4.17.2), kept as data beside the project.
@@ -134,37 +132,9 @@ func silenceKlog(t *testing.T) {
 // startEtcd starts a one-member etcd on free loopback ports and returns its client URL.
 func startEtcd(t *testing.T) string {
 	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Name = "apiserver-test"
-	cfg.Dir = t.TempDir()
-	cfg.LogLevel = "fatal"
-	client, peer := freeLoopbackURL(t), freeLoopbackURL(t)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatalf("start etcd: %v", err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		t.Fatalf("etcd: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("etcd not ready within 30s")
-	}
+	client := etcdtest.FreeURL(t)
+	etcdtest.Start(t, etcdtest.Config("apiserver-test", t.TempDir(), etcdtest.FreeURL(t), client))
 	return client.String()
-}
-
-func freeLoopbackURL(t *testing.T) url.URL {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return url.URL{Scheme: "http", Host: l.Addr().String()}
 }
 
 // createCRD creates crd and waits until the server serves it.

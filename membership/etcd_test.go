@@ -2,7 +2,6 @@ package membership
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -10,15 +9,13 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
 	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/internal/etcdtest"
 )
 
-// Timings small enough for a fast suite and large enough for a loaded two-core machine.
 const (
-	testTickMs     = 20
-	testElectionMs = 200
+	testElectionMs = etcdtest.ElectionMs
 	testDeadline   = 2 * time.Second
 )
 
@@ -28,7 +25,7 @@ type testMember struct {
 	dir       string
 	peerURL   url.URL
 	clientURL url.URL
-	etcd      *embed.Etcd
+	etcd      *etcdtest.Etcd
 }
 
 // testCluster is a set of embedded members; tests start, stop and add members explicitly.
@@ -53,16 +50,7 @@ type clusterOptions struct {
 	quota int64
 }
 
-// freePort asks the kernel for an unused loopback port.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+var freePort = etcdtest.FreePort
 
 // newTestCluster starts n voters as a brand-new cluster, with client TLS when pki is set.
 func newTestCluster(t testing.TB, n int, pki *testPKI) *testCluster {
@@ -73,30 +61,24 @@ func newTestCluster(t testing.TB, n int, pki *testPKI) *testCluster {
 func startTestCluster(t testing.TB, opts clusterOptions) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, token: fmt.Sprintf("test-%d", time.Now().UnixNano()), pki: opts.pki, strict: opts.strict, quota: opts.quota}
-	t.Cleanup(c.stopAll)
+	var cfgs []*embed.Config
 	for i := range opts.members {
-		c.newMember(fmt.Sprintf("m-%d", i))
+		cfgs = append(cfgs, c.config(c.newMember(fmt.Sprintf("m-%d", i))))
 	}
-	initial := c.initialCluster()
-	var wg sync.WaitGroup
-	for _, m := range c.members {
-		wg.Go(func() { c.start(m, embed.ClusterStateFlagNew, initial) })
+	es := etcdtest.StartCluster(t, c.token, cfgs...)
+	c.mu.Lock()
+	for i, e := range es {
+		c.members[i].etcd = e
 	}
-	wg.Wait()
+	c.mu.Unlock()
 	return c
 }
 
 // newMember allocates a member's ports and data dir without starting it.
 func (c *testCluster) newMember(name string) *testMember {
-	scheme := "http"
+	m := &testMember{name: name, dir: c.t.TempDir(), peerURL: etcdtest.FreeURL(c.t), clientURL: etcdtest.FreeURL(c.t)}
 	if c.pki != nil {
-		scheme = "https"
-	}
-	m := &testMember{
-		name:      name,
-		dir:       c.t.TempDir(),
-		peerURL:   url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", freePort(c.t))},
-		clientURL: url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", freePort(c.t))},
+		m.clientURL.Scheme = "https"
 	}
 	c.mu.Lock()
 	c.members = append(c.members, m)
@@ -113,41 +95,25 @@ func (c *testCluster) initialCluster() string {
 	return strings.Join(parts, ",")
 }
 
-// start runs m and waits until it has joined.
-func (c *testCluster) start(m *testMember, state, initial string) {
-	c.t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Name = m.name
-	cfg.Dir = m.dir
-	cfg.TickMs = testTickMs
-	cfg.ElectionMs = testElectionMs
-	cfg.ListenPeerUrls = []url.URL{m.peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
-	cfg.ListenClientUrls = []url.URL{m.clientURL}
+// config is how m runs in this cluster.
+func (c *testCluster) config(m *testMember) *embed.Config {
+	cfg := etcdtest.Config(m.name, m.dir, m.peerURL, m.clientURL)
 	cfg.AdvertiseClientUrls = []url.URL{m.advertisedClientURL()}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = initial
-	cfg.ClusterState = state
 	cfg.InitialClusterToken = c.token
 	cfg.StrictReconfigCheck = c.strict
 	cfg.QuotaBackendBytes = c.quota
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	if c.pki != nil {
 		cfg.ClientTLSInfo = c.pki.serverInfo(c.t, m.name)
 	}
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		c.t.Fatalf("start %s: %v", m.name, err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		c.t.Fatalf("start %s: %v", m.name, err)
-	case <-time.After(20 * time.Second):
-		e.Close()
-		c.t.Fatalf("start %s: not ready after 20s", m.name)
-	}
+	return cfg
+}
+
+// start runs m and waits until it has joined.
+func (c *testCluster) start(m *testMember, state, initial string) {
+	c.t.Helper()
+	cfg := c.config(m)
+	cfg.ClusterState, cfg.InitialCluster = state, initial
+	e := etcdtest.Start(c.t, cfg)
 	c.mu.Lock()
 	m.etcd = e
 	c.mu.Unlock()
@@ -160,12 +126,11 @@ func (c *testCluster) stop(m *testMember) {
 	m.etcd = nil
 	c.mu.Unlock()
 	if e != nil {
-		// A hard stop skips the leadership hand-off a graceful stop attempts.
-		e.Server.HardStop()
-		e.Close()
+		e.Stop()
 	}
 }
 
+// stopAll stops every member at once, as an outage would.
 func (c *testCluster) stopAll() {
 	var wg sync.WaitGroup
 	for _, m := range c.members {

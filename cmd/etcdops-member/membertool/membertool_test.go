@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,49 +14,16 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
-
+	"etcdops.dev/etcdops/internal/etcdtest"
 	"etcdops.dev/etcdops/joinstate"
 	"etcdops.dev/etcdops/launcher"
 )
 
-func freeURL(t *testing.T) url.URL {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return url.URL{Scheme: "http", Host: l.Addr().String()}
-}
-
 // startSeed starts a one-member etcd on loopback and returns its client URL and member ID.
 func startSeed(t *testing.T) (string, uint64) {
 	t.Helper()
-	peer, client := freeURL(t), freeURL(t)
-	cfg := embed.NewConfig()
-	cfg.Name = "e-0"
-	cfg.Dir = t.TempDir()
-	cfg.TickMs, cfg.ElectionMs = 20, 200
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = "e-0=" + peer.String()
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		e.Server.HardStop()
-		e.Close()
-	})
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(20 * time.Second):
-		t.Fatal("etcd not ready after 20s")
-	}
+	client := etcdtest.FreeURL(t)
+	e := etcdtest.Start(t, etcdtest.Config("e-0", t.TempDir(), etcdtest.FreeURL(t), client))
 	return client.String(), uint64(e.Server.MemberID())
 }
 
@@ -81,7 +46,7 @@ func TestMembershipCommands(t *testing.T) {
 	endpoint, seedID := startSeed(t)
 	common := []string{"--endpoints=" + endpoint, "--timeout=2s"}
 	with := func(cmd string, args ...string) []string { return append(append([]string{cmd}, common...), args...) }
-	learnerURL := freeURL(t)
+	learnerURL := etcdtest.FreeURL(t)
 	learnerPeer := learnerURL.String()
 
 	code, out, errOut := run(with("add-learner", "--member=e-1", "--peer-url="+learnerPeer)...)
@@ -105,14 +70,14 @@ func TestMembershipCommands(t *testing.T) {
 	}
 	oneLine(t, "promote", errOut, "not caught up")
 
-	otherURL := freeURL(t)
+	otherURL := etcdtest.FreeURL(t)
 	code, _, errOut = run(with("add-learner", "--member=e-2", "--peer-url="+otherURL.String())...)
 	if code != ExitRefused {
 		t.Fatalf("second learner: exit %d, want refused", code)
 	}
 	oneLine(t, "second learner", errOut, "refused")
 
-	moved := freeURL(t)
+	moved := etcdtest.FreeURL(t)
 	for _, c := range []struct{ url, want string }{{learnerPeer, "already done"}, {moved.String(), "done"}, {moved.String(), "already done"}} {
 		code, out, errOut = run(with("update-peer-url", "--member=e-1", "--id="+id, "--peer-url="+c.url)...)
 		if code != ExitOK {

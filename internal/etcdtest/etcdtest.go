@@ -1,0 +1,147 @@
+// Package etcdtest starts real embedded etcd members on 127.0.0.1 for tests: free loopback
+// ports, a member's embed.Config with timings a loaded two-core machine keeps, start and wait
+// until ready (bounded; the test fails with the member's name otherwise), stop when the test
+// ends, and several members started together as a new cluster. Only _test.go files import it;
+// callers adjust the returned *embed.Config (TLS, advertised URLs, quotas) before starting.
+package etcdtest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Raft timings small enough for a fast suite and large enough that a loaded two-core machine
+// holds no spurious elections.
+const (
+	TickMs     = 20
+	ElectionMs = 200
+)
+
+// readyTimeout bounds how long a member may take to serve, generous for a loaded machine.
+const readyTimeout = 30 * time.Second
+
+// FreePort asks the kernel for an unused port on 127.0.0.1.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// FreeURL is an http URL on an unused port of 127.0.0.1.
+func FreeURL(t testing.TB) url.URL {
+	t.Helper()
+	return url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", FreePort(t))}
+}
+
+// Config runs member name on dir, listening on and advertising peer and client, as a new
+// one-member cluster of its own until the caller says otherwise. The logger is silent and no
+// metrics listener is opened.
+func Config(name, dir string, peer, client url.URL) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = name
+	cfg.Dir = dir
+	cfg.TickMs = TickMs
+	cfg.ElectionMs = ElectionMs
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenMetricsUrls = nil
+	cfg.InitialCluster = name + "=" + peer.String()
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	return cfg
+}
+
+// Etcd is a started member. Stop it with Stop, never with Close: embed.Etcd's Close panics
+// when called twice, and the test's cleanup stops it again.
+type Etcd struct {
+	*embed.Etcd
+	stop sync.Once
+}
+
+// Stop hard-stops the member, skipping the leadership hand-off a graceful stop attempts, and
+// closes it, keeping its data dir. Stopping a stopped member does nothing.
+func (e *Etcd) Stop() {
+	e.stop.Do(func() {
+		e.Server.HardStop()
+		e.Close()
+	})
+}
+
+// Start starts cfg, waits until it serves and stops it when the test ends.
+func Start(t testing.TB, cfg *embed.Config) *Etcd {
+	t.Helper()
+	return startAll(t, []*embed.Config{cfg})[0]
+}
+
+// StartCluster makes cfgs the members of one new cluster with token, starts them together
+// (each waits for the others to elect a leader) and stops them when the test ends.
+func StartCluster(t testing.TB, token string, cfgs ...*embed.Config) []*Etcd {
+	t.Helper()
+	var initial []string
+	for _, cfg := range cfgs {
+		initial = append(initial, cfg.Name+"="+cfg.AdvertisePeerUrls[0].String())
+	}
+	for _, cfg := range cfgs {
+		cfg.InitialCluster = strings.Join(initial, ",")
+		cfg.ClusterState = embed.ClusterStateFlagNew
+		cfg.InitialClusterToken = token
+	}
+	return startAll(t, cfgs)
+}
+
+// startAll starts cfgs concurrently and fails the test, from its own goroutine, when any does
+// not serve; the ones that did are stopped together when the test ends.
+func startAll(t testing.TB, cfgs []*embed.Config) []*Etcd {
+	t.Helper()
+	es := make([]*Etcd, len(cfgs))
+	errs := make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for i, cfg := range cfgs {
+		wg.Go(func() { es[i], errs[i] = start(cfg) })
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, e := range es {
+			if e != nil {
+				wg.Go(e.Stop)
+			}
+		}
+		wg.Wait()
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+func start(cfg *embed.Config) (*Etcd, error) {
+	started, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd member %s: %w", cfg.Name, err)
+	}
+	e := &Etcd{Etcd: started}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case err := <-e.Err():
+		e.Stop()
+		return nil, fmt.Errorf("etcd member %s: %w", cfg.Name, err)
+	case <-time.After(readyTimeout):
+		e.Stop()
+		return nil, fmt.Errorf("etcd member %s not ready after %v", cfg.Name, readyTimeout)
+	}
+}
