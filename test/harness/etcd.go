@@ -106,6 +106,8 @@ func startEtcd(args []string, podIP string) (*etcdProcess, error) {
 	if err != nil {
 		return nil, err
 	}
+	unlock := lockDir(cfg.Dir)
+	defer unlock()
 	if err := awaitRelease(cfg.Dir); err != nil {
 		return nil, err
 	}
@@ -271,6 +273,17 @@ var holders gosync.Map
 // releaseBound bounds the wait for a data dir's last etcd to release it; past it the start
 // fails, and the kubelet retries after its back-off.
 const releaseBound = time.Minute
+
+// starts holds a mutex per data dir: two starts on one dir at once would both find it
+// released, and the one that loses bbolt's file lock would wait for it forever. One at a
+// time, the second finds the first as the dir's holder.
+var starts gosync.Map
+
+func lockDir(dir string) (unlock func()) {
+	mu, _ := starts.LoadOrStore(dir, &gosync.Mutex{})
+	mu.(*gosync.Mutex).Lock()
+	return mu.(*gosync.Mutex).Unlock
+}
 
 func awaitRelease(dir string) error {
 	prev, ok := holders.Load(dir)

@@ -93,11 +93,10 @@ func NewKubelet(s *Store, sts *StatefulSets, dns *DNS, tools Tools, domain, root
 // every member.
 func (k *Kubelet) Run(ctx context.Context) {
 	runOnChange(ctx, k.Store, k.scaled(time.Second), func() { k.syncPods(ctx) })
+	// Members die first: a start in flight may be waiting for a volume one of them holds,
+	// and a start that completes after this kills what it started.
 	k.mu.Lock()
 	k.closed = true
-	k.mu.Unlock()
-	k.work.Wait()
-	k.mu.Lock()
 	var procs []*etcdProcess
 	for _, rt := range k.pods {
 		if rt.proc != nil {
@@ -108,6 +107,7 @@ func (k *Kubelet) Run(ctx context.Context) {
 	for _, p := range procs {
 		p.Kill()
 	}
+	k.work.Wait()
 }
 
 func (k *Kubelet) scaled(d time.Duration) time.Duration {
@@ -163,6 +163,10 @@ func (k *Kubelet) syncPods(ctx context.Context) {
 	k.mu.Lock()
 	for uid, rt := range k.pods {
 		if !seen[uid] && !rt.stopping {
+			// The pod is gone without a graceful deletion (forced): its container dies,
+			// and one still starting is killed once it has started (see start), so that
+			// no etcd outlives its pod and keeps the volume from the pod's next incarnation.
+			rt.stopping = true
 			if proc := rt.proc; proc != nil {
 				k.work.Add(1)
 				go func() {
@@ -240,6 +244,14 @@ func (k *Kubelet) setLastErr(rt *podRuntime, err error) {
 // start runs the pod's one container: the launcher's decision, then etcd.
 func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, rt *podRuntime) {
 	proc, err := k.runContainer(ctx, p, rt)
+	if k.record(rt, proc, err) {
+		proc.Kill()
+	}
+}
+
+// record notes the outcome of a container start, and reports whether the process it started
+// is unwanted: the node was cut off, the pod deleted or the kubelet stopped meanwhile.
+func (k *Kubelet) record(rt *podRuntime, proc *etcdProcess, err error) (unwanted bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	rt.starting = false
@@ -248,18 +260,17 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, rt *podRuntime) {
 		k.Logf("pod %s (%s): container failed: %s", rt.name, rt.ip, rt.lastErr)
 		rt.restarts++
 		rt.next = time.Now().Add(k.backoff(rt.restarts))
-		return
+		return false
 	}
-	if rt.held || rt.stopping {
-		// The node was cut off (or the pod deleted) while the container was starting.
-		go proc.Kill()
-		return
+	if rt.held || rt.stopping || k.closed {
+		return true
 	}
 	rt.proc = proc
 	k.Logf("pod %s (%s): etcd started", rt.name, rt.ip)
 	rt.lastErr = ""
 	rt.liveFail = 0
 	rt.started = time.Now()
+	return false
 }
 
 func (k *Kubelet) runContainer(ctx context.Context, p *corev1.Pod, rt *podRuntime) (*etcdProcess, error) {
