@@ -568,7 +568,7 @@ func checkTLSStep(v *view, s step, exposed []int) error {
 			if o == ord {
 				continue
 			}
-			if os, ok := podServing(other); d.peer == peerTLS && (!ok || !os.peer.canDialTLS()) {
+			if theirs, ok := podServing(other); d.peer == peerTLS && (!ok || !theirs.peer.canDialTLS()) {
 				return fmt.Errorf("replacing %s onto an https peer listener while %s has no peer certificate", p.Name, other.Name)
 			}
 		}
