@@ -470,12 +470,10 @@ func (p *planner) waitedTooLong(name string) bool {
 // 8. Config drift: a pod whose configuration differs from the spec is rolled, highest
 // outdated ordinal first. Everything is healthy here: the fix phase waited otherwise.
 func (p *planner) configDrift() (step, bool) {
-	for _, pod := range p.pods {
-		if !isTerminating(pod) && p.drifted(pod) {
-			return p.roll(p.tlsChange("config drift"))
-		}
+	if !p.anyDrifted() {
+		return step{}, false
 	}
-	return step{}, false
+	return p.roll(p.tlsChange("config drift"))
 }
 
 // roll replaces the highest-ordinal outdated pod, once the pods above it are replaced and
