@@ -100,14 +100,19 @@ func (p *planner) noSpace() (step, bool) {
 	// in use (and under NOSPACE nothing writes), while defragmenting copies only what is
 	// live. Past that phase, a member is defragmented again only when it shows free space
 	// (keys deleted and compacted since).
-	done := p.defragmented()
-	next := p.nextToDefragment(func(m *member) bool { return m.DBSize-m.DBSizeInUse >= noSpaceMinFree })
+	due := func(m *member) bool { return m.DBSize-m.DBSizeInUse >= noSpaceMinFree }
 	if phase == phaseDefragmenting {
-		next = p.nextToDefragment(func(m *member) bool { return !slices.Contains(done, m.name) })
+		done := p.defragmented()
+		due = func(m *member) bool { return !slices.Contains(done, m.name) }
 	}
-	if m := next; m != nil {
+	if m := p.nextToDefragment(due); m != nil {
 		why := "NOSPACE alarm raised by " + names + ": compacted"
 		return p.defragmentStep(m, opNoSpace, why, phase), true
+	}
+	if p.anyDrifted() {
+		// A roll, which may raise the quota, goes first; the alarm is disarmed after it.
+		p.maintenance = p.record(opNoSpace, phaseStuck, "")
+		return step{}, false
 	}
 	quota := quotaBytes(p.c.Spec.EtcdOptions)
 	var full []string
@@ -116,15 +121,10 @@ func (p *planner) noSpace() (step, bool) {
 			full = append(full, fmt.Sprintf("%s %s", m.name, bytesString(m.DBSize)))
 		}
 	}
-	if len(full) == 0 && !p.anyDrifted() {
+	if len(full) == 0 {
 		s := p.runJob(memberJob{verb: verbDisarm, member: p.leaderName(), alarm: "NOSPACE"}, DisarmAlarm,
 			fmt.Sprintf("NOSPACE: every member's database is below %d%% of its %s quota: disarming the alarm", noSpaceDisarmBelowPercent, bytesString(quota)))
 		return p.maintaining(s, opNoSpace, phaseDisarming, ""), true
-	}
-	if p.anyDrifted() {
-		// A roll, which may raise the quota, goes first; the alarm is disarmed after it.
-		p.maintenance = p.record(opNoSpace, phaseStuck, "")
-		return step{}, false
 	}
 	reason := fmt.Sprintf("NOSPACE: after compaction and defragmentation the database still fills %d%% or more of its %s quota (%s): the data in use needs the room; raise --quota-backend-bytes in spec.etcdOptions (the pods roll one at a time) or delete keys",
 		noSpaceDisarmBelowPercent, bytesString(quota), strings.Join(full, ", "))
