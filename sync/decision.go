@@ -9,19 +9,25 @@ func (v *view) decision(s step) Decision {
 	if err := checkInvariants(v, s); err != nil {
 		s = v.hold("internal: "+err.Error(), "internal: "+err.Error())
 	}
+	// The Job is rendered once: its name, a hash of all of it, also goes into status.history.
+	var job *Child
+	if s.job != nil {
+		j := s.job.render(v.cfg, v.c)
+		job = &j
+	}
 	var children []Child
 	l := v.ledger
 	if s.hold {
 		children = v.heldChildren(s)
 	} else {
-		children, l = v.children(s)
+		children, l = v.children(s, job)
 		if missing := missingChildren(v.obs.Children, children); missing != "" {
 			s = v.hold("internal: desired children lack observed "+missing, "internal: desired children lack observed "+missing)
-			children, l = v.heldChildren(s), v.ledger
+			children, l, job = v.heldChildren(s), v.ledger, nil
 		}
 	}
 	sortChildren(children)
-	st := v.status(s)
+	st := v.status(s, job)
 	st.Ledger = l.records()
 	if s.backup != nil {
 		st.Backup = s.backup
@@ -36,9 +42,9 @@ func (v *view) decision(s step) Decision {
 	}
 }
 
-// children renders every child from the spec and the observed membership, and returns the
-// ledger the join ConfigMap now carries.
-func (v *view) children(s step) ([]Child, ledger) {
+// children renders every child from the spec and the observed membership, with job the
+// step's rendered Job if any, and returns the ledger the join ConfigMap now carries.
+func (v *view) children(s step, job *Child) ([]Child, ledger) {
 	state, l := v.joinState(v.rebaseline())
 	if r := s.recoveryJoin; r != nil {
 		state.Recovery = r
@@ -56,8 +62,8 @@ func (v *view) children(s step) ([]Child, ledger) {
 	for _, j := range s.keep {
 		children = append(children, unchanged("batch/v1", "Job", j.ObjectMeta, j))
 	}
-	if s.job != nil {
-		children = append(children, s.job.render(v.cfg, v.c))
+	if job != nil {
+		children = append(children, *job)
 	}
 	return children, l
 }

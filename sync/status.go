@@ -361,8 +361,8 @@ func (v *view) replaced(ord int) bool {
 }
 
 // status reports a step over a view: membership as etcd has it, the history of steps, and the
-// three conditions.
-func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
+// three conditions. job is the step's rendered Job, if any.
+func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 	// Membership as etcd answered, unless the answer cannot be trusted: then status keeps what
 	// it knew, above all the cluster ID, which a stranger's answer must not overwrite.
 	reason, _ := unknownStateReason(v)
@@ -407,11 +407,11 @@ func (v *view) status(s step) v1alpha1.EtcdClusterStatus {
 	if s.recovery != nil {
 		st.Recovery = s.recovery
 	}
-	job := ""
-	if s.job != nil {
-		job = s.job.render(v.cfg, v.c).Name
+	jobName := ""
+	if job != nil {
+		jobName = job.Name
 	}
-	st.History = startStep(hist, v.obs.Cluster.Status.Action, s.action, job, degraded, v.obs.Now)
+	st.History = startStep(hist, v.obs.Cluster.Status.Action, s.action, jobName, degraded, v.obs.Now)
 	st.TLS = v.tlsStatus()
 	if len(s.keep) > 0 {
 		st.JobFailures = int32(attemptOf(s.keep[0]))
