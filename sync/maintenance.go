@@ -249,8 +249,8 @@ func (p *planner) finished(step string) bool {
 }
 
 // alarmed are the members with the alarm, by ordinal.
-func (p *planner) alarmed(alarm string) []*member {
-	return p.filter(func(m *member) bool { return hasAlarm(m.Member, alarm) })
+func (v *view) alarmed(alarm string) []*member {
+	return v.filter(func(m *member) bool { return hasAlarm(m.Member, alarm) })
 }
 
 func (v *view) memberByID(id uint64) *member {

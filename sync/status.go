@@ -378,12 +378,9 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 	blocked := s.degraded != "" && !h.plannedHold
 	// A NOSPACE alarm refuses every write: Degraded while it stands, whatever is being done
 	// about it.
-	var noSpace []string
+	var noSpace []*member
 	if asked {
-		noSpace = strings.Split(memberNames(v.filter(func(m *member) bool { return hasAlarm(m.Member, "NOSPACE") })), ", ")
-		if noSpace[0] == "" {
-			noSpace = nil
-		}
+		noSpace = v.alarmed("NOSPACE")
 	}
 	degraded := blocked || len(h.unplanned) > 0 || h.overdue || len(noSpace) > 0
 
@@ -476,7 +473,7 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 		}
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, reason, s.degraded)
 	case len(noSpace) > 0:
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonNoSpace, "NOSPACE alarm raised by "+strings.Join(noSpace, ", ")+": etcd refuses writes until it is disarmed")
+		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonNoSpace, "NOSPACE alarm raised by "+memberNames(noSpace)+": etcd refuses writes until it is disarmed")
 	case len(h.unplanned) > 0:
 		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonMemberUnhealthy, "unhealthy: "+strings.Join(h.unplanned, ", "))
 	case h.overdue:
