@@ -126,7 +126,7 @@ func (p *planner) recoveryWanted() (trigger string, survivor *member, why string
 // quorumLostSince is when status first reported quorum lost, else now.
 func (p *planner) quorumLostSince() time.Time {
 	for _, c := range p.obs.Cluster.Status.Conditions {
-		if c.Type == v1alpha1.ConditionAvailable && c.Status == metav1.ConditionFalse && c.Reason == "QuorumLost" && !c.LastTransitionTime.IsZero() {
+		if c.Type == v1alpha1.ConditionAvailable && c.Status == metav1.ConditionFalse && c.Reason == ReasonQuorumLost && !c.LastTransitionTime.IsZero() {
 			return c.LastTransitionTime.Time
 		}
 	}
