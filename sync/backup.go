@@ -84,18 +84,14 @@ func (v *view) dueBackup() (backupTrigger, bool) {
 	if req := v.c.Annotations[v1alpha1.AnnotationBackupNow]; req != "" && (last == nil || last.LastRequest != req) {
 		return backupTrigger{request: req}, true
 	}
-	if b.Suspend {
-		return backupTrigger{}, false
-	}
-	sched, err := v1alpha1.ParseSchedule(b.Schedule)
-	if err != nil {
+	if b.Suspend || v.schedule == nil {
 		return backupTrigger{}, false
 	}
 	from := v.c.CreationTimestamp.Time
 	if last != nil && last.LastScheduleTime != nil {
 		from = last.LastScheduleTime.Time
 	}
-	t, ok := latestTick(sched.Next, from, v.obs.Now)
+	t, ok := latestTick(v.schedule.Next, from, v.obs.Now)
 	return backupTrigger{scheduled: t}, ok
 }
 
@@ -332,14 +328,10 @@ func backupPod(c *v1alpha1.EtcdCluster, j memberJob, labels, podLabels map[strin
 // resyncs on its own only every resyncPeriodSeconds.
 func (v *view) backupResync(resync float64) float64 {
 	b := v.c.Spec.Backup
-	if b == nil || b.Suspend {
+	if b == nil || b.Suspend || v.schedule == nil {
 		return resync
 	}
-	sched, err := v1alpha1.ParseSchedule(b.Schedule)
-	if err != nil {
-		return resync
-	}
-	return min(resync, max(1, math.Ceil(sched.Next(v.obs.Now).Sub(v.obs.Now).Seconds())))
+	return min(resync, max(1, math.Ceil(v.schedule.Next(v.obs.Now).Sub(v.obs.Now).Seconds())))
 }
 
 // backupCondition sets the BackedUp condition of a cluster with spec.backup: True while the
@@ -357,7 +349,7 @@ func (v *view) backupCondition(st *v1alpha1.EtcdClusterStatus) {
 	case rec == nil || rec.LastSuccessfulTime == nil && rec.LastFailure == nil:
 	case rec.LastFailure != nil && (rec.LastSuccessfulTime == nil || rec.LastFailure.Time.After(rec.LastSuccessfulTime.Time)):
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "BackupFailed", "Job "+rec.LastFailure.Job+": "+rec.LastFailure.Reason
-	case overdue(b, rec.LastSuccessfulTime.Time, v.obs.Now):
+	case v.overdue(rec.LastSuccessfulTime.Time):
 		cond.Status, cond.Reason = metav1.ConditionFalse, "BackupOverdue"
 		cond.Message = "no backup since " + rec.LastSuccessfulTime.UTC().Format(time.RFC3339) + ", though two schedule times have passed: the operator could not run one (see the Progressing condition)"
 	default:
@@ -371,9 +363,8 @@ func (v *view) backupCondition(st *v1alpha1.EtcdClusterStatus) {
 }
 
 // overdue: not suspended, and two schedule times have passed since last.
-func overdue(b *v1alpha1.BackupSpec, last, now time.Time) bool {
-	sched, err := v1alpha1.ParseSchedule(b.Schedule)
-	return err == nil && !b.Suspend && !sched.Next(sched.Next(last)).After(now)
+func (v *view) overdue(last time.Time) bool {
+	return v.schedule != nil && !v.c.Spec.Backup.Suspend && !v.schedule.Next(v.schedule.Next(last)).After(v.obs.Now)
 }
 
 // Restore at bootstrap.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/robfig/cron/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -46,6 +47,8 @@ type view struct {
 	// target is how many members the cluster runs: the size, and one more while a cluster of
 	// two rolls (see surging).
 	target int
+	// schedule is spec.backup.schedule, parsed once; nil without a backup or a valid schedule.
+	schedule cron.Schedule
 }
 
 // member is an etcd member with its ordinal and pod.
@@ -116,6 +119,11 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 	// The template follows the pods through a TLS change, so it is rendered from what they run.
 	v.tls = newTLSView(v)
 	v.spec = renderPodSpec(cfg, c, v.tls.desired)
+	if b := c.Spec.Backup; b != nil {
+		if sched, err := v1alpha1.ParseSchedule(b.Schedule); err == nil {
+			v.schedule = sched
+		}
+	}
 	v.target = v.size
 	if v.surging() {
 		v.target = v.size + 1
