@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -65,7 +66,7 @@ func secretsInUse(c *v1alpha1.EtcdCluster) (server, peer, client string) {
 		server, peer, client = t.ServerSecret, t.PeerSecret, t.ClientSecret
 	}
 	if t := c.Status.TLS; t != nil {
-		server, peer, client = firstNonEmpty(server, t.ServerSecret), firstNonEmpty(peer, t.PeerSecret), firstNonEmpty(client, t.ClientSecret)
+		server, peer, client = cmp.Or(server, t.ServerSecret), cmp.Or(peer, t.PeerSecret), cmp.Or(client, t.ClientSecret)
 	}
 	return server, peer, client
 }

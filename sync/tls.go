@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -201,10 +202,10 @@ func newTLSView(v *view) tlsView {
 	// A Secret that left the spec is still mounted while a stage needs it: it is the one
 	// the pods run with.
 	if t.desired.client != clientPlain {
-		t.desired.serverSecret = firstNonEmpty(t.want.serverSecret, t.runningSecret(volumeServerTLS), prev.ServerSecret)
+		t.desired.serverSecret = cmp.Or(t.want.serverSecret, t.runningSecret(volumeServerTLS), prev.ServerSecret)
 	}
 	if t.desired.peer != peerPlain {
-		t.desired.peerSecret = firstNonEmpty(t.want.peerSecret, t.runningSecret(volumePeerTLS), prev.PeerSecret)
+		t.desired.peerSecret = cmp.Or(t.want.peerSecret, t.runningSecret(volumePeerTLS), prev.PeerSecret)
 	}
 	if v.c.Spec.TLS != nil && v.c.Spec.TLS.ClientSecret != "" {
 		t.clientSecret = v.c.Spec.TLS.ClientSecret
@@ -743,13 +744,4 @@ func checkTLSChange(obs *Observed, c *v1alpha1.EtcdCluster) error {
 // stsServing reads an observed StatefulSet's template.
 func stsServing(s *appsv1.StatefulSet) (serving, bool) {
 	return servingOf(s.Spec.Template.Annotations, &s.Spec.Template.Spec)
-}
-
-func firstNonEmpty(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }
