@@ -679,13 +679,8 @@ func SecretNames(c *v1alpha1.EtcdCluster) []string {
 // ClientSecretName is the Secret holding the client certificate the hook presents: spec's, or
 // the one status keeps while a member still serves TLS after it left the spec.
 func ClientSecretName(c *v1alpha1.EtcdCluster) string {
-	if t := c.Spec.TLS; t != nil && t.ClientSecret != "" {
-		return t.ClientSecret
-	}
-	if t := c.Status.TLS; t != nil {
-		return t.ClientSecret
-	}
-	return ""
+	_, _, client := secretsInUse(c)
+	return client
 }
 
 // CADigests digests the CA bundle of each of the cluster's Secrets (those in its namespace);
