@@ -286,13 +286,9 @@ func checkDestination(field string, d BackupDestination) []string {
 		if strings.HasPrefix(s.Prefix, "/") || strings.Contains(s.Prefix, "..") {
 			p = append(p, fmt.Sprintf("%s.s3.prefix %q must not start with \"/\" or contain \"..\"", field, s.Prefix))
 		}
-		for _, sec := range []struct{ name, value string }{{"credentialsSecret", s.CredentialsSecret}, {"caSecret", s.CASecret}} {
-			if sec.value == "" && sec.name == "caSecret" {
-				continue
-			}
-			if errs := validation.IsDNS1123Subdomain(sec.value); len(errs) > 0 {
-				p = append(p, fmt.Sprintf("%s.s3.%s %q is not a valid Secret name (%s)", field, sec.name, sec.value, strings.Join(errs, ", ")))
-			}
+		p = append(p, checkSecretName(field+".s3.credentialsSecret", s.CredentialsSecret)...)
+		if s.CASecret != "" {
+			p = append(p, checkSecretName(field+".s3.caSecret", s.CASecret)...)
 		}
 	default:
 		c := d.PersistentVolumeClaim

@@ -216,11 +216,8 @@ func checkTLS(t TLSSpec) []string {
 	for _, f := range []struct{ field, name string }{
 		{"serverSecret", t.ServerSecret}, {"peerSecret", t.PeerSecret}, {"clientSecret", t.ClientSecret},
 	} {
-		if f.name == "" {
-			continue
-		}
-		if errs := validation.IsDNS1123Subdomain(f.name); len(errs) > 0 {
-			p = append(p, fmt.Sprintf("spec.tls.%s %q is not a valid Secret name (%s)", f.field, f.name, strings.Join(errs, ", ")))
+		if f.name != "" {
+			p = append(p, checkSecretName("spec.tls."+f.field, f.name)...)
 		}
 	}
 	if t.ClientSecret != "" && t.ServerSecret == "" {
@@ -230,6 +227,14 @@ func checkTLS(t TLSSpec) []string {
 		p = append(p, "spec.tls.serverSecret is set without spec.tls.clientSecret: etcd requires client certificates on its client port, and the operator needs one to observe the cluster; set clientSecret too, or remove serverSecret")
 	}
 	return p
+}
+
+// checkSecretName is the problem with the Secret name set in field, if any.
+func checkSecretName(field, name string) []string {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return []string{fmt.Sprintf("%s %q is not a valid Secret name (%s)", field, name, strings.Join(errs, ", "))}
+	}
+	return nil
 }
 
 func checkPodTemplate(t PodTemplate) []string {
