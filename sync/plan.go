@@ -58,13 +58,13 @@ func Plan(cfg Config, obs Observed) Decision {
 		return bootstrap(cfg, &obs, &c)
 	}
 	v := newView(cfg, &obs, &c)
-	if reason, degradedBy := unknownStateReason(v); reason != "" {
+	if v.unknown != "" {
 		// 5. Nothing can be concluded about membership: never shrink, remove or replace on it.
-		if s, ok := v.rollForward(reason); ok {
+		if s, ok := v.rollForward(v.unknown); ok {
 			return v.decision(s)
 		}
-		s := v.hold(reason, reason)
-		s.degradedBy = degradedBy
+		s := v.hold(v.unknown, v.unknown)
+		s.degradedBy = v.unknownBy
 		return v.decision(s)
 	}
 	// 6 to 11: one step on a cluster whose state is known.

@@ -365,8 +365,7 @@ func (v *view) replaced(ord int) bool {
 func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 	// Membership as etcd answered, unless the answer cannot be trusted: then status keeps what
 	// it knew, above all the cluster ID, which a stranger's answer must not overwrite.
-	reason, _ := unknownStateReason(v)
-	asked := reason == ""
+	asked := v.unknown == ""
 	// answered: etcd answered at all; the phase follows what it said, trusted or not.
 	answered := v.obs.Etcd.Asked && len(v.members) > 0
 	voters, healthy := len(v.voters()), v.healthyVoters()

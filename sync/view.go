@@ -49,6 +49,9 @@ type view struct {
 	target int
 	// schedule is spec.backup.schedule, parsed once; nil without a backup or a valid schedule.
 	schedule cron.Schedule
+	// unknown says why etcd's state cannot be trusted, "" when it can; unknownBy is the
+	// Degraded reason for it (unknownStateReason).
+	unknown, unknownBy string
 }
 
 // member is an etcd member with its ordinal and pod.
@@ -116,6 +119,7 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 		}
 	}
 	sort.Slice(v.jobs, func(i, j int) bool { return v.jobs[i].Name < v.jobs[j].Name })
+	v.unknown, v.unknownBy = unknownStateReason(v)
 	// The template follows the pods through a TLS change, so it is rendered from what they run.
 	v.tls = newTLSView(v)
 	v.spec = renderPodSpec(cfg, c, v.tls.desired)
