@@ -253,15 +253,12 @@ func (v *view) rollForward(reason string) (step, bool) {
 	if v.obs.Etcd.Asked || v.sts == nil || v.c.Spec.StorageSpec == nil {
 		return step{}, false
 	}
-	target := -1
-	for ord, p := range v.pods {
+	for _, p := range v.pods {
 		if isReady(p) || isTerminating(p) {
 			return step{}, false
 		}
-		if v.outdated(p) && ord > target {
-			target = ord
-		}
 	}
+	target := v.highestOutdated()
 	if target < 0 || target >= v.replicas {
 		return step{}, false
 	}

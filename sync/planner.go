@@ -483,12 +483,7 @@ func (p *planner) configDrift() (step, bool) {
 // member restarts on its data; without one the member is removed and added back through a
 // learner on a pod recreated in between (7e), because its data would not survive the pod.
 func (p *planner) roll(why string) (step, bool) {
-	target := -1
-	for ord, pod := range p.pods {
-		if !isTerminating(pod) && p.outdated(pod) && ord > target {
-			target = ord
-		}
-	}
+	target := p.highestOutdated()
 	if target < 0 {
 		return step{}, false
 	}

@@ -234,14 +234,18 @@ func (v *view) drifted(p *corev1.Pod) bool {
 // protectivePartition keeps every live outdated pod on its old template: the StatefulSet
 // only replaces pods at or above the partition, and the planner replaces them one at a time.
 // A pod that is gone or going is recreated from the current template.
-func (v *view) protectivePartition() int {
-	partition := 0
+func (v *view) protectivePartition() int { return v.highestOutdated() + 1 }
+
+// highestOutdated is the highest ordinal of a live pod on an outdated template, -1 when none:
+// the next pod to roll.
+func (v *view) highestOutdated() int {
+	top := -1
 	for ord, p := range v.pods {
-		if !isTerminating(p) && v.outdated(p) && ord+1 > partition {
-			partition = ord + 1
+		if !isTerminating(p) && v.outdated(p) && ord > top {
+			top = ord
 		}
 	}
-	return partition
+	return top
 }
 
 // replacementBlocker names the pod that keeps the partition from being lowered onto ord yet,
