@@ -56,13 +56,18 @@ func isReady(p *corev1.Pod) bool {
 // isCrashLooping: the etcd container is in crash-loop back-off after restarting again and
 // again; waiting longer will not help.
 func isCrashLooping(p *corev1.Pod) bool {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == "etcd" && cs.RestartCount >= crashRestarts &&
-			cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff" {
-			return true
+	cs := etcdStatus(p)
+	return cs != nil && cs.RestartCount >= crashRestarts && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
+}
+
+// etcdStatus is what the kubelet reports of the pod's etcd container; nil before it does.
+func etcdStatus(p *corev1.Pod) *corev1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if cs := &p.Status.ContainerStatuses[i]; cs.Name == "etcd" {
+			return cs
 		}
 	}
-	return false
+	return nil
 }
 
 // podStartFailure says why a pod cannot start its etcd at all (an image that cannot be pulled, a

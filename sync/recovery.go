@@ -153,10 +153,6 @@ func (p *planner) recoveryProgress() {
 // etcdStopped: the kubelet reports the pod's etcd container not running (waiting to start,
 // or terminated).
 func etcdStopped(pod *corev1.Pod) bool {
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == "etcd" {
-			return cs.State.Running == nil
-		}
-	}
-	return true
+	cs := etcdStatus(pod)
+	return cs == nil || cs.State.Running == nil
 }

@@ -294,12 +294,8 @@ func podDownAsPlanned(v *view, p *corev1.Pod) bool {
 	if v.outdated(p) || podStartFailure(p) != "" {
 		return false
 	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == "etcd" && cs.RestartCount > 0 {
-			return false
-		}
-	}
-	return true
+	cs := etcdStatus(p)
+	return cs == nil || cs.RestartCount <= 0
 }
 
 // actionType is the ActionType of a status action type; Hold for an unknown name.
