@@ -1,12 +1,9 @@
 package membership
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -16,6 +13,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
 	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/internal/testcert"
 )
 
 // testPKI is a CA made for one test, its client certificate, and server certificates on
@@ -24,60 +22,31 @@ import (
 // localhost, the host the members advertise, for the member tool's operations.
 type testPKI struct {
 	dir       string
-	ca        *x509.Certificate
-	caKey     *ecdsa.PrivateKey
+	ca        *testcert.Cert
 	caPEM     []byte
 	clientTLS *etcdstate.TLS
 }
 
 func newTestPKI(t testing.TB) *testPKI {
 	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "etcdops test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	ca, err := testcert.NewCA(1, "etcdops test CA", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &testPKI{dir: t.TempDir(), ca: ca, caKey: key, caPEM: pemBlock("CERTIFICATE", der)}
-	cert, keyPEM := p.issue(t, "etcdops-client", nil, x509.ExtKeyUsageClientAuth)
-	p.clientTLS = &etcdstate.TLS{CA: p.caPEM, Cert: cert, Key: keyPEM}
+	p := &testPKI{dir: t.TempDir(), ca: ca, caPEM: ca.CertPEM}
+	cert, key := p.issue(t, "etcdops-client", nil, x509.ExtKeyUsageClientAuth)
+	p.clientTLS = &etcdstate.TLS{CA: p.caPEM, Cert: cert, Key: key}
 	return p
-}
-
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
-}
-
-func pemBlock(kind string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der})
 }
 
 // issue signs a certificate for cn with the given DNS names; PEM certificate and key.
 func (p *testPKI) issue(t testing.TB, cn string, dnsNames []string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key := newKey(t)
 	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
+	c, err := testcert.Issue(&x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: cn},
 		DNSNames:     dnsNames,
@@ -85,16 +54,11 @@ func (p *testPKI) issue(t testing.TB, cn string, dnsNames []string, usage x509.E
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	}, p.ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pemBlock("CERTIFICATE", der), pemBlock("PRIVATE KEY", keyDER)
+	return c.CertPEM, c.KeyPEM
 }
 
 // serverInfo writes member's server certificate and returns etcd's client TLS settings,

@@ -1,12 +1,8 @@
 package sync
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"math/big"
 	"strings"
 	"testing"
@@ -15,48 +11,35 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/internal/testcert"
 )
 
 // testCA signs certificates for TestCertificateProblems.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
+type testCA struct{ *testcert.Cert }
 
 func newTestCA(t *testing.T) testCA {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign, NotBefore: simStart.Add(-time.Hour), NotAfter: simStart.Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	ca, err := testcert.NewCA(1, "ca", simStart.Add(-time.Hour), simStart.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, _ := x509.ParseCertificate(der)
-	return testCA{cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	return testCA{ca}
 }
 
 // secret issues a kubernetes.io/tls Secret from ca; edit shapes the certificate.
 func (ca testCA) secret(t *testing.T, name string, bundle []byte, edit func(*x509.Certificate)) corev1.Secret {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name},
 		DNSNames: []string{"*.etcd.db.svc.cluster.local"}, NotBefore: simStart.Add(-time.Hour), NotAfter: simStart.Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
 	if edit != nil {
 		edit(tmpl)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	c, err := testcert.Issue(tmpl, ca.Cert)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	s := corev1.Secret{Data: map[string][]byte{
-		corev1.TLSCertKey:       pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		corev1.TLSPrivateKeyKey: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}),
-		secretCAKey:             bundle,
-	}}
+	s := corev1.Secret{Data: map[string][]byte{corev1.TLSCertKey: c.CertPEM, corev1.TLSPrivateKeyKey: c.KeyPEM, secretCAKey: bundle}}
 	s.Name, s.Namespace = name, "db"
 	return s
 }
@@ -69,25 +52,25 @@ func TestCertificateProblems(t *testing.T) {
 	c.Name, c.Namespace, c.Spec.Size = "etcd", "db", ptrTo(int32(3))
 	c.Spec.TLS = &v1alpha1.TLSSpec{ServerSecret: "srv", PeerSecret: "peer", ClientSecret: "cli"}
 	good := func() []corev1.Secret {
-		return []corev1.Secret{ca.secret(t, "srv", ca.pem, nil), ca.secret(t, "peer", ca.pem, nil), ca.secret(t, "cli", ca.pem, func(x *x509.Certificate) { x.DNSNames = nil })}
+		return []corev1.Secret{ca.secret(t, "srv", ca.CertPEM, nil), ca.secret(t, "peer", ca.CertPEM, nil), ca.secret(t, "cli", ca.CertPEM, func(x *x509.Certificate) { x.DNSNames = nil })}
 	}
 	if got := CertificateProblems(simConfig, c, good(), simStart); len(got) != 0 {
 		t.Fatalf("good certificates: %v", got)
 	}
-	both := append(append([]byte(nil), ca.pem...), other.pem...)
+	both := append(append([]byte(nil), ca.CertPEM...), other.CertPEM...)
 	for _, tc := range []struct {
 		story  string
 		secret corev1.Secret
 		want   string
 	}{
-		{"peer certificate without client auth", ca.secret(t, "peer", ca.pem, func(x *x509.Certificate) { x.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth} }), "peer: the certificate is not trusted by ca.crt in Secret peer for client auth"},
-		{"server certificate from another CA", other.secret(t, "srv", ca.pem, nil), "srv: the certificate is not trusted by ca.crt in Secret srv"},
+		{"peer certificate without client auth", ca.secret(t, "peer", ca.CertPEM, func(x *x509.Certificate) { x.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth} }), "peer: the certificate is not trusted by ca.crt in Secret peer for client auth"},
+		{"server certificate from another CA", other.secret(t, "srv", ca.CertPEM, nil), "srv: the certificate is not trusted by ca.crt in Secret srv"},
 		{"a bundle of both CAs trusts either", other.secret(t, "srv", both, nil), ""},
-		{"a name for one member only", ca.secret(t, "peer", ca.pem, func(x *x509.Certificate) { x.DNSNames = []string{"etcd-0.etcd.db.svc.cluster.local"} }), "peer: the certificate does not name etcd-1.etcd.db.svc.cluster.local"},
-		{"expired", ca.secret(t, "peer", ca.pem, func(x *x509.Certificate) { x.NotAfter = simStart.Add(-time.Minute) }), "peer: the certificate expired"},
-		{"client certificate the server CA does not trust", other.secret(t, "cli", other.pem, nil), "cli: the certificate is not trusted by ca.crt in Secret srv"},
+		{"a name for one member only", ca.secret(t, "peer", ca.CertPEM, func(x *x509.Certificate) { x.DNSNames = []string{"etcd-0.etcd.db.svc.cluster.local"} }), "peer: the certificate does not name etcd-1.etcd.db.svc.cluster.local"},
+		{"expired", ca.secret(t, "peer", ca.CertPEM, func(x *x509.Certificate) { x.NotAfter = simStart.Add(-time.Minute) }), "peer: the certificate expired"},
+		{"client certificate the server CA does not trust", other.secret(t, "cli", other.CertPEM, nil), "cli: the certificate is not trusted by ca.crt in Secret srv"},
 		{"a key of another certificate", func() corev1.Secret {
-			s := ca.secret(t, "peer", ca.pem, nil)
+			s := ca.secret(t, "peer", ca.CertPEM, nil)
 			s.Data[corev1.TLSPrivateKeyKey] = ca.secret(t, "x", nil, nil).Data[corev1.TLSPrivateKeyKey]
 			return s
 		}(), "peer: tls.crt and tls.key are not a certificate and its key"},

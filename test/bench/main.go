@@ -365,6 +365,9 @@ func (p poster) post(body []byte) error {
 	return nil
 }
 
+// same is a body for measureSync that is body for every request.
+func same(body []byte) func(int) []byte { return func(int) []byte { return body } }
+
 func run(hookBin string, maxClusters, n, clusters, passes int, out string) error {
 	root, err := os.MkdirTemp("", "etcdops-bench-")
 	if err != nil {
@@ -394,12 +397,14 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out string) error
 		results = append(results, r)
 		fmt.Fprintln(os.Stderr, "bench:", r.name, r.clients, r.p50, r.p99, int(r.perSecond))
 	}
-	measureSync := func(name string, body []byte, clients, total int) (result, error) {
+	// measureSync posts body(i) for i < total from clients workers, with the hook's
+	// allocations per request and its RSS and goroutines after.
+	measureSync := func(name string, clients, total int, body func(i int) []byte) (result, error) {
 		before, err := hook.metrics(client)
 		if err != nil {
 			return result{}, err
 		}
-		r, err := load(clients, total, func(int) error { return p.post(body) })
+		r, err := load(clients, total, func(i int) error { return p.post(body(i)) })
 		if err != nil {
 			return result{}, err
 		}
@@ -438,7 +443,7 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out string) error
 			}
 			fl.name = fmt.Sprintf("floor, %d members", size)
 			record(fl)
-			s, err := measureSync(fmt.Sprintf("/sync, %d members", size), sc.request, clients, total)
+			s, err := measureSync(fmt.Sprintf("/sync, %d members", size), clients, total, same(sc.request))
 			if err != nil {
 				return err
 			}
@@ -454,7 +459,7 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out string) error
 	for i, ip := range three.podIPs {
 		unreachable = bytes.ReplaceAll(unreachable, []byte(`"`+ip+`"`), []byte(`"`+unreachableNet+strconv.Itoa(i+1)+`"`))
 	}
-	r, err := measureSync("/sync, every pod unreachable", unreachable, 1, n/4)
+	r, err := measureSync("/sync, every pod unreachable", 1, n/4, same(unreachable))
 	if err != nil {
 		return err
 	}
@@ -486,12 +491,12 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out string) error
 		heldMu.Unlock()
 	}()
 	hung := bytes.ReplaceAll(three.request, []byte(`"`+three.podIPs[len(three.podIPs)-1]+`"`), []byte(`"`+hungIP+`"`))
-	r, err = measureSync("/sync, one member hung: first sync", hung, 1, 1)
+	r, err = measureSync("/sync, one member hung: first sync", 1, 1, same(hung))
 	if err != nil {
 		return err
 	}
 	record(r)
-	r, err = measureSync("/sync, one member hung: the syncs after", hung, 1, n/4)
+	r, err = measureSync("/sync, one member hung: the syncs after", 1, n/4, same(hung))
 	if err != nil {
 		return err
 	}
@@ -512,22 +517,10 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out string) error
 		bodies[i] = bytes.ReplaceAll(three.request, []byte(parent.Parent.Metadata.UID), []byte(fmt.Sprintf("bench-%08d-0000-0000-0000-000000000000", i)))
 	}
 	for pass := 1; pass <= passes; pass++ {
-		before, err := hook.metrics(client)
+		r, err := measureSync(fmt.Sprintf("/sync, %d clusters round-robin, pass %d", clusters, pass), 8, clusters, func(i int) []byte { return bodies[i] })
 		if err != nil {
 			return err
 		}
-		r, err := load(8, clusters, func(i int) error { return p.post(bodies[i]) })
-		if err != nil {
-			return err
-		}
-		after, err := hook.metrics(client)
-		if err != nil {
-			return err
-		}
-		r.name = fmt.Sprintf("/sync, %d clusters round-robin, pass %d", clusters, pass)
-		r.allocs = (after["go_memstats_mallocs_total"] - before["go_memstats_mallocs_total"]) / float64(clusters)
-		r.allocKB = (after["go_memstats_alloc_bytes_total"] - before["go_memstats_alloc_bytes_total"]) / float64(clusters) / 1024
-		r.rssMB, r.goroutines = hook.rssMB(), after["go_goroutines"]
 		record(r)
 	}
 

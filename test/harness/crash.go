@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	gosync "sync"
 
@@ -83,7 +84,7 @@ func (e *Env) CrashesSoFar() map[string]int {
 // stepOf names the step an answer decides, or "" when it changes nothing.
 func stepOf(a Answer) string {
 	act := a.Status.Action
-	if act == nil || contains(quiet, act.Type) {
+	if act == nil || slices.Contains(quiet, act.Type) {
 		return ""
 	}
 	return act.Type + " " + act.Member

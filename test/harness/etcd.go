@@ -120,7 +120,6 @@ func startEtcd(args []string, podIP string) (*etcdProcess, error) {
 	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		close(p.closed)
 		return nil, err
 	}
 	p.e = e
@@ -239,7 +238,6 @@ func (h crashHook) OnWrite(ce *zapcore.CheckedEntry, _ []zapcore.Field) {
 // the kernel would end a dead process.
 func (p *etcdProcess) end(hard bool) {
 	p.once.Do(func() {
-		done := make(chan struct{})
 		go func() {
 			select {
 			case <-p.panicked:
@@ -253,10 +251,9 @@ func (p *etcdProcess) end(hard bool) {
 			}
 			p.e.Close()
 			close(p.closed)
-			close(done)
 		}()
 		select {
-		case <-done:
+		case <-p.closed:
 		case <-time.After(stopBound):
 		}
 		close(p.exit)

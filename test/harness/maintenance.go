@@ -8,7 +8,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // What day-2 scenarios read from and do to the members directly: etcd's own database sizes
@@ -66,8 +65,8 @@ func (e *Env) RaiseAlarm(pod string, alarm pb.AlarmType) error {
 	return fmt.Errorf("no member runs")
 }
 
-// Client is a client of the running voters, as an application would configure one; the
-// caller closes it.
+// Client is a client of the running voters, configured as the workload's (clientConfig);
+// the caller closes it.
 func (e *Env) Client() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: e.clientURLs(), DialTimeout: time.Second, Logger: zap.NewNop()})
+	return clientv3.New(e.clientConfig())
 }

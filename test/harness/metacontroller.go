@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net/http"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	gosync "sync"
@@ -463,7 +464,7 @@ func (m *Metacontroller) related(ctx context.Context, parent *v1alpha1.EtcdClust
 			if rule.Namespace != "" && rule.Namespace != o.GetNamespace() {
 				continue
 			}
-			if len(rule.Names) > 0 && !contains(rule.Names, o.GetName()) {
+			if len(rule.Names) > 0 && !slices.Contains(rule.Names, o.GetName()) {
 				continue
 			}
 			if sel.Matches(labels.Set(o.GetLabels())) {
@@ -472,15 +473,6 @@ func (m *Metacontroller) related(ctx context.Context, parent *v1alpha1.EtcdClust
 		}
 	}
 	return out, nil
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // lastApplied is the annotation Metacontroller's client-side apply keeps.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	gosync "sync"
@@ -134,7 +135,7 @@ func (m *Monitor) noteLedger(v View) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, mem := range v.Members {
-		if rec, ok := st.Find(mem.Name); ok && contains(mem.PeerURLs, rec.PeerURL) {
+		if rec, ok := st.Find(mem.Name); ok && slices.Contains(mem.PeerURLs, rec.PeerURL) {
 			m.ledger[mem.ID] = mem.Name
 		}
 	}

@@ -2,9 +2,6 @@ package harness
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -26,6 +23,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"etcdops.dev/etcdops/internal/testcert"
 )
 
 // PKI plays cert-manager for one cluster: a CA (two while one is rotated), and the Secrets of
@@ -38,82 +37,42 @@ type PKI struct {
 	namespace string
 	cluster   string
 	domain    string
-	trusted   []*authority // the ca.crt bundle, in order
-	issuer    *authority   // signs the leaves
-	leaves    map[string]leaf
-	app       leaf
+	trusted   []*testcert.Cert // the ca.crt bundle, in order
+	issuer    *testcert.Cert   // signs the leaves
+	leaves    map[string]*testcert.Cert
+	app       *testcert.Cert
 	serial    int64
 	// keys are every private key handed out, CAs' included, superseded ones too.
 	keys [][]byte
 }
 
-type authority struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-type leaf struct {
-	cert, key []byte // PEM
-	serial    *big.Int
-}
-
 // NewPKI makes a CA and the three Secrets' certificates for cluster in namespace.
 func NewPKI(namespace, cluster, domain string) (*PKI, error) {
 	p := &PKI{Server: cluster + "-server", Peer: cluster + "-peer", Client: cluster + "-client",
-		namespace: namespace, cluster: cluster, domain: domain, leaves: map[string]leaf{}}
+		namespace: namespace, cluster: cluster, domain: domain, leaves: map[string]*testcert.Cert{}}
 	ca, err := p.newAuthority()
 	if err != nil {
 		return nil, err
 	}
-	p.trusted, p.issuer = []*authority{ca}, ca
+	p.trusted, p.issuer = []*testcert.Cert{ca}, ca
 	return p, p.issueAll()
 }
 
-func (p *PKI) nextSerial() *big.Int {
+func (p *PKI) newAuthority() (*testcert.Cert, error) {
 	p.serial++
-	return big.NewInt(p.serial)
-}
-
-func (p *PKI) newAuthority() (*authority, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testcert.NewCA(p.serial, fmt.Sprintf("%s CA %d", p.cluster, p.serial), time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          p.nextSerial(),
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("%s CA %d", p.cluster, p.serial)},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	p.keys = append(p.keys, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}))
-	return &authority{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+	p.keys = append(p.keys, ca.KeyPEM)
+	return ca, nil
 }
 
 // issue signs a leaf certificate with the current issuer.
-func (p *PKI) issue(cn string, dns []string, ips []net.IP, usages ...x509.ExtKeyUsage) (leaf, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return leaf{}, err
-	}
-	serial := p.nextSerial()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
+func (p *PKI) issue(cn string, dns []string, ips []net.IP, usages ...x509.ExtKeyUsage) (*testcert.Cert, error) {
+	p.serial++
+	l, err := testcert.Issue(&x509.Certificate{
+		SerialNumber: big.NewInt(p.serial),
 		Subject:      pkix.Name{CommonName: cn},
 		DNSNames:     dns,
 		IPAddresses:  ips,
@@ -121,22 +80,12 @@ func (p *PKI) issue(cn string, dns []string, ips []net.IP, usages ...x509.ExtKey
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  usages,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.issuer.cert, &key.PublicKey, p.issuer.key)
+	}, p.issuer)
 	if err != nil {
-		return leaf{}, err
+		return nil, err
 	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return leaf{}, err
-	}
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
-	p.keys = append(p.keys, keyPEM)
-	return leaf{
-		cert:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		key:    keyPEM,
-		serial: serial,
-	}, nil
+	p.keys = append(p.keys, l.KeyPEM)
+	return l, nil
 }
 
 // issueAll issues every leaf anew from the current issuer, with the names cert-manager would
@@ -211,20 +160,20 @@ func (p *PKI) IssueFromNewCA() error {
 func (p *PKI) DropOldCAs() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.trusted = []*authority{p.issuer}
+	p.trusted = []*testcert.Cert{p.issuer}
 }
 
 // Serial is the serial number of the certificate the named Secret holds now.
 func (p *PKI) Serial(secret string) *big.Int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.leaves[secret].serial
+	return p.leaves[secret].X509.SerialNumber
 }
 
 func (p *PKI) bundle() []byte {
 	var b []byte
 	for _, ca := range p.trusted {
-		b = append(b, ca.pem...)
+		b = append(b, ca.CertPEM...)
 	}
 	return b
 }
@@ -239,7 +188,7 @@ func (p *PKI) Secrets() []*corev1.Secret {
 		out = append(out, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.namespace},
 			Type:       corev1.SecretTypeTLS,
-			Data:       map[string][]byte{corev1.TLSCertKey: l.cert, corev1.TLSPrivateKeyKey: l.key, "ca.crt": p.bundle()},
+			Data:       map[string][]byte{corev1.TLSCertKey: l.CertPEM, corev1.TLSPrivateKeyKey: l.KeyPEM, "ca.crt": p.bundle()},
 		})
 	}
 	return out
@@ -291,7 +240,7 @@ func (p *PKI) tlsConfig() *tls.Config {
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			c, err := tls.X509KeyPair(p.app.cert, p.app.key)
+			c, err := tls.X509KeyPair(p.app.CertPEM, p.app.KeyPEM)
 			return &c, err
 		},
 		// The standard verification, against the bundle of the moment.
