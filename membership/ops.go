@@ -324,21 +324,15 @@ func hasOwnErrors(errs []string, id uint64) bool {
 // leader's own endpoint, as etcd requires. The transferee must be a started voter that
 // answers; it already leading is done.
 func (o *Operator) MoveLeader(ctx context.Context, name string, id uint64) (Outcome, error) {
-	ms, err := o.members(ctx)
+	ms, m, err := o.member(ctx, name, id)
 	if err != nil {
 		return 0, err
 	}
-	m := findByID(ms, id)
 	switch {
-	case m == nil:
-		return 0, refused("member %x (%s) is not in the cluster", id, name)
 	case m.IsLearner:
 		return 0, refused("member %s is a learner and cannot lead", name)
 	case !m.started() || len(m.ClientURLs) == 0:
 		return 0, refused("member %s has not started", name)
-	}
-	if err := checkIdentity(m, name); err != nil {
-		return 0, err
 	}
 	st, err := o.cli.Status(ctx, m.ClientURLs[0])
 	if err != nil {
