@@ -79,6 +79,16 @@ func Dial(endpoints []string, t *etcdstate.TLS) (*Operator, error) {
 // Close releases the Operator's connections.
 func (o *Operator) Close() error { return o.cli.Close() }
 
+// soleEndpoint is the one endpoint of an Operator that acts on one member: dialled with
+// several, any of them could answer.
+func (o *Operator) soleEndpoint(what string) (string, error) {
+	eps := o.cli.Endpoints()
+	if len(eps) != 1 {
+		return "", refused("%s: dial one member's endpoint alone, not %d endpoints", what, len(eps))
+	}
+	return eps[0], nil
+}
+
 // members reads the membership linearizably, so no decision rests on a stale list.
 func (o *Operator) members(ctx context.Context) ([]*memberInfo, error) {
 	resp, err := o.cli.MemberList(ctx)
