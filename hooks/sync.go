@@ -74,16 +74,19 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 		return sync.Observed{}, err
 	}
 	pods, secrets := sorted(req.related.pods), sorted(req.related.secrets)
+	snap := h.snapshot(ctx, &c, pods, secrets)
+	// One reading of the clock, after etcd answered, for everything the planner is given.
+	now := h.Now()
 	return sync.Observed{
 		Cluster:  c,
 		Children: children,
 		Pods:     pods,
-		Etcd:     h.snapshot(ctx, &c, pods, secrets),
+		Etcd:     snap,
 		CAs:      sync.CADigests(&c, secrets),
 		// Certificates members would reject are caught before a TLS change relies on them.
-		CertProblems: sync.CertificateProblems(h.Config, &c, secrets, h.Now()),
+		CertProblems: sync.CertificateProblems(h.Config, &c, secrets, now),
 		Finalizing:   req.finalizing || finalize,
-		Now:          h.Now(),
+		Now:          now,
 	}, nil
 }
 

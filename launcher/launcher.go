@@ -142,7 +142,8 @@ func Decide(in Input) Decision {
 				"a restore starts only on an empty volume; delete the old cluster's volume claims first (docs/runbooks.md, restore over an existing cluster)", r.Backup, in.DataDir)}
 		}
 	}
-	if r := in.Join.Recovery; r != nil && r.Survivor == in.Name && r.Token != v.Recovered && v.HasData && !stale {
+	if RecoveryPending(in.Join, in.Name, v) && v.HasData && !stale {
+		r := in.Join.Recovery
 		d.Reason = fmt.Sprintf("recover quorum: start once with --force-new-cluster from the data of incarnation %d (recovery %s)", me.Incarnation, r.Token)
 		d.Recovered = r.Token
 		d.Args = append(d.Args, "--force-new-cluster")

@@ -14,7 +14,8 @@ import (
 )
 
 // MarkerFile is the incarnation marker's name, beside the data dir on the member's volume;
-// RecoveredFile records the last quorum recovery the volume started from.
+// RecoveredFile records the last quorum recovery the volume started from, RestoredFile the
+// cluster whose snapshot restore wrote the data dir.
 const (
 	MarkerFile    = "incarnation"
 	RecoveredFile = "recovered"

@@ -35,18 +35,18 @@ func (o *Operator) Compact(ctx context.Context) (Outcome, int64, error) {
 // endpoint: the Operator must be dialled with that endpoint alone. The member answering is
 // checked to be the one meant, so a stale endpoint never defragments another member.
 func (o *Operator) Defragment(ctx context.Context, name string, id uint64) (Outcome, error) {
-	eps := o.cli.Endpoints()
-	if len(eps) != 1 {
-		return 0, refused("defragment %s: dial the member's own endpoint alone, not %d endpoints", name, len(eps))
+	ep, err := o.soleEndpoint("defragment " + name)
+	if err != nil {
+		return 0, err
 	}
-	st, err := o.cli.Status(ctx, eps[0])
+	st, err := o.cli.Status(ctx, ep)
 	if err != nil {
 		return 0, transient("status of "+name, err)
 	}
 	if st.Header.MemberId != id {
-		return 0, refused("%s answers as member %x, not %x", eps[0], st.Header.MemberId, id)
+		return 0, refused("%s answers as member %x, not %x", ep, st.Header.MemberId, id)
 	}
-	if _, err := o.cli.Defragment(ctx, eps[0]); err != nil {
+	if _, err := o.cli.Defragment(ctx, ep); err != nil {
 		return 0, transient("defragment "+name, err)
 	}
 	return Done, nil

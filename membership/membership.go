@@ -1,8 +1,9 @@
 // Package membership is the only place that talks to etcd. It observes a cluster in one
 // parallel, read-only round under one deadline, with cached clients (Observer), and performs
-// the idempotent membership changes the member tool runs (AddLearner, Promote, Remove,
-// MoveLeader). Each change checks live state first, so running it again after success, or
-// after a crash half-way, does no harm.
+// what the member tool runs (Operator): the idempotent membership changes (AddLearner,
+// Promote, Remove, MoveLeader, UpdatePeerURL), maintenance (Compact, Defragment, Disarm) and
+// the snapshot read of a backup. Each change checks live state first, so running it again
+// after success, or after a crash half-way, does no harm.
 package membership
 
 import (

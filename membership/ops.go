@@ -79,41 +79,35 @@ func Dial(endpoints []string, t *etcdstate.TLS) (*Operator, error) {
 // Close releases the Operator's connections.
 func (o *Operator) Close() error { return o.cli.Close() }
 
+// soleEndpoint is the one endpoint of an Operator that acts on one member: dialled with
+// several, any of them could answer.
+func (o *Operator) soleEndpoint(what string) (string, error) {
+	eps := o.cli.Endpoints()
+	if len(eps) != 1 {
+		return "", refused("%s: dial one member's endpoint alone, not %d endpoints", what, len(eps))
+	}
+	return eps[0], nil
+}
+
 // members reads the membership linearizably, so no decision rests on a stale list.
-func (o *Operator) members(ctx context.Context) ([]*memberInfo, error) {
+func (o *Operator) members(ctx context.Context) ([]etcdstate.Member, error) {
 	resp, err := o.cli.MemberList(ctx)
 	if err != nil {
 		return nil, transient("member list", err)
 	}
-	out := make([]*memberInfo, 0, len(resp.Members))
+	out := make([]etcdstate.Member, 0, len(resp.Members))
 	for _, m := range resp.Members {
-		out = append(out, &memberInfo{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
+		out = append(out, etcdstate.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
 	}
 	return out, nil
 }
 
-// memberInfo is one entry of the member list.
-type memberInfo struct {
-	ID         uint64
-	Name       string
-	PeerURLs   []string
-	ClientURLs []string
-	IsLearner  bool
-}
-
-func (m *memberInfo) started() bool { return m.Name != "" }
-
-func (m *memberInfo) value() etcdstate.Member {
-	return etcdstate.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}
-}
-
-func findByID(ms []*memberInfo, id uint64) *memberInfo {
-	for _, m := range ms {
-		if m.ID == id {
-			return m
-		}
+func findByID(ms []etcdstate.Member, id uint64) *etcdstate.Member {
+	i := slices.IndexFunc(ms, func(m etcdstate.Member) bool { return m.ID == id })
+	if i < 0 {
+		return nil
 	}
-	return nil
+	return &ms[i]
 }
 
 // transient marks network failures and timeouts retryable; etcd's answers pass unchanged.
@@ -141,7 +135,7 @@ func errorCode(err error) codes.Code {
 
 // member reads the membership and finds member id (pod name) in it: a member that is gone or
 // is another pod's is refused.
-func (o *Operator) member(ctx context.Context, name string, id uint64) ([]*memberInfo, *memberInfo, error) {
+func (o *Operator) member(ctx context.Context, name string, id uint64) ([]etcdstate.Member, *etcdstate.Member, error) {
 	ms, err := o.members(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -158,8 +152,8 @@ func (o *Operator) member(ctx context.Context, name string, id uint64) ([]*membe
 
 // checkIdentity refuses to act on member id when it has started under another name: the
 // caller's view of the cluster is wrong, and acting on it could hit the wrong member.
-func checkIdentity(m *memberInfo, name string) error {
-	if m.started() && m.Name != name {
+func checkIdentity(m *etcdstate.Member, name string) error {
+	if m.Started() && m.Name != name {
 		return refused("member %x is %s, not %s", m.ID, m.Name, name)
 	}
 	return nil
@@ -204,20 +198,19 @@ func (o *Operator) AddLearner(ctx context.Context, name, peerURL string) (etcdst
 
 // existingLearner is the outcome of adding a member whose peer URL m already has: done when
 // it is the same member, whether or not it has started or been promoted since.
-func existingLearner(m *memberInfo, name string) (etcdstate.Member, Outcome, error) {
+func existingLearner(m *etcdstate.Member, name string) (etcdstate.Member, Outcome, error) {
 	if err := checkIdentity(m, name); err != nil {
 		return etcdstate.Member{}, 0, err
 	}
-	return m.value(), AlreadyDone, nil
+	return *m, AlreadyDone, nil
 }
 
-func findByPeerURL(ms []*memberInfo, peerURL string) *memberInfo {
-	for _, m := range ms {
-		if slices.Contains(m.PeerURLs, peerURL) {
-			return m
-		}
+func findByPeerURL(ms []etcdstate.Member, peerURL string) *etcdstate.Member {
+	i := slices.IndexFunc(ms, func(m etcdstate.Member) bool { return slices.Contains(m.PeerURLs, peerURL) })
+	if i < 0 {
+		return nil
 	}
-	return nil
+	return &ms[i]
 }
 
 // Promote makes learner id (pod name) a voter. A voter is already done; a learner that has
@@ -259,7 +252,7 @@ func (o *Operator) Remove(ctx context.Context, name string, id uint64) (Outcome,
 		return 0, err
 	}
 	if !m.IsLearner {
-		var rest []*memberInfo
+		var rest []etcdstate.Member
 		for _, v := range ms {
 			if !v.IsLearner && v.ID != id {
 				rest = append(rest, v)
@@ -288,12 +281,12 @@ func (o *Operator) Remove(ctx context.Context, name string, id uint64) (Outcome,
 // in parallel. The cluster's alarms, which every member's Status lists, are not a member's
 // own: counted, a NOSPACE or CORRUPT alarm anywhere would make every member look down and
 // forbid the very removal that replaces a corrupt member.
-func (o *Operator) countUp(ctx context.Context, ms []*memberInfo) int {
+func (o *Operator) countUp(ctx context.Context, ms []etcdstate.Member) int {
 	var mu sync.Mutex
 	up := 0
 	var wg sync.WaitGroup
 	for _, m := range ms {
-		if !m.started() || len(m.ClientURLs) == 0 {
+		if !m.Started() || len(m.ClientURLs) == 0 {
 			continue
 		}
 		wg.Go(func() {
@@ -324,21 +317,15 @@ func hasOwnErrors(errs []string, id uint64) bool {
 // leader's own endpoint, as etcd requires. The transferee must be a started voter that
 // answers; it already leading is done.
 func (o *Operator) MoveLeader(ctx context.Context, name string, id uint64) (Outcome, error) {
-	ms, err := o.members(ctx)
+	ms, m, err := o.member(ctx, name, id)
 	if err != nil {
 		return 0, err
 	}
-	m := findByID(ms, id)
 	switch {
-	case m == nil:
-		return 0, refused("member %x (%s) is not in the cluster", id, name)
 	case m.IsLearner:
 		return 0, refused("member %s is a learner and cannot lead", name)
-	case !m.started() || len(m.ClientURLs) == 0:
+	case !m.Started() || len(m.ClientURLs) == 0:
 		return 0, refused("member %s has not started", name)
-	}
-	if err := checkIdentity(m, name); err != nil {
-		return 0, err
 	}
 	st, err := o.cli.Status(ctx, m.ClientURLs[0])
 	if err != nil {

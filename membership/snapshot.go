@@ -21,27 +21,27 @@ type SnapshotSource struct {
 // learner or a member reporting errors (an alarm, no leader) is refused, since its data may
 // lag or be damaged.
 func (o *Operator) SnapshotSource(ctx context.Context) (SnapshotSource, error) {
-	eps := o.cli.Endpoints()
-	if len(eps) != 1 {
-		return SnapshotSource{}, refused("snapshot: dial one member's endpoint, not %d endpoints", len(eps))
-	}
-	st, err := o.cli.Status(ctx, eps[0])
+	ep, err := o.soleEndpoint("snapshot")
 	if err != nil {
-		return SnapshotSource{}, transient("status of "+eps[0], err)
+		return SnapshotSource{}, err
+	}
+	st, err := o.cli.Status(ctx, ep)
+	if err != nil {
+		return SnapshotSource{}, transient("status of "+ep, err)
 	}
 	switch {
 	case st.IsLearner:
-		return SnapshotSource{}, refused("%s is a learner", eps[0])
+		return SnapshotSource{}, refused("%s is a learner", ep)
 	case len(st.Errors) > 0:
-		return SnapshotSource{}, refused("%s reports %v", eps[0], st.Errors)
+		return SnapshotSource{}, refused("%s reports %v", ep, st.Errors)
 	}
 	// A serializable read answers from the member's own store, which the snapshot copies.
 	resp, err := o.cli.Get(ctx, "\x00", clientv3.WithSerializable(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
 	if err != nil {
-		return SnapshotSource{}, transient("revision of "+eps[0], err)
+		return SnapshotSource{}, transient("revision of "+ep, err)
 	}
 	return SnapshotSource{
-		Endpoint: eps[0],
+		Endpoint: ep,
 		ID:       st.Header.MemberId,
 		IsLeader: st.Leader == st.Header.MemberId,
 		Version:  st.Version,
@@ -53,8 +53,8 @@ func (o *Operator) SnapshotSource(ctx context.Context) (SnapshotSource, error) {
 // its SHA-256), and returns the bytes written. The Operator must be dialled with that one
 // member's endpoint.
 func (o *Operator) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
-	if eps := o.cli.Endpoints(); len(eps) != 1 {
-		return 0, refused("snapshot: dial one member's endpoint, not %d endpoints", len(eps))
+	if _, err := o.soleEndpoint("snapshot"); err != nil {
+		return 0, err
 	}
 	rc, err := o.cli.Snapshot(ctx)
 	if err != nil {
