@@ -19,7 +19,7 @@ func (o *Operator) UpdatePeerURL(ctx context.Context, name string, id uint64, pe
 	if slices.Equal(m.PeerURLs, []string{peerURL}) {
 		return AlreadyDone, nil
 	}
-	if other := findByPeerURL(ms, peerURL); other != nil {
+	if other := findByPeerURL(ms, peerURL); other != nil && other.ID != id {
 		return 0, refused("peer URL %s belongs to member %x (%s)", peerURL, other.ID, other.Name)
 	}
 	_, err = o.cli.MemberUpdate(ctx, id, []string{peerURL})

@@ -44,6 +44,17 @@ func TestUpdatePeerURL(t *testing.T) {
 			t.Errorf("%s: got %v, want refused", tc.story, err)
 		}
 	}
+	// A member that lists the URL among others keeps only it: the URL is its own, not
+	// another member's.
+	if _, err := op.cli.MemberUpdate(ctx, id, []string{moved, m.peerURL.String()}); err != nil {
+		t.Fatal(err)
+	}
 	out, err = eventually(t, func() (Outcome, error) { return op.UpdatePeerURL(ctx, m.name, id, m.peerURL.String()) })
-	wantOutcome(t, "update back", out, err, Done)
+	wantOutcome(t, "update back from two URLs to one of them", out, err, Done)
+	if ms, err = op.members(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := findByID(ms, id); got == nil || !slices.Equal(got.PeerURLs, []string{m.peerURL.String()}) {
+		t.Fatalf("after the update back the member list has %+v, want peer URL %s", got, m.peerURL.String())
+	}
 }
