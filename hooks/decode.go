@@ -49,8 +49,10 @@ type objectSets struct {
 }
 
 // decodeOptions: the decoder validates and decodes in the same single pass (encoding/json
-// scans every value twice, once to find its end and once to decode it). Names match
-// case-sensitively, as the API server's own decoding does; invalid UTF-8 is let through as
+// scans every value twice, once to find its end and once to decode it). The names of children
+// and related objects match case-sensitively, as the API server's own decoding does; the
+// request's top-level keys and the parent match regardless of case, as encoding/json reads
+// them (see readSyncRequest). Invalid UTF-8 is let through as
 // encoding/json lets it. A name given twice in one object is refused: a request whose parent,
 // spec or Secret says two things at once is read differently by decoders that keep the first
 // and those that keep the last, so it is read neither way.
