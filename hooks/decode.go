@@ -1,14 +1,17 @@
 package hooks
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -55,15 +58,52 @@ type objectSets struct {
 // them (see readSyncRequest). Invalid UTF-8 is let through as
 // encoding/json lets it. A name given twice in one object is refused: a request whose parent,
 // spec or Secret says two things at once is read differently by decoders that keep the first
-// and those that keep the last, so it is read neither way.
-var decodeOptions = []jsonv2.Options{jsontext.AllowInvalidUTF8(true)}
+// and those that keep the last, so it is read neither way. Two types get decoders of their own
+// (skipManagedFields, decodeTime).
+var decodeOptions = []jsonv2.Options{jsontext.AllowInvalidUTF8(true), jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(
+	jsonv2.UnmarshalFromFunc(skipManagedFields),
+	jsonv2.UnmarshalFromFunc(decodeTime),
+))}
 
-// readSyncRequest decodes the body as it arrives. A body that is not JSON, whose outer
+// skipManagedFields leaves metadata.managedFields out: the planner never reads them, an
+// observed child is answered without them, and they are often the largest part of an object.
+func skipManagedFields(dec *jsontext.Decoder, _ *[]metav1.ManagedFieldsEntry) error {
+	return dec.SkipValue()
+}
+
+// decodeTime reads a timestamp as metav1.Time's own UnmarshalJSON does (null is the zero
+// time, else RFC 3339, in local time) without its round trip through encoding/json.
+func decodeTime(dec *jsontext.Decoder, t *metav1.Time) error {
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return err
+	}
+	switch tok.Kind() {
+	case 'n':
+		t.Time = time.Time{}
+		return nil
+	case '"':
+	default:
+		return &jsonv2.SemanticError{JSONKind: tok.Kind(), GoType: reflect.TypeFor[metav1.Time](), Err: errors.New("want an RFC 3339 string")}
+	}
+	pt, err := time.Parse(time.RFC3339, tok.String())
+	if err != nil {
+		return &jsonv2.SemanticError{JSONKind: '"', GoType: reflect.TypeFor[metav1.Time](), Err: err}
+	}
+	t.Time = pt.Local()
+	return nil
+}
+
+// readSyncRequest reads the body into body, then decodes it in one pass. A body that is not JSON, whose outer
 // structure is not a hook request's, or with an object that is not one of its kind is
 // refused as malformed; the parent and the child types are checked after.
-func readSyncRequest(r *http.Request) (syncRequest, error) {
+func readSyncRequest(r *http.Request, body *bytes.Buffer) (syncRequest, error) {
 	var req syncRequest
-	dec := jsontext.NewDecoder(r.Body, decodeOptions...)
+	if _, err := body.ReadFrom(r.Body); err != nil {
+		return req, bodyError(err)
+	}
+	// From a bytes.Buffer the decoder parses in place, without copying into buffers of its own.
+	dec := jsontext.NewDecoder(body, decodeOptions...)
 	err := members(dec, "a sync request", func(key string) error {
 		switch {
 		case strings.EqualFold(key, "parent"):

@@ -82,12 +82,14 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 
 // writeJSON encodes v with a trailing newline, for curl users.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
+	body := getBuffer()
+	defer putBuffer(body)
+	if err := json.NewEncoder(body).Encode(v); err != nil {
 		status = http.StatusInternalServerError
-		body, _ = json.Marshal(errorBody{Error: "internal error", Detail: "encoding the response: " + err.Error()})
+		body.Reset()
+		_ = json.NewEncoder(body).Encode(errorBody{Error: "internal error", Detail: "encoding the response: " + err.Error()})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(body.Bytes())
 }

@@ -47,21 +47,37 @@ type podSpec struct {
 
 // renderPodSpec builds the pod template from the spec and the TLS stage s it is rolled to
 // (see tls.go): nothing about membership goes in (that lives in the join ConfigMap), so
-// membership changes never restart pods.
+// membership changes never restart pods. The template is built once and completed between
+// the hashes: configHash covers it without the etcd image, specHash with the image and
+// configHash.
 func renderPodSpec(cfg Config, c *v1alpha1.EtcdCluster, s serving) podSpec {
-	image := etcdImage(c)
-	configHash := shortHash(podTemplate(cfg, c, s, "", nil))
-	annotations := map[string]string{AnnotationConfigHash: configHash}
-	specHash := shortHash(podTemplate(cfg, c, s, image, annotations))
-	annotations[AnnotationSpecHash] = specHash
-	return podSpec{template: podTemplate(cfg, c, s, image, annotations), specHash: specHash, configHash: configHash}
+	t := podTemplate(cfg, c, s, "")
+	configHash := shortHash(t.object)
+	t.etcd["image"] = etcdImage(c)
+	t.annotate(AnnotationConfigHash, configHash)
+	specHash := shortHash(t.object)
+	t.annotate(AnnotationSpecHash, specHash)
+	return podSpec{template: t.object, specHash: specHash, configHash: configHash}
 }
 
 func etcdImage(c *v1alpha1.EtcdCluster) string {
 	return c.Spec.ImageRegistry + ":" + c.Spec.Version
 }
 
-func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string, hashes map[string]string) object {
+// template is a pod template with the parts renderPodSpec completes after hashing.
+type template struct {
+	object
+	meta, etcd  object
+	annotations map[string]string
+}
+
+// annotate sets a pod annotation, giving the template its annotations when it had none.
+func (t template) annotate(key, value string) {
+	t.annotations[key] = value
+	t.meta["annotations"] = t.annotations
+}
+
+func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string) template {
 	labels := map[string]string{}
 	annotations := map[string]string{}
 	var user *v1alpha1.PodSpec
@@ -79,9 +95,6 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string, h
 	// Operator-owned labels and annotations win over the user's.
 	for k, v := range commonLabels(c) {
 		labels[k] = v
-	}
-	for k, v := range hashes {
-		annotations[k] = v
 	}
 	if s.trust != "" {
 		annotations[AnnotationTrust] = s.trust
@@ -170,7 +183,7 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string, h
 			spec["priorityClassName"] = user.PriorityClassName
 		}
 	}
-	return object{"metadata": meta, "spec": spec}
+	return template{object: object{"metadata": meta, "spec": spec}, meta: meta, etcd: etcd, annotations: annotations}
 }
 
 // etcd's probe endpoints, served on the metrics port from v3.5.11 (v1alpha1.MinVersion).

@@ -1,0 +1,53 @@
+package hooks
+
+import (
+	"bytes"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// decodeTime must read every timestamp as metav1.Time's own decoder does, errors included.
+func TestDecodeTimeAsMetav1(t *testing.T) {
+	for _, in := range []string{
+		`null`, `"2026-12-01T12:00:00Z"`, `"2026-12-01T12:00:00+02:00"`, `"2026-12-01T12:00:00.123456789Z"`,
+		`""`, `"yesterday"`, `"2026-12-01 12:00:00"`, `12`, `true`, `{}`, `[]`,
+	} {
+		var want, got metav1.Time
+		wantErr := want.UnmarshalJSON([]byte(in))
+		gotErr := jsonv2.Unmarshal([]byte(in), &got, decodeOptions...)
+		if (wantErr != nil) != (gotErr != nil) {
+			t.Errorf("%s: error %v, metav1 says %v", in, gotErr, wantErr)
+			continue
+		}
+		if !got.Equal(&want) || got.Location() != want.Location() {
+			t.Errorf("%s: %v, metav1 says %v", in, got, want)
+		}
+	}
+}
+
+// A pod's managed fields are not kept; everything else of its metadata is, and a malformed
+// timestamp still refuses the request.
+func TestDecodeSkipsManagedFields(t *testing.T) {
+	pod := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"etcd-0","namespace":"default",` +
+		`"creationTimestamp":%s,"labels":{"a":"b"},` +
+		`"managedFields":[{"manager":"kubelet","operation":"Update","fieldsType":"FieldsV1","fieldsV1":{"f:status":{}}}]}}`
+	read := func(created string) (syncRequest, error) {
+		body := `{"parent":null,"related":{"Pod.v1":{"default/etcd-0":` + strings.Replace(pod, "%s", created, 1) + `}}}`
+		return readSyncRequest(httptest.NewRequest("POST", "/sync", strings.NewReader(body)), new(bytes.Buffer))
+	}
+	req, err := read(`"2026-12-01T12:00:00Z"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := req.related.pods["default/etcd-0"]
+	if p == nil || p.ManagedFields != nil || p.Labels["a"] != "b" || p.CreationTimestamp.UTC().Hour() != 12 {
+		t.Fatalf("decoded pod %+v", p)
+	}
+	if _, err := read(`"noon"`); err == nil || !strings.Contains(err.Error(), "malformed") {
+		t.Fatalf("a malformed timestamp: %v, want the request refused as malformed", err)
+	}
+}
