@@ -15,6 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 
 	"etcdops.dev/etcdops/etcdstate"
 )
@@ -40,7 +43,8 @@ func TestMain(m *testing.M) {
 // makes one Status call on each, and reports, after a GC, the live heap, the goroutine
 // stacks, the goroutines and the resident set it grew by, per connection: "observer" with
 // the observer's own member clients, "grpc" with bare gRPC connections and the same
-// keep-alive, for comparison.
+// keep-alive, for comparison, and "channel" with one gRPC channel per cluster that balances
+// over its three members (what a client that picks the member per call would hold).
 //
 //	go test ./membership -run '^$' -bench BenchmarkMemberConnections -benchtime 1000x
 func BenchmarkMemberConnections(b *testing.B) {
@@ -49,7 +53,7 @@ func BenchmarkMemberConnections(b *testing.B) {
 	for _, m := range c.members {
 		eps = append(eps, m.clientURL.Host)
 	}
-	for _, kind := range []string{"observer", "grpc"} {
+	for _, kind := range []string{"observer", "grpc", "channel"} {
 		b.Run(kind, func(b *testing.B) {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %s", connCostEnv, kind, b.N, strings.Join(eps, ",")))
@@ -80,8 +84,17 @@ func connCost(spec string) error {
 	}
 	before := memory()
 	var open []func() error
+	eps := strings.Split(list, ",")
 	for range perEndpoint {
-		for _, ep := range strings.Split(list, ",") {
+		if kind == "channel" {
+			closer, err := openChannel(eps)
+			if err != nil {
+				return err
+			}
+			open = append(open, closer)
+			continue
+		}
+		for _, ep := range eps {
 			closer, err := openConn(kind, ep)
 			if err != nil {
 				return err
@@ -89,9 +102,13 @@ func connCost(spec string) error {
 			open = append(open, closer)
 		}
 	}
+	conns := len(open)
+	if kind == "channel" {
+		conns *= len(eps)
+	}
 	after := memory()
 	fmt.Printf("heap=%d stack=%d goroutines=%d rss=%d conns=%d\n",
-		after.heap-before.heap, after.stack-before.stack, after.goroutines-before.goroutines, after.rss-before.rss, len(open))
+		after.heap-before.heap, after.stack-before.stack, after.goroutines-before.goroutines, after.rss-before.rss, conns)
 	for _, c := range open {
 		_ = c()
 	}
@@ -123,6 +140,36 @@ func openConn(kind, ep string) (func() error, error) {
 		return conn.Close, nil
 	}
 	return nil, fmt.Errorf("unknown connection kind %q", kind)
+}
+
+// openChannel opens one channel to every endpoint, round-robin over them, and waits until
+// each has answered a Status.
+func openChannel(eps []string) (func() error, error) {
+	r := manual.NewBuilderWithScheme("conncost")
+	var addrs []resolver.Address
+	for _, ep := range eps {
+		addrs = append(addrs, resolver.Address{Addr: ep})
+	}
+	r.InitialState(resolver.State{Addresses: addrs})
+	conn, err := grpc.NewClient(r.Scheme()+":///cluster", grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	answered := map[string]bool{}
+	for len(answered) < len(eps) {
+		var p peer.Peer
+		if _, err := pb.NewMaintenanceClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.Peer(&p), grpc.WaitForReady(true)); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		answered[p.Addr.String()] = true
+	}
+	return conn.Close, nil
 }
 
 type usage struct{ heap, stack, goroutines, rss int64 }
