@@ -108,14 +108,16 @@ func servingOf(annotations map[string]string, spec *corev1.PodSpec) (serving, bo
 	s := serving{trust: annotations[AnnotationTrust]}
 	var clientURLs, peerURLs string
 	peerCert := false
-	for _, a := range append(append([]string(nil), c.Command...), c.Args...) {
-		switch name, value, _ := strings.Cut(a, "="); name {
-		case "--listen-client-urls":
-			clientURLs = value
-		case "--listen-peer-urls":
-			peerURLs = value
-		case "--peer-cert-file":
-			peerCert = true
+	for _, args := range [][]string{c.Command, c.Args} {
+		for _, a := range args {
+			switch name, value, _ := strings.Cut(a, "="); name {
+			case "--listen-client-urls":
+				clientURLs = value
+			case "--listen-peer-urls":
+				peerURLs = value
+			case "--peer-cert-file":
+				peerCert = true
+			}
 		}
 	}
 	plain, secure := false, false
