@@ -12,8 +12,9 @@
 //
 // Everything listens and dials on 127.0.0.0/8; every loop is bounded by a count. The hook
 // runs as this program re-executed (`bench hook`): hookserver.New with the loopback dial
-// guard, exactly as cmd/hook-server builds it. -hook-bin runs a hook-server binary instead,
-// to compare a build of another commit.
+// guard, exactly as cmd/hook-server builds it, with the Go runtime settings (GOGC, GOMEMLIMIT)
+// of its Deployment. -hook-bin runs a hook-server binary instead, to compare a build of
+// another commit.
 //
 //	go run ./test/bench -out /tmp/bench.md
 package main
@@ -27,6 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -44,7 +46,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/cmd/hook-server/hookserver"
@@ -141,6 +145,11 @@ func startHook(bin string, maxClusters int) (*hookProcess, error) {
 		cmd = exec.Command(self, "hook")
 	}
 	cmd.Args = append(cmd.Args, "--addr="+addr)
+	env, err := deployedRuntimeEnv()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Env = append(os.Environ(), env...)
 	if maxClusters > 0 {
 		cmd.Args = append(cmd.Args, fmt.Sprintf("--max-cached-clusters=%d", maxClusters))
 	}
@@ -165,6 +174,31 @@ func startHook(bin string, maxClusters int) (*hookProcess, error) {
 	}
 	h.stop()
 	return nil, errors.New("the hook did not answer /healthz within 30s")
+}
+
+// deployedRuntimeEnv is the Go runtime settings (GOGC, GOMEMLIMIT) that the hook's
+// Deployment gives it, so that the hook under load collects garbage as it does deployed.
+func deployedRuntimeEnv() ([]string, error) {
+	raw, err := fs.ReadFile(manifests.FS, "metacontroller/deployment.yaml")
+	if err != nil {
+		return nil, err
+	}
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(raw, &d); err != nil {
+		return nil, fmt.Errorf("the hook's Deployment: %w", err)
+	}
+	var env []string
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if c.Name == "hook-server" && strings.HasPrefix(e.Name, "GO") {
+				env = append(env, e.Name+"="+e.Value)
+			}
+		}
+	}
+	if len(env) == 0 {
+		return nil, errors.New("the hook's Deployment sets no Go runtime settings; the benchmark expects GOGC and GOMEMLIMIT")
+	}
+	return env, nil
 }
 
 func (h *hookProcess) stop() {
@@ -540,6 +574,9 @@ func format(results []result, hookBin string, maxClusters int) string {
 	}
 	if maxClusters > 0 {
 		hook += fmt.Sprintf(" --max-cached-clusters=%d", maxClusters)
+	}
+	if env, err := deployedRuntimeEnv(); err == nil {
+		hook += " with " + strings.Join(env, " ")
 	}
 	fmt.Fprintf(&b, "%s; %d CPUs; %s\n\n", hook, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
 	b.WriteString("| case | clients | ops | p50 | p99 | max | ops/s | p50 / floor | p99 / floor | ops/s / floor | allocs/req | KB/req | hook RSS MB | goroutines |\n")
