@@ -94,9 +94,9 @@ func decodeTime(dec *jsontext.Decoder, t *metav1.Time) error {
 	return nil
 }
 
-// readSyncRequest reads the body into body, then decodes it in one pass. A body that is not JSON, whose outer
-// structure is not a hook request's, or with an object that is not one of its kind is
-// refused as malformed; the parent and the child types are checked after.
+// readSyncRequest reads the body into body, then decodes it in one pass. A body that is not
+// JSON, whose outer structure is not a hook request's, or with an object that is not one of
+// its kind is refused as malformed; the parent and the child types are checked after.
 func readSyncRequest(r *http.Request, body *bytes.Buffer) (syncRequest, error) {
 	var req syncRequest
 	if _, err := body.ReadFrom(r.Body); err != nil {
