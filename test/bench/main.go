@@ -32,9 +32,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -79,21 +81,37 @@ func main() {
 	clusters := flag.Int("clusters", 1000, "clusters in the round-robin run")
 	passes := flag.Int("passes", 3, "round-robin passes over the clusters")
 	out := flag.String("out", "", "also write the results table to this file")
+	profiles := flag.String("hook-profiles", "", "save the hook's allocation profile over the run and its heap at the end in this directory (this tree's hook only)")
 	flag.Parse()
-	if err := run(*hookBin, *maxClusters, *n, *clusters, *passes, *out); err != nil {
+	if *profiles != "" && *hookBin != "" {
+		fmt.Fprintln(os.Stderr, "bench: -hook-profiles profiles this tree's hook, not a -hook-bin binary")
+		os.Exit(2)
+	}
+	if err := run(*hookBin, *maxClusters, *n, *clusters, *passes, *out, *profiles); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
 // serveHook is the hook process: hookserver.New as cmd/hook-server builds it with its
-// defaults, logging at info as deployed, until stdin closes (the driver is gone) or SIGTERM.
+// defaults, logging at info as deployed, until stdin closes (the driver is gone) or SIGTERM;
+// with -pprof-addr it also serves its profiles there, for -hook-profiles.
 func serveHook(args []string) error {
 	fs := flag.NewFlagSet("bench hook", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "")
 	maxClusters := fs.Int("max-cached-clusters", 0, "")
+	pprofAddr := fs.String("pprof-addr", "", "")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *pprofAddr != "" {
+		pl, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		go func() { _ = http.Serve(pl, mux) }()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -125,15 +143,22 @@ type hookProcess struct {
 	in   io.WriteCloser
 }
 
-func startHook(bin string, maxClusters int) (*hookProcess, error) {
-	// A port the kernel just handed out and took back; nothing else here binds ports on
-	// 127.0.0.1 by number.
+// freeAddr is a port the kernel just handed out and took back; nothing else here binds
+// ports on 127.0.0.1 by number.
+func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func startHook(bin string, maxClusters int, pprofAddr string) (*hookProcess, error) {
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	var cmd *exec.Cmd
 	if bin != "" {
 		cmd = exec.Command(bin, "--log-format=json")
@@ -145,6 +170,9 @@ func startHook(bin string, maxClusters int) (*hookProcess, error) {
 		cmd = exec.Command(self, "hook")
 	}
 	cmd.Args = append(cmd.Args, "--addr="+addr)
+	if pprofAddr != "" {
+		cmd.Args = append(cmd.Args, "--pprof-addr="+pprofAddr)
+	}
 	env, err := deployedRuntimeEnv()
 	if err != nil {
 		return nil, err
@@ -402,7 +430,7 @@ func (p poster) post(body []byte) error {
 // same is a body for measureSync that is body for every request.
 func same(body []byte) func(int) []byte { return func(int) []byte { return body } }
 
-func run(hookBin string, maxClusters, n, clusters, passes int, out string) error {
+func run(hookBin string, maxClusters, n, clusters, passes int, out, profiles string) error {
 	root, err := os.MkdirTemp("", "etcdops-bench-")
 	if err != nil {
 		return err
@@ -418,7 +446,13 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out string) error
 		defer sc.env.Close()
 		steady = append(steady, sc)
 	}
-	hook, err := startHook(hookBin, maxClusters)
+	var pprofAddr string
+	if profiles != "" {
+		if pprofAddr, err = freeAddr(); err != nil {
+			return err
+		}
+	}
+	hook, err := startHook(hookBin, maxClusters, pprofAddr)
 	if err != nil {
 		return err
 	}
@@ -558,12 +592,34 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out string) error
 		record(r)
 	}
 
+	if profiles != "" {
+		// allocs: everything the hook allocated over the run; heap: what it holds after the
+		// round-robin passes.
+		for _, name := range []string{"allocs", "heap"} {
+			if err := saveProfile(client, "http://"+pprofAddr+"/debug/pprof/"+name, filepath.Join(profiles, "hook-"+name+".prof")); err != nil {
+				return err
+			}
+		}
+	}
 	table := format(results, hookBin, maxClusters)
 	fmt.Print(table)
 	if out != "" {
 		return os.WriteFile(out, []byte(table), 0o644)
 	}
 	return nil
+}
+
+func saveProfile(client *http.Client, url, file string) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %d %v", url, resp.StatusCode, err)
+	}
+	return os.WriteFile(file, b, 0o644)
 }
 
 func format(results []result, hookBin string, maxClusters int) string {
