@@ -141,6 +141,8 @@ type hookProcess struct {
 	cmd  *exec.Cmd
 	base string
 	in   io.WriteCloser
+	// runtimeEnv is the Go runtime settings it was started with (deployedRuntimeEnv).
+	runtimeEnv []string
 }
 
 // freeAddr is a port the kernel just handed out and took back; nothing else here binds
@@ -190,7 +192,7 @@ func startHook(bin string, maxClusters int, pprofAddr string) (*hookProcess, err
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	h := &hookProcess{cmd: cmd, base: "http://" + addr, in: in}
+	h := &hookProcess{cmd: cmd, base: "http://" + addr, in: in, runtimeEnv: env}
 	for range 300 {
 		if resp, err := http.Get(h.base + "/healthz"); err == nil {
 			resp.Body.Close()
@@ -601,7 +603,7 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out, profiles str
 			}
 		}
 	}
-	table := format(results, hookBin, maxClusters)
+	table := format(results, hookBin, maxClusters, hook.runtimeEnv)
 	fmt.Print(table)
 	if out != "" {
 		return os.WriteFile(out, []byte(table), 0o644)
@@ -622,7 +624,7 @@ func saveProfile(client *http.Client, url, file string) error {
 	return os.WriteFile(file, b, 0o644)
 }
 
-func format(results []result, hookBin string, maxClusters int) string {
+func format(results []result, hookBin string, maxClusters int, runtimeEnv []string) string {
 	var b strings.Builder
 	hook := "this tree's hook (hookserver.New)"
 	if hookBin != "" {
@@ -631,9 +633,7 @@ func format(results []result, hookBin string, maxClusters int) string {
 	if maxClusters > 0 {
 		hook += fmt.Sprintf(" --max-cached-clusters=%d", maxClusters)
 	}
-	if env, err := deployedRuntimeEnv(); err == nil {
-		hook += " with " + strings.Join(env, " ")
-	}
+	hook += " with " + strings.Join(runtimeEnv, " ")
 	fmt.Fprintf(&b, "%s; %d CPUs; %s\n\n", hook, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
 	b.WriteString("| case | clients | ops | p50 | p99 | max | ops/s | p50 / floor | p99 / floor | ops/s / floor | allocs/req | KB/req | hook RSS MB | goroutines |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
