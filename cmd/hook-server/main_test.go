@@ -17,11 +17,8 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
-
 	"etcdops.dev/etcdops/internal/testcert"
+	"etcdops.dev/etcdops/manifests"
 	"etcdops.dev/etcdops/test/dialguard"
 )
 
@@ -339,23 +336,13 @@ func TestRunFailsOnBusyAddress(t *testing.T) {
 }
 
 func TestDeploymentGraceCoversTheDrainAndTheShutdown(t *testing.T) {
-	raw, err := os.ReadFile("../../manifests/metacontroller/deployment.yaml")
+	d, hook, err := manifests.HookServer()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d appsv1.Deployment
-	if err := yaml.UnmarshalStrict(raw, &d); err != nil {
-		t.Fatal(err)
-	}
 	pod := d.Spec.Template.Spec
-	var hook *corev1.Container
-	for i := range pod.Containers {
-		if pod.Containers[i].Name == "hook-server" {
-			hook = &pod.Containers[i]
-		}
-	}
-	if hook == nil || hook.ReadinessProbe == nil || pod.TerminationGracePeriodSeconds == nil {
-		t.Fatalf("no hook-server container with a readiness probe and a grace period in %s", raw)
+	if hook.ReadinessProbe == nil || pod.TerminationGracePeriodSeconds == nil {
+		t.Fatalf("no readiness probe on the hook-server container, or no grace period, in %+v", d)
 	}
 	c, err := parseFlags(hook.Args, func(string) string { return "" }, io.Discard)
 	if err != nil {

@@ -28,7 +28,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -48,9 +47,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/yaml"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/cmd/hook-server/hookserver"
@@ -209,20 +206,14 @@ func startHook(bin string, maxClusters int, pprofAddr string) (*hookProcess, err
 // deployedRuntimeEnv is the Go runtime settings (GOGC, GOMEMLIMIT) that the hook's
 // Deployment gives it, so that the hook under load collects garbage as it does deployed.
 func deployedRuntimeEnv() ([]string, error) {
-	raw, err := fs.ReadFile(manifests.FS, "metacontroller/deployment.yaml")
+	_, hook, err := manifests.HookServer()
 	if err != nil {
 		return nil, err
 	}
-	var d appsv1.Deployment
-	if err := yaml.UnmarshalStrict(raw, &d); err != nil {
-		return nil, fmt.Errorf("the hook's Deployment: %w", err)
-	}
 	var env []string
-	for _, c := range d.Spec.Template.Spec.Containers {
-		for _, e := range c.Env {
-			if c.Name == "hook-server" && strings.HasPrefix(e.Name, "GO") {
-				env = append(env, e.Name+"="+e.Value)
-			}
+	for _, e := range hook.Env {
+		if strings.HasPrefix(e.Name, "GO") {
+			env = append(env, e.Name+"="+e.Value)
 		}
 	}
 	if len(env) == 0 {
