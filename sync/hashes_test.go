@@ -1,0 +1,117 @@
+package sync
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+)
+
+// TestRenderedBytesDoNotChange pins, for specs the golden fixtures do not cover (TLS stages,
+// a restore, user pod settings, member and backup Jobs), the pod template's hashes and a
+// digest of the whole rendered StatefulSet or Job. A pod template hash that changes restarts
+// every pod of every cluster on upgrade, and a Job's name is a hash of its content: a change
+// to how children are built must leave every byte as it was.
+func TestRenderedBytesDoNotChange(t *testing.T) {
+	cluster := func(edit func(*v1alpha1.EtcdCluster)) *v1alpha1.EtcdCluster {
+		c := v1alpha1.EtcdCluster{}
+		c.Name, c.Namespace, c.UID = "etcd", "db", "u-1"
+		c.Spec.StorageSpec = &v1alpha1.StorageSpec{VolumeSizeRequest: resource.MustParse("8Gi")}
+		if edit != nil {
+			edit(&c)
+		}
+		c = v1alpha1.Defaulted(c)
+		return &c
+	}
+	s3 := v1alpha1.BackupDestination{S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example", Bucket: "b", Region: "r", CredentialsSecret: "creds", CASecret: "ca"}}
+	pvc := v1alpha1.BackupDestination{PersistentVolumeClaim: &v1alpha1.PVCDestination{ClaimName: "backups", Path: "p"}}
+	for _, tc := range []struct {
+		story                     string
+		c                         *v1alpha1.EtcdCluster
+		s                         serving
+		config, spec, statefulSet string
+	}{
+		{"plain", cluster(nil), serving{}, "93aff62b67", "724e450a4c", "3d2085cb1b2ba874"},
+		{"no storage, options", cluster(func(c *v1alpha1.EtcdCluster) {
+			c.Spec.StorageSpec = nil
+			c.Spec.EtcdOptions = []string{"--quota-backend-bytes=4294967296", "--log-level=warn"}
+		}), serving{}, "322ad1fa08", "33a47f7c30", "43257ca76511f78b"},
+		{"storage class, limit, delete", cluster(func(c *v1alpha1.EtcdCluster) {
+			c.Spec.StorageSpec.StorageClassName, c.Spec.StorageSpec.WhenDeleted = "fast", v1alpha1.PVCDelete
+			c.Spec.StorageSpec.VolumeSizeLimit = ptrTo(resource.MustParse("16Gi"))
+		}), serving{}, "93aff62b67", "724e450a4c", "8e43cdfeeba754fb"},
+		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "8e2ff002f9", "4775ebe6ca", "595add9072f24bd8"},
+		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "17893e1797", "983bd419cf", "3988afa97ece3cae"},
+		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "be58731491", "058a582b77", "b4aa2a21f04d15cc"},
+		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "5bbf606222", "f37ae03d38", "3eb3ef0dda2778ec"},
+		{"user pod settings", cluster(func(c *v1alpha1.EtcdCluster) {
+			c.Spec.PodTemplate = &v1alpha1.PodTemplate{
+				Metadata: &v1alpha1.PodMetadata{Labels: map[string]string{"team": "db", LabelCluster: "spoofed"}, Annotations: map[string]string{"a": "<&>"}},
+				Spec: &v1alpha1.PodSpec{
+					Resources: &corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+						Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
+					},
+					NodeSelector:      map[string]string{"disk": "ssd"},
+					Tolerations:       []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "etcd", Effect: corev1.TaintEffectNoSchedule}},
+					PriorityClassName: "critical",
+					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+						Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname"},
+					}}}},
+				},
+			}
+		}), serving{}, "dae33364d9", "9e70464505", "072d42eda964ed30"},
+		{"restore from S3", cluster(func(c *v1alpha1.EtcdCluster) {
+			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: s3, Name: "latest"}}
+		}), serving{}, "c010e3a259", "8b7dcd155e", "6abe770e65e9e936"},
+		{"restore from a claim, TLS", cluster(func(c *v1alpha1.EtcdCluster) {
+			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: pvc, Name: "snap.db"}}
+		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "a1ba31aa0c", "93a73fe709", "bc8cd2aad5d053f8"},
+	} {
+		ps := renderPodSpec(simConfig, tc.c, tc.s)
+		sts := digest(t, statefulSet(tc.c, ps, 3, 1).Object)
+		if ps.configHash != tc.config || ps.specHash != tc.spec || sts != tc.statefulSet {
+			t.Errorf("%s: config hash %s, spec hash %s, StatefulSet %s; want %s, %s, %s", tc.story, ps.configHash, ps.specHash, sts, tc.config, tc.spec, tc.statefulSet)
+		}
+	}
+
+	backup := func(d v1alpha1.BackupDestination) *v1alpha1.EtcdCluster {
+		return cluster(func(c *v1alpha1.EtcdCluster) {
+			c.Spec.Backup = &v1alpha1.BackupSpec{Schedule: "@daily", Destination: d,
+				Retention: &v1alpha1.BackupRetention{Keep: ptrTo(int32(7))}, MaxBandwidth: ptrTo(resource.MustParse("10Mi"))}
+		})
+	}
+	endpoints := []string{"http://etcd-0.etcd.db.svc.cluster.local:2379"}
+	for _, tc := range []struct {
+		story string
+		c     *v1alpha1.EtcdCluster
+		j     memberJob
+		want  string
+	}{
+		{"add a learner", cluster(nil), memberJob{verb: verbAddLearner, member: "etcd-3", peerURL: "http://etcd-3.etcd.db.svc.cluster.local:2380", endpoints: endpoints}, "etcd-add-learner-etcd-3-60b6aeebdf 9083a52caef282d8"},
+		{"remove over TLS", cluster(nil), memberJob{verb: verbRemove, member: "etcd-2", id: 0xabc, endpoints: endpoints, attempt: 2, clientSecret: "cli"}, "etcd-remove-etcd-2-a920a0bb23 6a5a8d51dbfe62dd"},
+		{"backup to S3", backup(s3), memberJob{verb: verbBackup, member: "etcd-0", endpoints: endpoints, backupFor: "scheduled"}, "etcd-backup-etcd-0-7a82a56f97 93412ab5ace0f848"},
+		{"backup to a claim over TLS", backup(pvc), memberJob{verb: verbBackup, member: "etcd-0", endpoints: endpoints, backupFor: "now", clientSecret: "cli"}, "etcd-backup-etcd-0-7ce9e8527f 4b2af62fd5b1cdd8"},
+	} {
+		j := tc.j.render(simConfig, tc.c)
+		if got := j.Name + " " + digest(t, j.Object); got != tc.want {
+			t.Errorf("%s: Job %s, want %s", tc.story, got, tc.want)
+		}
+	}
+}
+
+// digest is a short digest of v's JSON as the hook sends it.
+func digest(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
