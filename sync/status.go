@@ -516,13 +516,18 @@ func overdueMessage(r *v1alpha1.StepRecord, s step) string {
 }
 
 // lowestVersion is the lowest etcd version the answering members report, "v"-prefixed; ""
-// when none reports one.
+// when none reports one. Members mostly run the same version: a string equal to the lowest
+// so far is not parsed again (parsing runs a regexp).
 func lowestVersion(ms []etcdstate.Member) string {
 	var low *version.Version
+	lowFrom := ""
 	for _, m := range ms {
+		if m.Version == "" || m.Version == lowFrom {
+			continue
+		}
 		v, err := version.ParseSemantic(m.Version)
 		if err == nil && (low == nil || v.LessThan(low)) {
-			low = v
+			low, lowFrom = v, m.Version
 		}
 	}
 	if low == nil {
