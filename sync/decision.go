@@ -1,6 +1,9 @@
 package sync
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // decision renders a step: the complete children, the status and the resync, after checking
 // the step against the invariants. A violation is a bug; it becomes a hold with an
@@ -125,23 +128,39 @@ func (v *view) lastKnownReplicas() int {
 }
 
 // missingChildren names an observed child, other than a Job, that the desired set lacks:
-// Metacontroller would delete it.
+// Metacontroller would delete it. Of several, the first in the children's order (kind, then
+// name).
 func missingChildren(observed Children, desired []Child) string {
-	have := map[string]bool{}
-	for _, c := range desired {
-		have[c.Kind+"/"+c.Name] = true
-	}
-	for _, c := range observedChildren(Children{
-		StatefulSets: observed.StatefulSets,
-		Services:     observed.Services,
-		ConfigMaps:   observed.ConfigMaps,
-		PDBs:         observed.PDBs,
-	}) {
-		if !have[c.Kind+"/"+c.Name] {
-			return c.Kind + " " + c.Name
+	for _, missing := range []string{
+		firstMissing("ConfigMap", observed.ConfigMaps, desired),
+		firstMissing("PodDisruptionBudget", observed.PDBs, desired),
+		firstMissing("Service", observed.Services, desired),
+		firstMissing("StatefulSet", observed.StatefulSets, desired),
+	} {
+		if missing != "" {
+			return missing
 		}
 	}
 	return ""
+}
+
+// firstMissing is "kind name" of the lowest-named object of objs that desired lacks, "" when
+// it lacks none.
+func firstMissing[T any, P interface {
+	*T
+	GetName() string
+}](kind string, objs []T, desired []Child) string {
+	first, found := "", false
+	for i := range objs {
+		name := P(&objs[i]).GetName()
+		if (!found || name < first) && !slices.ContainsFunc(desired, func(c Child) bool { return c.Kind == kind && c.Name == name }) {
+			first, found = name, true
+		}
+	}
+	if !found {
+		return ""
+	}
+	return kind + " " + first
 }
 
 // hold changes nothing: the observed children are returned as they are.
