@@ -287,23 +287,18 @@ func destinationArgs(c *v1alpha1.EtcdCluster, prefix string, d v1alpha1.BackupDe
 
 // destinationVolumes are the volumes and mounts a destination needs: the credentials and CA
 // Secrets, or the claim.
-func destinationVolumes(d v1alpha1.BackupDestination, readOnly bool) (vols, mounts []any) {
+func destinationVolumes(d v1alpha1.BackupDestination, readOnly bool) (vols []volume, mounts []volumeMount) {
 	if s := d.S3; s != nil {
-		vols = append(vols, object{"name": "backup-credentials", "secret": object{"secretName": s.CredentialsSecret}})
-		mounts = append(mounts, object{"name": "backup-credentials", "mountPath": backupCredentialsDir, "readOnly": true})
+		vols = append(vols, volume{Name: "backup-credentials", Secret: &secretSource{SecretName: s.CredentialsSecret}})
+		mounts = append(mounts, volumeMount{Name: "backup-credentials", MountPath: backupCredentialsDir, ReadOnly: true})
 		if s.CASecret != "" {
-			vols = append(vols, object{"name": "backup-ca", "secret": object{"secretName": s.CASecret}})
-			mounts = append(mounts, object{"name": "backup-ca", "mountPath": backupCADir, "readOnly": true})
+			vols = append(vols, volume{Name: "backup-ca", Secret: &secretSource{SecretName: s.CASecret}})
+			mounts = append(mounts, volumeMount{Name: "backup-ca", MountPath: backupCADir, ReadOnly: true})
 		}
 		return vols, mounts
 	}
-	claim := object{"claimName": d.PersistentVolumeClaim.ClaimName}
-	mount := object{"name": "backup-claim", "mountPath": backupClaimDir}
-	if readOnly {
-		claim["readOnly"] = true
-		mount["readOnly"] = true
-	}
-	return []any{object{"name": "backup-claim", "persistentVolumeClaim": claim}}, []any{mount}
+	return []volume{{Name: "backup-claim", PersistentVolumeClaim: &claimSource{ClaimName: d.PersistentVolumeClaim.ClaimName, ReadOnly: readOnly}}},
+		[]volumeMount{{Name: "backup-claim", MountPath: backupClaimDir, ReadOnly: readOnly}}
 }
 
 // backupPod adds to a backup Job what the backup command needs: its destination mounted, a
@@ -313,12 +308,12 @@ func backupPod(c *v1alpha1.EtcdCluster, j memberJob, labels, podLabels map[strin
 	podLabels[LabelBackupOf] = c.Name
 	spec["activeDeadlineSeconds"] = backupDeadline
 	vols, mounts := destinationVolumes(c.Spec.Backup.Destination, false)
-	vols = append(vols, object{"name": "backup-work", "emptyDir": object{}})
-	mounts = append(mounts, object{"name": "backup-work", "mountPath": backupWorkDir})
-	if have, ok := podSpec["volumes"].([]any); ok {
+	vols = append(vols, volume{Name: "backup-work", EmptyDir: &emptyDir{}})
+	mounts = append(mounts, volumeMount{Name: "backup-work", MountPath: backupWorkDir})
+	if have, ok := podSpec["volumes"].([]volume); ok {
 		vols = append(have, vols...)
 	}
-	if have, ok := container["volumeMounts"].([]any); ok {
+	if have, ok := container["volumeMounts"].([]volumeMount); ok {
 		mounts = append(have, mounts...)
 	}
 	podSpec["volumes"], container["volumeMounts"] = vols, mounts
@@ -389,17 +384,17 @@ func fromBackup(c *v1alpha1.EtcdCluster) *v1alpha1.FromBackup {
 // flags (before the "--" that ends the launcher's own) and the mounts the snapshot is read
 // through. Every pod gets them, as they share one template; only the seed of the new
 // cluster uses them (launcher.Decide).
-func withRestore(c *v1alpha1.EtcdCluster, etcd, spec object) {
+func withRestore(c *v1alpha1.EtcdCluster, spec *etcdPodSpec) {
 	f := fromBackup(c)
 	if f == nil {
 		return
 	}
-	cmd := etcd["command"].([]string)
-	end := slices.Index(cmd, "--")
-	etcd["command"] = slices.Concat(cmd[:end], destinationArgs(c, "restore-", f.BackupDestination), cmd[end:])
+	etcd := &spec.Containers[0]
+	end := slices.Index(etcd.Command, "--")
+	etcd.Command = slices.Concat(etcd.Command[:end], destinationArgs(c, "restore-", f.BackupDestination), etcd.Command[end:])
 	vols, mounts := destinationVolumes(f.BackupDestination, true)
-	spec["volumes"] = append(spec["volumes"].([]any), vols...)
-	etcd["volumeMounts"] = append(etcd["volumeMounts"].([]any), mounts...)
+	spec.Volumes = append(spec.Volumes, vols...)
+	etcd.VolumeMounts = append(etcd.VolumeMounts, mounts...)
 }
 
 // restoreInPlace refuses spec.bootstrap.fromBackup on a cluster that did not start from it:

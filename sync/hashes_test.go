@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -114,4 +116,35 @@ func digest(t *testing.T, v any) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
+}
+
+// TestPodTemplateFieldsAreInKeyOrder: every struct the pod template is built of declares its
+// fields in the sorted order of their JSON names, the order a map's keys encode in, which
+// the hashes of running pods were taken over.
+func TestPodTemplateFieldsAreInKeyOrder(t *testing.T) {
+	seen := map[reflect.Type]bool{}
+	var check func(reflect.Type)
+	check = func(typ reflect.Type) {
+		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice {
+			typ = typ.Elem()
+		}
+		if typ.Kind() != reflect.Struct || seen[typ] {
+			return
+		}
+		seen[typ] = true
+		prev := ""
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" || name <= prev {
+				t.Errorf("%s.%s: JSON name %q does not sort after %q", typ.Name(), f.Name, name, prev)
+			}
+			prev = name
+			check(f.Type)
+		}
+	}
+	check(reflect.TypeFor[podTemplateSpec]())
+	if len(seen) < 10 {
+		t.Errorf("only %d structs checked", len(seen))
+	}
 }

@@ -112,8 +112,8 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 		"automountServiceAccountToken": false,
 	}
 	if j.clientSecret != "" {
-		container["volumeMounts"] = []any{object{"name": "client-tls", "mountPath": ClientTLSDir, "readOnly": true}}
-		podSpec["volumes"] = []any{object{"name": "client-tls", "secret": object{"secretName": j.clientSecret}}}
+		container["volumeMounts"] = []volumeMount{{Name: "client-tls", MountPath: ClientTLSDir, ReadOnly: true}}
+		podSpec["volumes"] = []volume{{Name: "client-tls", Secret: &secretSource{SecretName: j.clientSecret}}}
 	}
 	// No TTL: the planner drops the Job itself once membership shows its effect, and a Job
 	// deleted by TTL while still returned would be created again.

@@ -15,7 +15,7 @@ import (
 // so its JSON carries no creationTimestamp: null, no status: {} and no empty structs, and
 // identical input encodes to identical bytes (encoding/json sorts map keys). Typed API structs
 // would emit server-owned zero values; client-go's apply configurations would do, but they
-// pull an HTTP client into this package.
+// pull an HTTP client into this package. The pod template is typed instead (pod.go).
 
 // object is a rendered API object, or part of one.
 type object map[string]any
@@ -115,23 +115,14 @@ func podDisruptionBudget(c *v1alpha1.EtcdCluster, voters int) Child {
 // same user, so the binary the init container copies in and the data it writes are its own.
 const runAsID = 65532
 
-func podSecurityContext() object {
-	return object{
-		"runAsNonRoot":   true,
-		"runAsUser":      runAsID,
-		"runAsGroup":     runAsID,
-		"seccompProfile": object{"type": "RuntimeDefault"},
-	}
+func podSecurityContext() podSecurity {
+	return podSecurity{RunAsNonRoot: true, RunAsUser: runAsID, RunAsGroup: runAsID, SeccompProfile: seccompProfile{Type: "RuntimeDefault"}}
 }
 
 // containerSecurityContext makes the image's filesystem read-only: every container writes
 // only to its volumes.
-func containerSecurityContext() object {
-	return object{
-		"allowPrivilegeEscalation": false,
-		"capabilities":             object{"drop": []string{"ALL"}},
-		"readOnlyRootFilesystem":   true,
-	}
+func containerSecurityContext() containerSecurity {
+	return containerSecurity{AllowPrivilegeEscalation: false, Capabilities: capabilities{Drop: []string{"ALL"}}, ReadOnlyRootFilesystem: true}
 }
 
 // shortHash is a stable 10-hex-digit digest of v's JSON.

@@ -2,6 +2,8 @@ package sync
 
 import (
 	"fmt"
+	"maps"
+	"strconv"
 	"strings"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
@@ -40,7 +42,7 @@ const (
 
 // podSpec is the rendered pod template and its two hashes.
 type podSpec struct {
-	template   object
+	template   *podTemplateSpec
 	specHash   string
 	configHash string
 }
@@ -52,138 +54,129 @@ type podSpec struct {
 // configHash.
 func renderPodSpec(cfg Config, c *v1alpha1.EtcdCluster, s serving) podSpec {
 	t := podTemplate(cfg, c, s, "")
-	configHash := shortHash(t.object)
-	t.etcd["image"] = etcdImage(c)
+	configHash := shortHash(t)
+	t.Spec.Containers[0].Image = etcdImage(c)
 	t.annotate(AnnotationConfigHash, configHash)
-	specHash := shortHash(t.object)
+	specHash := shortHash(t)
 	t.annotate(AnnotationSpecHash, specHash)
-	return podSpec{template: t.object, specHash: specHash, configHash: configHash}
+	return podSpec{template: t, specHash: specHash, configHash: configHash}
 }
 
 func etcdImage(c *v1alpha1.EtcdCluster) string {
 	return c.Spec.ImageRegistry + ":" + c.Spec.Version
 }
 
-// template is a pod template with the parts renderPodSpec completes after hashing.
-type template struct {
-	object
-	meta, etcd  object
-	annotations map[string]string
-}
-
 // annotate sets a pod annotation, giving the template its annotations when it had none.
-func (t template) annotate(key, value string) {
-	t.annotations[key] = value
-	t.meta["annotations"] = t.annotations
+func (t *podTemplateSpec) annotate(key, value string) {
+	if t.Metadata.Annotations == nil {
+		t.Metadata.Annotations = map[string]string{}
+	}
+	t.Metadata.Annotations[key] = value
 }
 
-func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string) template {
+// readinessProbe: etcd serves reads from its own data and no CORRUPT alarm stands. Neither
+// quorum nor voting is asked for (a seed or a joining learner becomes ready while the cluster
+// forms), nor the absence of a NOSPACE alarm: reads still work then.
+func readinessProbe() probe {
+	return probe{
+		HTTPGet:       httpGet{Path: readinessPath, Port: MetricsPort, Scheme: "HTTP"},
+		PeriodSeconds: 5, FailureThreshold: 3,
+	}
+}
+
+// livenessProbe: etcd answers /livez (no alarm restarts it: a NOSPACE alarm must not become a
+// crash loop), and no quorum recovery waits for this member to restart (etcdops-member probe,
+// docs/architecture.md).
+func livenessProbe() probe {
+	return probe{
+		Exec: execAction{Command: []string{toolPath, "probe",
+			"--join-state=" + joinDir + "/" + joinstate.ConfigMapKey,
+			"--data-dir=" + dataDir,
+			"--health=http://127.0.0.1:" + strconv.Itoa(MetricsPort) + livenessPath}},
+		InitialDelaySeconds: 15, PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 8,
+	}
+}
+
+// podTemplate builds the etcd pods' template, etcd's container first.
+func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string) *podTemplateSpec {
 	labels := map[string]string{}
-	annotations := map[string]string{}
+	var annotations map[string]string
 	var user *v1alpha1.PodSpec
 	if pt := c.Spec.PodTemplate; pt != nil {
 		if pt.Metadata != nil {
-			for k, v := range pt.Metadata.Labels {
-				labels[k] = v
-			}
-			for k, v := range pt.Metadata.Annotations {
-				annotations[k] = v
+			maps.Copy(labels, pt.Metadata.Labels)
+			if len(pt.Metadata.Annotations) > 0 {
+				annotations = maps.Clone(pt.Metadata.Annotations)
 			}
 		}
 		user = pt.Spec
 	}
 	// Operator-owned labels and annotations win over the user's.
-	for k, v := range commonLabels(c) {
-		labels[k] = v
-	}
+	maps.Copy(labels, commonLabels(c))
+	t := &podTemplateSpec{Metadata: podMetadata{Labels: labels, Annotations: annotations}}
 	if s.trust != "" {
-		annotations[AnnotationTrust] = s.trust
-	}
-	meta := object{"labels": labels}
-	if len(annotations) > 0 {
-		meta["annotations"] = annotations
+		t.annotate(AnnotationTrust, s.trust)
 	}
 
-	install := object{
-		"name":            "install",
-		"image":           cfg.ToolImage,
-		"command":         []string{"/etcdops-member", "install", "--to=" + toolPath},
-		"volumeMounts":    []any{object{"name": volumeTools, "mountPath": toolDir}},
-		"securityContext": containerSecurityContext(),
+	install := container{
+		Name:            "install",
+		Image:           cfg.ToolImage,
+		Command:         []string{"/etcdops-member", "install", "--to=" + toolPath},
+		VolumeMounts:    []volumeMount{{Name: volumeTools, MountPath: toolDir}},
+		SecurityContext: containerSecurityContext(),
 	}
-	etcd := object{
-		"name":  "etcd",
-		"image": image,
-		"command": []string{toolPath, "launch",
+	etcd := container{
+		Name:  "etcd",
+		Image: image,
+		Command: []string{toolPath, "launch",
 			"--join-state=" + joinDir + "/" + joinstate.ConfigMapKey,
 			"--name=$(POD_NAME)",
 			"--data-dir=" + dataDir,
 			"--etcd=" + etcdBinary,
 			"--"},
-		"args": etcdFlags(cfg, c, s),
-		"env": []any{object{"name": "POD_NAME", "valueFrom": object{
-			"fieldRef": object{"fieldPath": "metadata.name"}}}},
-		"ports": []any{
-			object{"name": "client", "containerPort": ClientPort},
-			object{"name": "peer", "containerPort": PeerPort},
-			object{"name": "metrics", "containerPort": MetricsPort},
+		Args: etcdFlags(cfg, c, s),
+		Env:  []envVar{{Name: "POD_NAME", ValueFrom: envVarSource{FieldRef: fieldRef{FieldPath: "metadata.name"}}}},
+		Ports: []containerPort{
+			{Name: "client", ContainerPort: ClientPort},
+			{Name: "peer", ContainerPort: PeerPort},
+			{Name: "metrics", ContainerPort: MetricsPort},
 		},
-		// Ready: etcd serves reads from its own data and no CORRUPT alarm stands. Neither
-		// quorum nor voting is asked for (a seed or a joining learner becomes ready while the
-		// cluster forms), nor the absence of a NOSPACE alarm: reads still work then.
-		"readinessProbe": object{
-			"httpGet":       object{"path": readinessPath, "port": MetricsPort, "scheme": "HTTP"},
-			"periodSeconds": 5, "failureThreshold": 3,
-		},
-		// Alive: etcd answers /livez (no alarm restarts it: a NOSPACE alarm must not become a
-		// crash loop), and no quorum recovery waits for this member to restart
-		// (etcdops-member probe, docs/architecture.md).
-		"livenessProbe": object{
-			"exec": object{"command": []string{toolPath, "probe",
-				"--join-state=" + joinDir + "/" + joinstate.ConfigMapKey,
-				"--data-dir=" + dataDir,
-				fmt.Sprintf("--health=http://127.0.0.1:%d%s", MetricsPort, livenessPath)}},
-			"initialDelaySeconds": 15, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 8,
-		},
-		"volumeMounts": podVolumeMounts(s),
+		ReadinessProbe: readinessProbe(),
+		LivenessProbe:  livenessProbe(),
+		VolumeMounts:   podVolumeMounts(s),
 		// The launcher writes only under /var/lib/etcd, and etcd only under its data dir
 		// (its temporary files too: snapshots and defragmentation write beside the data), so
 		// the image stays read-only and no /tmp is needed.
-		"securityContext": containerSecurityContext(),
+		SecurityContext: containerSecurityContext(),
 	}
 	if user != nil && user.Resources != nil {
-		etcd["resources"] = plain(user.Resources)
+		etcd.Resources = plain(user.Resources)
 	}
 
 	// fsGroup makes a member volume writable by etcd's user; ownership is changed only when
 	// the volume's root does not have it yet, not file by file on every start.
 	security := podSecurityContext()
-	security["fsGroup"] = runAsID
-	security["fsGroupChangePolicy"] = "OnRootMismatch"
-	spec := object{
-		"initContainers":  []any{install},
-		"containers":      []any{etcd},
-		"volumes":         podVolumes(c, s),
-		"securityContext": security,
+	security.FSGroup, security.FSGroupChangePolicy = runAsID, "OnRootMismatch"
+	t.Spec = etcdPodSpec{
+		InitContainers:  []container{install},
+		Containers:      []container{etcd},
+		Volumes:         podVolumes(c, s),
+		SecurityContext: security,
 		// etcd never talks to the Kubernetes API.
-		"automountServiceAccountToken": false,
+		AutomountServiceAccountToken: false,
 	}
-	withRestore(c, etcd, spec)
+	withRestore(c, &t.Spec)
 	if user != nil {
 		if user.Affinity != nil {
-			spec["affinity"] = plain(user.Affinity)
+			t.Spec.Affinity = plain(user.Affinity)
 		}
-		if len(user.NodeSelector) > 0 {
-			spec["nodeSelector"] = user.NodeSelector
-		}
+		t.Spec.NodeSelector = user.NodeSelector
 		if len(user.Tolerations) > 0 {
-			spec["tolerations"] = plain(user.Tolerations)
+			t.Spec.Tolerations = plain(user.Tolerations)
 		}
-		if user.PriorityClassName != "" {
-			spec["priorityClassName"] = user.PriorityClassName
-		}
+		t.Spec.PriorityClassName = user.PriorityClassName
 	}
-	return template{object: object{"metadata": meta, "spec": spec}, meta: meta, etcd: etcd, annotations: annotations}
+	return t
 }
 
 // etcd's probe endpoints, served on the metrics port from v3.5.11 (v1alpha1.MinVersion).
@@ -226,35 +219,35 @@ func listenURL(secure bool, port int) string {
 	return fmt.Sprintf("%s://0.0.0.0:%d", scheme(secure), port)
 }
 
-func podVolumeMounts(s serving) []any {
-	mounts := []any{
-		object{"name": volumeData, "mountPath": dataVolumeDir},
-		object{"name": volumeTools, "mountPath": toolDir},
-		object{"name": volumeJoin, "mountPath": joinDir, "readOnly": true},
+func podVolumeMounts(s serving) []volumeMount {
+	mounts := []volumeMount{
+		{Name: volumeData, MountPath: dataVolumeDir},
+		{Name: volumeTools, MountPath: toolDir},
+		{Name: volumeJoin, MountPath: joinDir, ReadOnly: true},
 	}
 	if s.client.servesTLS() {
-		mounts = append(mounts, object{"name": volumeServerTLS, "mountPath": tlsDir + "/server", "readOnly": true})
+		mounts = append(mounts, volumeMount{Name: volumeServerTLS, MountPath: tlsDir + "/server", ReadOnly: true})
 	}
 	if s.peer.canDialTLS() {
-		mounts = append(mounts, object{"name": volumePeerTLS, "mountPath": tlsDir + "/peer", "readOnly": true})
+		mounts = append(mounts, volumeMount{Name: volumePeerTLS, MountPath: tlsDir + "/peer", ReadOnly: true})
 	}
 	return mounts
 }
 
-func podVolumes(c *v1alpha1.EtcdCluster, s serving) []any {
-	vols := []any{
-		object{"name": volumeTools, "emptyDir": object{}},
-		object{"name": volumeJoin, "configMap": object{"name": JoinConfigMapName(c.Name)}},
+func podVolumes(c *v1alpha1.EtcdCluster, s serving) []volume {
+	vols := []volume{
+		{Name: volumeTools, EmptyDir: &emptyDir{}},
+		{Name: volumeJoin, ConfigMap: &configMapSource{Name: JoinConfigMapName(c.Name)}},
 	}
 	// Without a storageSpec the member's data lives as long as its pod.
 	if c.Spec.StorageSpec == nil {
-		vols = append(vols, object{"name": volumeData, "emptyDir": object{}})
+		vols = append(vols, volume{Name: volumeData, EmptyDir: &emptyDir{}})
 	}
 	if s.client.servesTLS() {
-		vols = append(vols, object{"name": volumeServerTLS, "secret": object{"secretName": s.serverSecret}})
+		vols = append(vols, volume{Name: volumeServerTLS, Secret: &secretSource{SecretName: s.serverSecret}})
 	}
 	if s.peer.canDialTLS() {
-		vols = append(vols, object{"name": volumePeerTLS, "secret": object{"secretName": s.peerSecret}})
+		vols = append(vols, volume{Name: volumePeerTLS, Secret: &secretSource{SecretName: s.peerSecret}})
 	}
 	return vols
 }

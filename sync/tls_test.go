@@ -27,7 +27,7 @@ func TestServingOf(t *testing.T) {
 		{"peer TLS", serving{peer: peerTLS, peerSecret: "peer"}},
 		{"everything, with a trust digest", serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}},
 	} {
-		tmpl := podTemplate(simConfig, c, tc.s, "etcd:v3.6.16").object
+		tmpl := podTemplate(simConfig, c, tc.s, "etcd:v3.6.16")
 		var pt corev1.PodTemplateSpec
 		if err := jsonRoundTrip(tmpl, &pt); err != nil {
 			t.Fatal(err)
@@ -54,7 +54,7 @@ func TestEndpointsDialOnlyOwnPods(t *testing.T) {
 		p.Name, p.Namespace, p.Labels, p.Status.PodIP = name, ns, labels, ip
 		if s != nil {
 			var pt corev1.PodTemplateSpec
-			if err := jsonRoundTrip(podTemplate(simConfig, c, *s, "etcd:v3.6.16").object, &pt); err != nil {
+			if err := jsonRoundTrip(podTemplate(simConfig, c, *s, "etcd:v3.6.16"), &pt); err != nil {
 				t.Fatal(err)
 			}
 			p.Spec = pt.Spec

@@ -1,0 +1,143 @@
+package sync
+
+// The pod template and the pod parts member Jobs share, as typed values: they encode without
+// the per-key work of a map, and the template is encoded three times per sync (two hashes,
+// the answer). Like the maps of render.go they hold only the fields the operator owns, and
+// they must encode to the same bytes: the pods of running clusters carry hashes of those
+// bytes, and a changed byte restarts every pod. So each struct declares its fields in the
+// sorted order of their JSON names (the order encoding/json writes a map's keys in), a field
+// is omitempty or omitzero exactly when the operator leaves it out, and TestRenderedBytesDoNotChange and
+// the golden fixtures pin the result.
+
+// podTemplateSpec is a StatefulSet's spec.template.
+type podTemplateSpec struct {
+	Metadata podMetadata `json:"metadata"`
+	Spec     etcdPodSpec `json:"spec"`
+}
+
+type podMetadata struct {
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Labels      map[string]string `json:"labels"`
+}
+
+// etcdPodSpec is the etcd pods' spec; the user's affinity and tolerations are kept in their
+// JSON form (plain).
+type etcdPodSpec struct {
+	Affinity                     any               `json:"affinity,omitempty"`
+	AutomountServiceAccountToken bool              `json:"automountServiceAccountToken"`
+	Containers                   []container       `json:"containers"`
+	InitContainers               []container       `json:"initContainers"`
+	NodeSelector                 map[string]string `json:"nodeSelector,omitempty"`
+	PriorityClassName            string            `json:"priorityClassName,omitempty"`
+	SecurityContext              podSecurity       `json:"securityContext"`
+	Tolerations                  any               `json:"tolerations,omitempty"`
+	Volumes                      []volume          `json:"volumes"`
+}
+
+// container is the etcd container or the init container that installs the launcher; the
+// image is always written, empty too (the config hash is taken without it).
+type container struct {
+	Args            []string          `json:"args,omitempty"`
+	Command         []string          `json:"command"`
+	Env             []envVar          `json:"env,omitempty"`
+	Image           string            `json:"image"`
+	LivenessProbe   probe             `json:"livenessProbe,omitzero"`
+	Name            string            `json:"name"`
+	Ports           []containerPort   `json:"ports,omitempty"`
+	ReadinessProbe  probe             `json:"readinessProbe,omitzero"`
+	Resources       any               `json:"resources,omitempty"`
+	SecurityContext containerSecurity `json:"securityContext"`
+	VolumeMounts    []volumeMount     `json:"volumeMounts"`
+}
+
+type envVar struct {
+	Name      string       `json:"name"`
+	ValueFrom envVarSource `json:"valueFrom"`
+}
+
+type envVarSource struct {
+	FieldRef fieldRef `json:"fieldRef"`
+}
+
+type fieldRef struct {
+	FieldPath string `json:"fieldPath"`
+}
+
+type containerPort struct {
+	ContainerPort int    `json:"containerPort"`
+	Name          string `json:"name"`
+}
+
+type probe struct {
+	Exec                execAction `json:"exec,omitzero"`
+	FailureThreshold    int        `json:"failureThreshold"`
+	HTTPGet             httpGet    `json:"httpGet,omitzero"`
+	InitialDelaySeconds int        `json:"initialDelaySeconds,omitempty"`
+	PeriodSeconds       int        `json:"periodSeconds"`
+	TimeoutSeconds      int        `json:"timeoutSeconds,omitempty"`
+}
+
+type execAction struct {
+	Command []string `json:"command"`
+}
+
+type httpGet struct {
+	Path   string `json:"path"`
+	Port   int    `json:"port"`
+	Scheme string `json:"scheme"`
+}
+
+// podSecurity is a pod's securityContext; only the etcd pods set an fsGroup.
+type podSecurity struct {
+	FSGroup             int            `json:"fsGroup,omitempty"`
+	FSGroupChangePolicy string         `json:"fsGroupChangePolicy,omitempty"`
+	RunAsGroup          int            `json:"runAsGroup"`
+	RunAsNonRoot        bool           `json:"runAsNonRoot"`
+	RunAsUser           int            `json:"runAsUser"`
+	SeccompProfile      seccompProfile `json:"seccompProfile"`
+}
+
+type seccompProfile struct {
+	Type string `json:"type"`
+}
+
+type containerSecurity struct {
+	AllowPrivilegeEscalation bool         `json:"allowPrivilegeEscalation"`
+	Capabilities             capabilities `json:"capabilities"`
+	ReadOnlyRootFilesystem   bool         `json:"readOnlyRootFilesystem"`
+}
+
+type capabilities struct {
+	Drop []string `json:"drop"`
+}
+
+type volumeMount struct {
+	MountPath string `json:"mountPath"`
+	Name      string `json:"name"`
+	ReadOnly  bool   `json:"readOnly,omitempty"`
+}
+
+// volume has exactly one source.
+type volume struct {
+	ConfigMap             *configMapSource `json:"configMap,omitempty"`
+	EmptyDir              *emptyDir        `json:"emptyDir,omitempty"`
+	Name                  string           `json:"name"`
+	PersistentVolumeClaim *claimSource     `json:"persistentVolumeClaim,omitempty"`
+	Secret                *secretSource    `json:"secret,omitempty"`
+}
+
+type configMapSource struct {
+	Name string `json:"name"`
+}
+
+// emptyDir encodes as {}.
+type emptyDir struct{}
+
+type claimSource struct {
+	ClaimName string `json:"claimName"`
+	ReadOnly  bool   `json:"readOnly,omitempty"`
+}
+
+type secretSource struct {
+	SecretName string `json:"secretName"`
+}
