@@ -118,10 +118,10 @@ func digest(t *testing.T, v any) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// TestPodTemplateFieldsAreInKeyOrder: every struct the pod template is built of declares its
-// fields in the sorted order of their JSON names, the order a map's keys encode in, which
-// the hashes of running pods were taken over.
-func TestPodTemplateFieldsAreInKeyOrder(t *testing.T) {
+// TestObjectFieldsAreInKeyOrder: every struct the children are built of declares its fields
+// in the sorted order of their JSON names, the order a map's keys encode in, which the hashes
+// of running pods and the names of Jobs were taken over.
+func TestObjectFieldsAreInKeyOrder(t *testing.T) {
 	seen := map[reflect.Type]bool{}
 	var check func(reflect.Type)
 	check = func(typ reflect.Type) {
@@ -143,8 +143,10 @@ func TestPodTemplateFieldsAreInKeyOrder(t *testing.T) {
 			check(f.Type)
 		}
 	}
-	check(reflect.TypeFor[podTemplateSpec]())
-	if len(seen) < 10 {
+	for _, typ := range []reflect.Type{reflect.TypeFor[apiObject](), reflect.TypeFor[serviceSpec](), reflect.TypeFor[pdbSpec](), reflect.TypeFor[statefulSetSpec]()} {
+		check(typ)
+	}
+	if len(seen) < 30 {
 		t.Errorf("only %d structs checked", len(seen))
 	}
 }

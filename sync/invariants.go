@@ -200,11 +200,11 @@ func checkBootstrap(obs *Observed, d Decision) error {
 		case "Job":
 			return errors.New("bootstrap starts a member Job")
 		case "StatefulSet":
-			if r := c.Object.(object)["spec"].(object)["replicas"]; r != 1 {
+			if r := c.Object.(apiObject).Spec.(statefulSetSpec).Replicas; r != 1 {
 				return fmt.Errorf("bootstrap StatefulSet of %v replicas", r)
 			}
 		case "ConfigMap":
-			st, err := joinstate.Decode([]byte(c.Object.(object)["data"].(map[string]string)[joinstate.ConfigMapKey]))
+			st, err := joinstate.Decode([]byte(c.Object.(apiObject).Data[joinstate.ConfigMapKey]))
 			if err != nil {
 				return err
 			}

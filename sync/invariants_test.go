@@ -192,7 +192,7 @@ func TestTeardownAndBootstrapInvariants(t *testing.T) {
 		{"teardown starts a Job", checkTeardown(&obs, Decision{Children: append([]Child{job}, d.Children...)}), "was not observed"},
 		{"finalized with children left", checkTeardown(&obs, Decision{Finalized: true}), "finalized while children or pods are left"},
 		{"bootstrap over a cluster that answered", checkBootstrap(&obs, d), "bootstrapping a cluster that answered"},
-		{"bootstrap of three", checkBootstrap(fresh, Decision{Children: []Child{{Kind: "StatefulSet", Object: object{"spec": object{"replicas": 3}}}}}), "bootstrap StatefulSet of 3 replicas"},
+		{"bootstrap of three", checkBootstrap(fresh, Decision{Children: []Child{{Kind: "StatefulSet", Object: apiObject{Spec: statefulSetSpec{Replicas: 3}}}}}), "bootstrap StatefulSet of 3 replicas"},
 		{"bootstrap with a Job", checkBootstrap(fresh, Decision{Children: []Child{job}}), "bootstrap starts a member Job"},
 		{"teardown deletes the StatefulSet before the Jobs", func() error {
 			o := obs

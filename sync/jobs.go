@@ -141,14 +141,9 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	name += "-" + hash
 	meta := metadata(c, name, labels)
 	if j.id != 0 {
-		meta["annotations"] = map[string]string{AnnotationMemberID: fmt.Sprintf("%x", j.id)}
+		meta.Annotations = map[string]string{AnnotationMemberID: fmt.Sprintf("%x", j.id)}
 	}
-	return Child{APIVersion: "batch/v1", Kind: "Job", Name: name, Object: object{
-		"apiVersion": "batch/v1",
-		"kind":       "Job",
-		"metadata":   meta,
-		"spec":       spec,
-	}}
+	return child("batch/v1", "Job", meta, spec)
 }
 
 // jobState is where an observed Job stands.

@@ -11,13 +11,14 @@ import (
 	"etcdops.dev/etcdops/joinstate"
 )
 
-// Rendering: every child is built as a pruned map holding only the fields the operator owns,
-// so its JSON carries no creationTimestamp: null, no status: {} and no empty structs, and
-// identical input encodes to identical bytes (encoding/json sorts map keys). Typed API structs
-// would emit server-owned zero values; client-go's apply configurations would do, but they
-// pull an HTTP client into this package. The pod template is typed instead (pod.go).
+// Rendering: every child holds only the fields the operator owns, so its JSON carries no
+// creationTimestamp: null, no status: {} and no empty structs, and identical input encodes to
+// identical bytes. Typed API structs would emit server-owned zero values; client-go's apply
+// configurations would do, but they pull an HTTP client into this package. So the children
+// are the package's own structs (objects.go), and the parts of member Jobs not shared with the
+// etcd pods are maps (encoding/json sorts their keys).
 
-// object is a rendered API object, or part of one.
+// object is a part of a rendered member Job.
 type object map[string]any
 
 // AnnotationLedger on the join ConfigMap keeps, per ordinal ever used, the member ID,
@@ -40,73 +41,52 @@ func selectorLabels(c *v1alpha1.EtcdCluster) map[string]string {
 }
 
 // metadata of a top-level child.
-func metadata(c *v1alpha1.EtcdCluster, name string, labels map[string]string) object {
-	return object{"name": name, "namespace": c.Namespace, "labels": labels}
+func metadata(c *v1alpha1.EtcdCluster, name string, labels map[string]string) objectMeta {
+	return objectMeta{Name: name, Namespace: c.Namespace, Labels: labels}
+}
+
+// child is a top-level child named by its metadata, with the spec given.
+func child(apiVersion, kind string, meta objectMeta, spec any) Child {
+	return Child{APIVersion: apiVersion, Kind: kind, Name: meta.Name, Object: apiObject{APIVersion: apiVersion, Kind: kind, Metadata: meta, Spec: spec}}
 }
 
 func headlessService(c *v1alpha1.EtcdCluster) Child {
-	name := HeadlessServiceName(c.Name)
-	return Child{APIVersion: "v1", Kind: "Service", Name: name, Object: object{
-		"apiVersion": "v1",
-		"kind":       "Service",
-		"metadata":   metadata(c, name, commonLabels(c)),
-		"spec": object{
-			"clusterIP": "None",
-			// Peers must find each other before they are ready: readiness waits for them.
-			"publishNotReadyAddresses": true,
-			"selector":                 selectorLabels(c),
-			"ports":                    []any{servicePort("client", ClientPort), servicePort("peer", PeerPort)},
-		},
-	}}
+	return child("v1", "Service", metadata(c, HeadlessServiceName(c.Name), commonLabels(c)), serviceSpec{
+		ClusterIP: "None",
+		// Peers must find each other before they are ready: readiness waits for them.
+		PublishNotReadyAddresses: true,
+		Selector:                 selectorLabels(c),
+		Ports:                    []servicePort{{Name: "client", Port: ClientPort, TargetPort: ClientPort, Protocol: "TCP"}, {Name: "peer", Port: PeerPort, TargetPort: PeerPort, Protocol: "TCP"}},
+	})
 }
 
 func clientService(c *v1alpha1.EtcdCluster) Child {
-	name := ClientServiceName(c.Name)
-	return Child{APIVersion: "v1", Kind: "Service", Name: name, Object: object{
-		"apiVersion": "v1",
-		"kind":       "Service",
-		"metadata":   metadata(c, name, commonLabels(c)),
-		"spec": object{
-			"selector": selectorLabels(c),
-			"ports":    []any{servicePort("client", ClientPort)},
-		},
-	}}
-}
-
-func servicePort(name string, port int) object {
-	return object{"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
+	return child("v1", "Service", metadata(c, ClientServiceName(c.Name), commonLabels(c)), serviceSpec{
+		Selector: selectorLabels(c),
+		Ports:    []servicePort{{Name: "client", Port: ClientPort, TargetPort: ClientPort, Protocol: "TCP"}},
+	})
 }
 
 // joinConfigMap renders the join state; clusterID is "" until etcd first answered.
 func joinConfigMap(c *v1alpha1.EtcdCluster, state joinstate.State, l ledger, clusterID string) Child {
-	name := JoinConfigMapName(c.Name)
-	meta := metadata(c, name, commonLabels(c))
-	annotations := map[string]string{AnnotationLedger: l.encode()}
+	meta := metadata(c, JoinConfigMapName(c.Name), commonLabels(c))
+	meta.Annotations = map[string]string{AnnotationLedger: l.encode()}
 	if clusterID != "" {
-		annotations[AnnotationClusterID] = clusterID
+		meta.Annotations[AnnotationClusterID] = clusterID
 	}
-	meta["annotations"] = annotations
-	return Child{APIVersion: "v1", Kind: "ConfigMap", Name: name, Object: object{
-		"apiVersion": "v1",
-		"kind":       "ConfigMap",
-		"metadata":   meta,
-		"data":       map[string]string{joinstate.ConfigMapKey: joinstate.Encode(state)},
+	return Child{APIVersion: "v1", Kind: "ConfigMap", Name: meta.Name, Object: apiObject{
+		APIVersion: "v1", Kind: "ConfigMap", Metadata: meta,
+		Data: map[string]string{joinstate.ConfigMapKey: joinstate.Encode(state)},
 	}}
 }
 
 // podDisruptionBudget lets voluntary disruptions take down only as many pods as the voters
 // can lose without losing quorum.
 func podDisruptionBudget(c *v1alpha1.EtcdCluster, voters int) Child {
-	name := PDBName(c.Name)
-	return Child{APIVersion: "policy/v1", Kind: "PodDisruptionBudget", Name: name, Object: object{
-		"apiVersion": "policy/v1",
-		"kind":       "PodDisruptionBudget",
-		"metadata":   metadata(c, name, commonLabels(c)),
-		"spec": object{
-			"maxUnavailable": max(0, voters-etcdstate.Quorum(voters)),
-			"selector":       object{"matchLabels": selectorLabels(c)},
-		},
-	}}
+	return child("policy/v1", "PodDisruptionBudget", metadata(c, PDBName(c.Name), commonLabels(c)), pdbSpec{
+		MaxUnavailable: max(0, voters-etcdstate.Quorum(voters)),
+		Selector:       labelSelector{MatchLabels: selectorLabels(c)},
+	})
 }
 
 // Pods the operator runs (etcd pods and member Jobs) meet the "restricted" Pod Security

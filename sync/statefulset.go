@@ -254,50 +254,37 @@ func podVolumes(c *v1alpha1.EtcdCluster, s serving) []volume {
 
 // statefulSet renders the StatefulSet with the replicas and partition the planner chose.
 func statefulSet(c *v1alpha1.EtcdCluster, ps podSpec, replicas, partition int) Child {
-	name := StatefulSetName(c.Name)
 	whenDeleted := "Retain"
 	if c.Spec.StorageSpec != nil && c.Spec.StorageSpec.WhenDeleted == v1alpha1.PVCDelete {
 		whenDeleted = "Delete"
 	}
-	spec := object{
-		"replicas":    replicas,
-		"serviceName": HeadlessServiceName(c.Name),
-		"selector":    object{"matchLabels": selectorLabels(c)},
+	spec := statefulSetSpec{
+		Replicas:    replicas,
+		ServiceName: HeadlessServiceName(c.Name),
+		Selector:    labelSelector{MatchLabels: selectorLabels(c)},
 		// Members start together: the planner, not the StatefulSet, orders membership.
-		"podManagementPolicy": "Parallel",
-		"updateStrategy": object{
-			"type":          "RollingUpdate",
-			"rollingUpdate": object{"partition": partition},
-		},
+		PodManagementPolicy: "Parallel",
+		UpdateStrategy:      updateStrategy{Type: "RollingUpdate", RollingUpdate: rollingUpdate{Partition: partition}},
 		// A scaled-away ordinal loses its claim, so it can never come back with stale data.
-		"persistentVolumeClaimRetentionPolicy": object{"whenScaled": "Delete", "whenDeleted": whenDeleted},
-		"template":                             ps.template,
+		PersistentVolumeClaimRetentionPolicy: claimRetention{WhenScaled: "Delete", WhenDeleted: whenDeleted},
+		Template:                             ps.template,
 	}
 	if s := c.Spec.StorageSpec; s != nil {
-		spec["volumeClaimTemplates"] = []any{volumeClaimTemplate(s)}
+		spec.VolumeClaimTemplates = []volumeClaimObject{volumeClaimTemplate(s)}
 	}
-	return Child{APIVersion: "apps/v1", Kind: "StatefulSet", Name: name, Object: object{
-		"apiVersion": "apps/v1",
-		"kind":       "StatefulSet",
-		"metadata":   metadata(c, name, commonLabels(c)),
-		"spec":       spec,
-	}}
+	return child("apps/v1", "StatefulSet", metadata(c, StatefulSetName(c.Name), commonLabels(c)), spec)
 }
 
-func volumeClaimTemplate(s *v1alpha1.StorageSpec) object {
+func volumeClaimTemplate(s *v1alpha1.StorageSpec) volumeClaimObject {
 	mode := string(s.AccessModes)
 	if mode == "" {
 		mode = "ReadWriteOnce"
 	}
-	res := object{"requests": object{"storage": s.VolumeSizeRequest.String()}}
+	spec := claimSpec{AccessModes: []string{mode}, Resources: claimResources{Requests: storageQuantity{Storage: s.VolumeSizeRequest.String()}}, StorageClassName: s.StorageClassName}
 	if s.VolumeSizeLimit != nil {
-		res["limits"] = object{"storage": s.VolumeSizeLimit.String()}
+		spec.Resources.Limits = &storageQuantity{Storage: s.VolumeSizeLimit.String()}
 	}
-	spec := object{"accessModes": []string{mode}, "resources": res}
-	if s.StorageClassName != "" {
-		spec["storageClassName"] = s.StorageClassName
-	}
-	return object{"metadata": object{"name": volumeData}, "spec": spec}
+	return volumeClaimObject{Metadata: nameOnly{Name: volumeData}, Spec: spec}
 }
 
 // tlsFlags points etcd at a mounted kubernetes.io/tls Secret and requires client

@@ -96,8 +96,8 @@ func typedCommand(t *testing.T, w *simWorld, line string, seen map[string]bool) 
 		checkTyped(t, d)
 		for _, c := range d.Children {
 			seen[c.Kind] = true
-			if o, ok := c.Object.(object); ok && c.Kind == "Job" {
-				seen[o["metadata"].(object)["labels"].(map[string]string)[LabelAction]] = true
+			if o, ok := c.Object.(apiObject); ok && c.Kind == "Job" {
+				seen[o.Metadata.Labels[LabelAction]] = true
 			}
 			if b, _ := json.Marshal(c.Object); strings.Contains(string(b), `"secretName":"`+simServerSecret+`"`) {
 				seen["tls"] = true

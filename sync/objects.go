@@ -1,13 +1,103 @@
 package sync
 
-// The pod template and the pod parts member Jobs share, as typed values: they encode without
-// the per-key work of a map, and the template is encoded three times per sync (two hashes,
-// the answer). Like the maps of render.go they hold only the fields the operator owns, and
-// they must encode to the same bytes: the pods of running clusters carry hashes of those
-// bytes, and a changed byte restarts every pod. So each struct declares its fields in the
-// sorted order of their JSON names (the order encoding/json writes a map's keys in), a field
-// is omitempty or omitzero exactly when the operator leaves it out, and TestRenderedBytesDoNotChange and
-// the golden fixtures pin the result.
+// The rendered children as typed values: they encode without the per-key work of a map (the
+// pod template is encoded three times per sync: its two hashes and the answer). Like the maps
+// the rest of a member Job is built of, they hold only the fields the operator owns, and they must
+// encode to the same bytes a map of those keys would: the pods of running clusters carry
+// hashes of those bytes, a Job is named after its own, and a changed byte restarts every pod
+// or renames a Job. So each struct declares its fields in the sorted order of their JSON names
+// (the order encoding/json writes a map's keys in), a field is omitempty or omitzero exactly
+// when the operator leaves it out, and TestRenderedBytesDoNotChange and the golden fixtures
+// pin the result.
+
+// apiObject is a top-level child: data for the ConfigMap, spec for the others.
+type apiObject struct {
+	APIVersion string            `json:"apiVersion"`
+	Data       map[string]string `json:"data,omitempty"`
+	Kind       string            `json:"kind"`
+	Metadata   objectMeta        `json:"metadata"`
+	Spec       any               `json:"spec,omitempty"`
+}
+
+// objectMeta is a top-level child's metadata; the namespace is always written.
+type objectMeta struct {
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Labels      map[string]string `json:"labels"`
+	Name        string            `json:"name"`
+	Namespace   string            `json:"namespace"`
+}
+
+type labelSelector struct {
+	MatchLabels map[string]string `json:"matchLabels"`
+}
+
+type serviceSpec struct {
+	ClusterIP                string            `json:"clusterIP,omitempty"`
+	Ports                    []servicePort     `json:"ports"`
+	PublishNotReadyAddresses bool              `json:"publishNotReadyAddresses,omitempty"`
+	Selector                 map[string]string `json:"selector"`
+}
+
+type servicePort struct {
+	Name       string `json:"name"`
+	Port       int    `json:"port"`
+	Protocol   string `json:"protocol"`
+	TargetPort int    `json:"targetPort"`
+}
+
+type pdbSpec struct {
+	MaxUnavailable int           `json:"maxUnavailable"`
+	Selector       labelSelector `json:"selector"`
+}
+
+type statefulSetSpec struct {
+	PersistentVolumeClaimRetentionPolicy claimRetention      `json:"persistentVolumeClaimRetentionPolicy"`
+	PodManagementPolicy                  string              `json:"podManagementPolicy"`
+	Replicas                             int                 `json:"replicas"`
+	Selector                             labelSelector       `json:"selector"`
+	ServiceName                          string              `json:"serviceName"`
+	Template                             *podTemplateSpec    `json:"template"`
+	UpdateStrategy                       updateStrategy      `json:"updateStrategy"`
+	VolumeClaimTemplates                 []volumeClaimObject `json:"volumeClaimTemplates,omitempty"`
+}
+
+type claimRetention struct {
+	WhenDeleted string `json:"whenDeleted"`
+	WhenScaled  string `json:"whenScaled"`
+}
+
+type updateStrategy struct {
+	RollingUpdate rollingUpdate `json:"rollingUpdate"`
+	Type          string        `json:"type"`
+}
+
+type rollingUpdate struct {
+	Partition int `json:"partition"`
+}
+
+type volumeClaimObject struct {
+	Metadata nameOnly  `json:"metadata"`
+	Spec     claimSpec `json:"spec"`
+}
+
+type nameOnly struct {
+	Name string `json:"name"`
+}
+
+type claimSpec struct {
+	AccessModes      []string       `json:"accessModes"`
+	Resources        claimResources `json:"resources"`
+	StorageClassName string         `json:"storageClassName,omitempty"`
+}
+
+type claimResources struct {
+	Limits   *storageQuantity `json:"limits,omitempty"`
+	Requests storageQuantity  `json:"requests"`
+}
+
+type storageQuantity struct {
+	Storage string `json:"storage"`
+}
 
 // podTemplateSpec is a StatefulSet's spec.template.
 type podTemplateSpec struct {
