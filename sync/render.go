@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
@@ -105,10 +106,34 @@ func containerSecurityContext() containerSecurity {
 	return containerSecurity{AllowPrivilegeEscalation: false, Capabilities: capabilities{Drop: []string{"ALL"}}, ReadOnlyRootFilesystem: true}
 }
 
-// shortHash is a stable 10-hex-digit digest of v's JSON.
+// shortHash is a stable 10-hex-digit digest of v's JSON, as json.Marshal writes it. The JSON
+// is streamed into the digest rather than copied out first.
 func shortHash(v any) string {
-	sum := sha256.Sum256(mustJSON(v))
-	return hex.EncodeToString(sum[:])[:10]
+	h := &jsonDigest{Hash: sha256.New()}
+	if err := json.NewEncoder(h).Encode(v); err != nil {
+		panic(fmt.Sprintf("sync: encoding plain values cannot fail: %v", err))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:10]
+}
+
+// jsonDigest hashes what is written to it but the last byte: the newline json.Encoder ends a
+// value with, which json.Marshal does not write.
+type jsonDigest struct {
+	hash.Hash
+	held    byte
+	holding bool
+}
+
+func (d *jsonDigest) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if d.holding {
+		d.Hash.Write([]byte{d.held})
+	}
+	d.Hash.Write(p[:len(p)-1])
+	d.held, d.holding = p[len(p)-1], true
+	return len(p), nil
 }
 
 // plain turns a user-supplied API value into its JSON form: the user's value carries only
