@@ -103,7 +103,7 @@ func readSyncRequest(r *http.Request, body *bytes.Buffer) (syncRequest, error) {
 		return req, bodyError(err)
 	}
 	// From a bytes.Buffer the decoder parses in place, without copying into buffers of its own.
-	dec := jsontext.NewDecoder(body, decodeOptions...)
+	dec := getDecoder(body)
 	err := members(dec, "a sync request", func(key string) error {
 		switch {
 		case strings.EqualFold(key, "parent"):
@@ -124,6 +124,7 @@ func readSyncRequest(r *http.Request, body *bytes.Buffer) (syncRequest, error) {
 			err = refuse(errMalformed, "data after the request object")
 		}
 	}
+	putDecoder(dec)
 	return req, bodyError(err)
 }
 
@@ -257,14 +258,18 @@ func sorted[T any, P interface {
 	if len(set) == 0 {
 		return nil
 	}
-	out := make([]T, 0, len(set))
+	// Sorted as pointers: comparing copies would put two of them on the heap per comparison.
+	objs := make([]P, 0, len(set))
 	for _, obj := range set {
-		out = append(out, *obj)
+		objs = append(objs, obj)
 	}
-	slices.SortFunc(out, func(a, b T) int {
-		pa, pb := P(&a), P(&b)
-		return cmp.Or(cmp.Compare(pa.GetNamespace(), pb.GetNamespace()), cmp.Compare(pa.GetName(), pb.GetName()))
+	slices.SortFunc(objs, func(a, b P) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
 	})
+	out := make([]T, len(objs))
+	for i, obj := range objs {
+		out[i] = *obj
+	}
 	return out
 }
 

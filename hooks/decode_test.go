@@ -51,3 +51,25 @@ func TestDecodeSkipsManagedFields(t *testing.T) {
 		t.Fatalf("a malformed timestamp: %v, want the request refused as malformed", err)
 	}
 }
+
+// Decoders are reused from one request to the next: one left mid-object by a malformed body
+// must read the next body from its start, remembering none of the names it saw, so a request
+// with the same names is not refused as naming them twice.
+func TestADecoderReadsEachBodyAfresh(t *testing.T) {
+	read := func(body string) (syncRequest, error) {
+		return readSyncRequest(httptest.NewRequest("POST", "/sync", strings.NewReader(body)), new(bytes.Buffer))
+	}
+	good := `{"parent":{"metadata":{"name":"etcd"}},"finalizing":true}`
+	for range 3 {
+		if _, err := read(`{"parent":{"metadata":{"name":"etcd"}},"finalizing":tru`); err == nil {
+			t.Fatal("a truncated body was read")
+		}
+		req, err := read(good)
+		if err != nil {
+			t.Fatalf("the body after a truncated one: %v", err)
+		}
+		if !req.finalizing || !strings.Contains(string(req.parent), `"etcd"`) {
+			t.Fatalf("the body after a truncated one read as %+v", req)
+		}
+	}
+}
