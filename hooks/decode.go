@@ -94,7 +94,8 @@ func decodeTime(dec *jsontext.Decoder, t *metav1.Time) error {
 	return nil
 }
 
-// readSyncRequest reads the body into body, then decodes it in one pass. A body that is not
+// readSyncRequest reads the body into body, then decodes it in one pass. The request's parent
+// is part of body, so the request is good only while body is not reused. A body that is not
 // JSON, whose outer structure is not a hook request's, or with an object that is not one of
 // its kind is refused as malformed; the parent and the child types are checked after.
 func readSyncRequest(r *http.Request, body *bytes.Buffer) (syncRequest, error) {
@@ -108,7 +109,8 @@ func readSyncRequest(r *http.Request, body *bytes.Buffer) (syncRequest, error) {
 		switch {
 		case strings.EqualFold(key, "parent"):
 			v, err := dec.ReadValue()
-			req.parent = append(json.RawMessage(nil), v...)
+			// The decoder parses the body's own buffer in place, so v is part of it.
+			req.parent = json.RawMessage(v)
 			return err
 		case strings.EqualFold(key, "children"):
 			return members(dec, key, func(typ string) error { return req.children.decode(dec, typ, &req, true) })
