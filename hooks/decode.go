@@ -94,7 +94,8 @@ func decodeTime(dec *jsontext.Decoder, t *metav1.Time) error {
 	return nil
 }
 
-// readSyncRequest reads the body into body, then decodes it in one pass. A body that is not
+// readSyncRequest reads the body into body, then decodes it in one pass. The request's parent
+// is part of body, so the request is good only while body is not reused. A body that is not
 // JSON, whose outer structure is not a hook request's, or with an object that is not one of
 // its kind is refused as malformed; the parent and the child types are checked after.
 func readSyncRequest(r *http.Request, body *bytes.Buffer) (syncRequest, error) {
@@ -103,12 +104,13 @@ func readSyncRequest(r *http.Request, body *bytes.Buffer) (syncRequest, error) {
 		return req, bodyError(err)
 	}
 	// From a bytes.Buffer the decoder parses in place, without copying into buffers of its own.
-	dec := jsontext.NewDecoder(body, decodeOptions...)
+	dec := getDecoder(body)
 	err := members(dec, "a sync request", func(key string) error {
 		switch {
 		case strings.EqualFold(key, "parent"):
 			v, err := dec.ReadValue()
-			req.parent = append(json.RawMessage(nil), v...)
+			// The decoder parses the body's own buffer in place, so v is part of it.
+			req.parent = json.RawMessage(v)
 			return err
 		case strings.EqualFold(key, "children"):
 			return members(dec, key, func(typ string) error { return req.children.decode(dec, typ, &req, true) })
@@ -124,6 +126,7 @@ func readSyncRequest(r *http.Request, body *bytes.Buffer) (syncRequest, error) {
 			err = refuse(errMalformed, "data after the request object")
 		}
 	}
+	putDecoder(dec)
 	return req, bodyError(err)
 }
 
@@ -257,14 +260,18 @@ func sorted[T any, P interface {
 	if len(set) == 0 {
 		return nil
 	}
-	out := make([]T, 0, len(set))
+	// Sorted as pointers: comparing copies would put two of them on the heap per comparison.
+	objs := make([]P, 0, len(set))
 	for _, obj := range set {
-		out = append(out, *obj)
+		objs = append(objs, obj)
 	}
-	slices.SortFunc(out, func(a, b T) int {
-		pa, pb := P(&a), P(&b)
-		return cmp.Or(cmp.Compare(pa.GetNamespace(), pb.GetNamespace()), cmp.Compare(pa.GetName(), pb.GetName()))
+	slices.SortFunc(objs, func(a, b P) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
 	})
+	out := make([]T, len(objs))
+	for i, obj := range objs {
+		out[i] = *obj
+	}
 	return out
 }
 

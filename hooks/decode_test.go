@@ -2,6 +2,7 @@ package hooks
 
 import (
 	"bytes"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -49,5 +50,48 @@ func TestDecodeSkipsManagedFields(t *testing.T) {
 	}
 	if _, err := read(`"noon"`); err == nil || !strings.Contains(err.Error(), "malformed") {
 		t.Fatalf("a malformed timestamp: %v, want the request refused as malformed", err)
+	}
+}
+
+// Decoders are reused from one request to the next: one left mid-object by a malformed body
+// must read the next body from its start, remembering none of the names it saw, so a request
+// with the same names is not refused as naming them twice.
+func TestADecoderReadsEachBodyAfresh(t *testing.T) {
+	read := func(body string) (syncRequest, error) {
+		return readSyncRequest(httptest.NewRequest("POST", "/sync", strings.NewReader(body)), new(bytes.Buffer))
+	}
+	good := `{"parent":{"metadata":{"name":"etcd"}},"finalizing":true}`
+	for range 3 {
+		if _, err := read(`{"parent":{"metadata":{"name":"etcd"}},"finalizing":tru`); err == nil {
+			t.Fatal("a truncated body was read")
+		}
+		req, err := read(good)
+		if err != nil {
+			t.Fatalf("the body after a truncated one: %v", err)
+		}
+		if !req.finalizing || !strings.Contains(string(req.parent), `"etcd"`) {
+			t.Fatalf("the body after a truncated one read as %+v", req)
+		}
+	}
+}
+
+// The parent is kept as part of the body's buffer, not copied: it must come out whole after the
+// decoder has read a large rest of the body past it.
+func TestTheParentSurvivesTheRestOfTheBody(t *testing.T) {
+	parent := `{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","annotations":{"note":"` + strings.Repeat("p", 4096) + `"}}}`
+	var pods strings.Builder
+	for i := range 200 {
+		if i > 0 {
+			pods.WriteByte(',')
+		}
+		fmt.Fprintf(&pods, `"default/etcd-%d":{"metadata":{"name":"etcd-%d","namespace":"default","labels":{"x":"%s"}}}`, i, i, strings.Repeat("q", 1024))
+	}
+	body := `{"parent":` + parent + `,"related":{"Pod.v1":{` + pods.String() + `}}}`
+	req, err := readSyncRequest(httptest.NewRequest("POST", "/sync", strings.NewReader(body)), new(bytes.Buffer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(req.parent) != parent || len(req.related.pods) != 200 {
+		t.Fatalf("the parent read as %.80q..., %d pods", req.parent, len(req.related.pods))
 	}
 }
