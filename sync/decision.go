@@ -56,11 +56,11 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 		}
 	}
 	children := []Child{
-		headlessService(v.c),
-		clientService(v.c),
-		joinConfigMap(v.c, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID)),
-		podDisruptionBudget(v.c, len(v.voters())),
-		statefulSet(v.c, v.spec, s.replicas, s.partition),
+		headlessService(v.c, v.labels),
+		clientService(v.c, v.labels),
+		joinConfigMap(v.c, v.labels, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID)),
+		podDisruptionBudget(v.c, v.labels, len(v.voters())),
+		statefulSet(v.c, v.labels, v.spec, s.replicas, s.partition),
 	}
 	for _, j := range s.keep {
 		children = append(children, unchanged("batch/v1", "Job", j.ObjectMeta, j))
@@ -88,7 +88,7 @@ func (v *view) heldChildren(s step) []Child {
 	if s.rollForward {
 		for i, c := range children {
 			if c.Kind == "StatefulSet" && c.Name == StatefulSetName(v.c.Name) {
-				children[i] = statefulSet(v.c, v.spec, v.replicas, s.partition)
+				children[i] = statefulSet(v.c, v.labels, v.spec, v.replicas, s.partition)
 			}
 		}
 	}
@@ -96,12 +96,12 @@ func (v *view) heldChildren(s step) []Child {
 	for _, c := range children {
 		have[c.Kind+"/"+c.Name] = true
 	}
-	missing := []Child{headlessService(v.c), clientService(v.c), podDisruptionBudget(v.c, v.size)}
+	missing := []Child{headlessService(v.c, v.labels), clientService(v.c, v.labels), podDisruptionBudget(v.c, v.labels, v.size)}
 	if v.join == nil {
-		missing = append(missing, joinConfigMap(v.c, v.lastKnownJoinState(), v.ledger, v.clusterID))
+		missing = append(missing, joinConfigMap(v.c, v.labels, v.lastKnownJoinState(), v.ledger, v.clusterID))
 	}
 	if v.sts == nil {
-		missing = append(missing, statefulSet(v.c, v.spec, v.lastKnownReplicas(), v.protectivePartition()))
+		missing = append(missing, statefulSet(v.c, v.labels, v.spec, v.lastKnownReplicas(), v.protectivePartition()))
 	}
 	for _, c := range missing {
 		if !have[c.Kind+"/"+c.Name] {

@@ -76,7 +76,7 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "a1ba31aa0c", "93a73fe709", "bc8cd2aad5d053f8"},
 	} {
 		ps := renderPodSpec(simConfig, tc.c, tc.s)
-		sts := digest(t, statefulSet(tc.c, ps, 3, 1).Object)
+		sts := digest(t, statefulSet(tc.c, labelsOf(tc.c), ps, 3, 1).Object)
 		if ps.configHash != tc.config || ps.specHash != tc.spec || sts != tc.statefulSet {
 			t.Errorf("%s: config hash %s, spec hash %s, StatefulSet %s; want %s, %s, %s", tc.story, ps.configHash, ps.specHash, sts, tc.config, tc.spec, tc.statefulSet)
 		}

@@ -190,11 +190,11 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	}
 	v := newView(cfg, obs, c)
 	children := []Child{
-		headlessService(c),
-		clientService(c),
-		joinConfigMap(c, state, ledger{seed: {}}, ""),
-		podDisruptionBudget(c, 1),
-		statefulSet(c, v.spec, 1, 0),
+		headlessService(c, v.labels),
+		clientService(c, v.labels),
+		joinConfigMap(c, v.labels, state, ledger{seed: {}}, ""),
+		podDisruptionBudget(c, v.labels, 1),
+		statefulSet(c, v.labels, v.spec, 1, 0),
 	}
 	sortChildren(children)
 	action := Action{Type: Bootstrap, Member: seed, Reason: "no cluster yet: starting seed " + seed}

@@ -27,18 +27,31 @@ type object map[string]any
 // new incarnation even after its old record left the membership.
 const AnnotationLedger = "etcdops.dev/ledger"
 
-// commonLabels are on every child; selectorLabels pick the cluster's pods.
-func commonLabels(c *v1alpha1.EtcdCluster) map[string]string {
-	return map[string]string{
-		LabelCluster:   c.Name,
-		LabelManagedBy: ManagedBy,
-		LabelName:      "etcd",
-		LabelInstance:  c.Name,
-	}
+// childLabels are the label maps of one Plan's top-level children, built once and shared by them.
+// Sharing is safe because a rendered child is only encoded, never changed: the maps sit in
+// unexported fields that only encoding/json reads, and whatever adds labels (the pod
+// template, a member Job) writes into a map of its own.
+type childLabels struct {
+	common   map[string]string // on every child
+	selector map[string]string // picks the cluster's pods
 }
 
-func selectorLabels(c *v1alpha1.EtcdCluster) map[string]string {
-	return map[string]string{LabelCluster: c.Name}
+func labelsOf(c *v1alpha1.EtcdCluster) childLabels {
+	return childLabels{common: commonLabels(c), selector: map[string]string{LabelCluster: c.Name}}
+}
+
+// commonLabels are a fresh map of the labels on every child, for a child that adds its own.
+func commonLabels(c *v1alpha1.EtcdCluster) map[string]string {
+	m := make(map[string]string, 8)
+	setCommonLabels(m, c)
+	return m
+}
+
+func setCommonLabels(m map[string]string, c *v1alpha1.EtcdCluster) {
+	m[LabelCluster] = c.Name
+	m[LabelManagedBy] = ManagedBy
+	m[LabelName] = "etcd"
+	m[LabelInstance] = c.Name
 }
 
 // metadata of a top-level child.
@@ -51,26 +64,26 @@ func child(apiVersion, kind string, meta objectMeta, spec any) Child {
 	return Child{APIVersion: apiVersion, Kind: kind, Name: meta.Name, Object: apiObject{APIVersion: apiVersion, Kind: kind, Metadata: meta, Spec: spec}}
 }
 
-func headlessService(c *v1alpha1.EtcdCluster) Child {
-	return child("v1", "Service", metadata(c, HeadlessServiceName(c.Name), commonLabels(c)), serviceSpec{
+func headlessService(c *v1alpha1.EtcdCluster, lb childLabels) Child {
+	return child("v1", "Service", metadata(c, HeadlessServiceName(c.Name), lb.common), serviceSpec{
 		ClusterIP: "None",
 		// Peers must find each other before they are ready: readiness waits for them.
 		PublishNotReadyAddresses: true,
-		Selector:                 selectorLabels(c),
+		Selector:                 lb.selector,
 		Ports:                    []servicePort{{Name: "client", Port: ClientPort, TargetPort: ClientPort, Protocol: "TCP"}, {Name: "peer", Port: PeerPort, TargetPort: PeerPort, Protocol: "TCP"}},
 	})
 }
 
-func clientService(c *v1alpha1.EtcdCluster) Child {
-	return child("v1", "Service", metadata(c, ClientServiceName(c.Name), commonLabels(c)), serviceSpec{
-		Selector: selectorLabels(c),
+func clientService(c *v1alpha1.EtcdCluster, lb childLabels) Child {
+	return child("v1", "Service", metadata(c, ClientServiceName(c.Name), lb.common), serviceSpec{
+		Selector: lb.selector,
 		Ports:    []servicePort{{Name: "client", Port: ClientPort, TargetPort: ClientPort, Protocol: "TCP"}},
 	})
 }
 
 // joinConfigMap renders the join state; clusterID is "" until etcd first answered.
-func joinConfigMap(c *v1alpha1.EtcdCluster, state joinstate.State, l ledger, clusterID string) Child {
-	meta := metadata(c, JoinConfigMapName(c.Name), commonLabels(c))
+func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.State, l ledger, clusterID string) Child {
+	meta := metadata(c, JoinConfigMapName(c.Name), lb.common)
 	meta.Annotations = map[string]string{AnnotationLedger: l.encode()}
 	if clusterID != "" {
 		meta.Annotations[AnnotationClusterID] = clusterID
@@ -83,10 +96,10 @@ func joinConfigMap(c *v1alpha1.EtcdCluster, state joinstate.State, l ledger, clu
 
 // podDisruptionBudget lets voluntary disruptions take down only as many pods as the voters
 // can lose without losing quorum.
-func podDisruptionBudget(c *v1alpha1.EtcdCluster, voters int) Child {
-	return child("policy/v1", "PodDisruptionBudget", metadata(c, PDBName(c.Name), commonLabels(c)), pdbSpec{
+func podDisruptionBudget(c *v1alpha1.EtcdCluster, lb childLabels, voters int) Child {
+	return child("policy/v1", "PodDisruptionBudget", metadata(c, PDBName(c.Name), lb.common), pdbSpec{
 		MaxUnavailable: max(0, voters-etcdstate.Quorum(voters)),
-		Selector:       labelSelector{MatchLabels: selectorLabels(c)},
+		Selector:       labelSelector{MatchLabels: lb.selector},
 	})
 }
 

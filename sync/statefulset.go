@@ -112,7 +112,7 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string) *
 		user = pt.Spec
 	}
 	// Operator-owned labels and annotations win over the user's.
-	maps.Copy(labels, commonLabels(c))
+	setCommonLabels(labels, c)
 	t := &podTemplateSpec{Metadata: podMetadata{Labels: labels, Annotations: annotations}}
 	if s.trust != "" {
 		t.annotate(AnnotationTrust, s.trust)
@@ -253,7 +253,7 @@ func podVolumes(c *v1alpha1.EtcdCluster, s serving) []volume {
 }
 
 // statefulSet renders the StatefulSet with the replicas and partition the planner chose.
-func statefulSet(c *v1alpha1.EtcdCluster, ps podSpec, replicas, partition int) Child {
+func statefulSet(c *v1alpha1.EtcdCluster, lb childLabels, ps podSpec, replicas, partition int) Child {
 	whenDeleted := "Retain"
 	if c.Spec.StorageSpec != nil && c.Spec.StorageSpec.WhenDeleted == v1alpha1.PVCDelete {
 		whenDeleted = "Delete"
@@ -261,7 +261,7 @@ func statefulSet(c *v1alpha1.EtcdCluster, ps podSpec, replicas, partition int) C
 	spec := statefulSetSpec{
 		Replicas:    replicas,
 		ServiceName: HeadlessServiceName(c.Name),
-		Selector:    labelSelector{MatchLabels: selectorLabels(c)},
+		Selector:    labelSelector{MatchLabels: lb.selector},
 		// Members start together: the planner, not the StatefulSet, orders membership.
 		PodManagementPolicy: "Parallel",
 		UpdateStrategy:      updateStrategy{Type: "RollingUpdate", RollingUpdate: rollingUpdate{Partition: partition}},
@@ -272,7 +272,7 @@ func statefulSet(c *v1alpha1.EtcdCluster, ps podSpec, replicas, partition int) C
 	if s := c.Spec.StorageSpec; s != nil {
 		spec.VolumeClaimTemplates = []volumeClaimObject{volumeClaimTemplate(s)}
 	}
-	return child("apps/v1", "StatefulSet", metadata(c, StatefulSetName(c.Name), commonLabels(c)), spec)
+	return child("apps/v1", "StatefulSet", metadata(c, StatefulSetName(c.Name), lb.common), spec)
 }
 
 func volumeClaimTemplate(s *v1alpha1.StorageSpec) volumeClaimObject {

@@ -19,12 +19,13 @@ import (
 // view is one observation partitioned into role-named parts, built once so that each phase
 // reads like the workflow and stays short.
 type view struct {
-	cfg  Config
-	obs  *Observed
-	c    *v1alpha1.EtcdCluster // defaulted
-	size int
-	spec podSpec // the pod template the spec asks for now
-	tls  tlsView // the TLS stage spec renders, and what the pods serve
+	cfg    Config
+	obs    *Observed
+	c      *v1alpha1.EtcdCluster // defaulted
+	size   int
+	spec   podSpec     // the pod template the spec asks for now
+	labels childLabels // of the top-level children
+	tls    tlsView     // the TLS stage spec renders, and what the pods serve
 
 	pods    map[int]*corev1.Pod // the cluster's pods by ordinal
 	members []*member           // etcd members by ordinal
@@ -68,6 +69,7 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 		obs:    obs,
 		c:      c,
 		size:   int(*c.Spec.Size),
+		labels: labelsOf(c),
 		pods:   map[int]*corev1.Pod{},
 		byOrd:  map[int]*member{},
 		ledger: ledger{},
