@@ -1,7 +1,6 @@
 package sync
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -35,7 +34,7 @@ func JoinConfigMapName(cluster string) string   { return cluster + "-join" }
 func PDBName(cluster string) string             { return cluster }
 
 // PodName is the name of the pod (and etcd member) at ordinal.
-func PodName(cluster string, ordinal int) string { return fmt.Sprintf("%s-%d", cluster, ordinal) }
+func PodName(cluster string, ordinal int) string { return cluster + "-" + strconv.Itoa(ordinal) }
 
 // Ordinal parses the ordinal from a pod or member name of cluster; false if it is not one.
 func Ordinal(cluster, name string) (int, bool) {
@@ -52,7 +51,28 @@ func Ordinal(cluster, name string) (int, bool) {
 
 // MemberHost is the stable DNS name of the member at pod name.
 func MemberHost(c *v1alpha1.EtcdCluster, pod, clusterDomain string) string {
-	return fmt.Sprintf("%s.%s.%s.svc.%s", pod, HeadlessServiceName(c.Name), c.Namespace, clusterDomain)
+	return string(appendMemberHost(make([]byte, 0, 128), c, pod, clusterDomain))
+}
+
+// Host names and URLs are appended into one buffer and copied out once: the planner builds
+// several per member on every sync.
+func appendMemberHost(b []byte, c *v1alpha1.EtcdCluster, pod, clusterDomain string) []byte {
+	b = append(b, pod...)
+	b = append(b, '.')
+	b = append(b, HeadlessServiceName(c.Name)...)
+	b = append(b, '.')
+	b = append(b, c.Namespace...)
+	b = append(b, ".svc."...)
+	return append(b, clusterDomain...)
+}
+
+// memberURL is scheme://<member host>:port.
+func memberURL(c *v1alpha1.EtcdCluster, pod, clusterDomain string, secure bool, port int) string {
+	b := append(make([]byte, 0, 128), scheme(secure)...)
+	b = append(b, "://"...)
+	b = appendMemberHost(b, c, pod, clusterDomain)
+	b = append(b, ':')
+	return string(strconv.AppendInt(b, int64(port), 10))
 }
 
 // Scheme is https when the cluster has TLS for that port, http otherwise.

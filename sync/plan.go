@@ -218,7 +218,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 // clusterToken is unique per cluster incarnation: a deleted and re-created EtcdCluster of the
 // same name gets a new UID, so its members can never be mistaken for the old ones.
 func clusterToken(c *v1alpha1.EtcdCluster) string {
-	return fmt.Sprintf("%s/%s/%s", c.Namespace, c.Name, c.UID)
+	return c.Namespace + "/" + c.Name + "/" + string(c.UID)
 }
 
 // 5. unknownStateReason says why etcd's state cannot be trusted, and the Degraded reason for

@@ -1,7 +1,6 @@
 package sync
 
 import (
-	"fmt"
 	"maps"
 	"strconv"
 	"strings"
@@ -204,7 +203,7 @@ func etcdFlags(cfg Config, c *v1alpha1.EtcdCluster, s serving) []string {
 		"--listen-client-urls=" + strings.Join(listenClient, ","),
 		"--initial-advertise-peer-urls=" + peerURLOf(c, self, cfg.ClusterDomain, s.peer == peerTLS),
 		"--advertise-client-urls=" + strings.Join(advertiseClient, ","),
-		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", MetricsPort),
+		"--listen-metrics-urls=" + listenURL(false, MetricsPort),
 	}
 	if s.client.servesTLS() {
 		flags = append(flags, tlsFlags("", tlsDir+"/server")...)
@@ -216,7 +215,7 @@ func etcdFlags(cfg Config, c *v1alpha1.EtcdCluster, s serving) []string {
 }
 
 func listenURL(secure bool, port int) string {
-	return fmt.Sprintf("%s://0.0.0.0:%d", scheme(secure), port)
+	return scheme(secure) + "://0.0.0.0:" + strconv.Itoa(port)
 }
 
 func podVolumeMounts(s serving) []volumeMount {

@@ -648,11 +648,11 @@ func (v *view) tlsProgress(what string, first, on bool, done func(serving) bool)
 
 // peerURLOf and clientURLOf are a member's URLs with the given scheme.
 func peerURLOf(c *v1alpha1.EtcdCluster, pod, clusterDomain string, secure bool) string {
-	return fmt.Sprintf("%s://%s:%d", scheme(secure), MemberHost(c, pod, clusterDomain), PeerPort)
+	return memberURL(c, pod, clusterDomain, secure, PeerPort)
 }
 
 func clientURLOf(c *v1alpha1.EtcdCluster, pod, clusterDomain string, secure bool) string {
-	return fmt.Sprintf("%s://%s:%d", scheme(secure), MemberHost(c, pod, clusterDomain), ClientPort)
+	return memberURL(c, pod, clusterDomain, secure, ClientPort)
 }
 
 // SecretNames are the Secrets the sync hook needs to see (customize asks Metacontroller for
