@@ -4,8 +4,10 @@
 package joinstate
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"sync"
 )
 
 // ConfigMapKey is the key of the join state in the ConfigMap and the file name in the pod.
@@ -79,13 +81,31 @@ func (s State) Find(name string) (Member, bool) {
 	return Member{}, false
 }
 
-// Encode renders s as the ConfigMap value: stable, indented JSON.
+// Encode renders s as the ConfigMap value: stable, indented JSON and a newline.
 func Encode(s State) string {
-	b, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
+	e := encoders.Get().(*encoder)
+	defer encoders.Put(e)
+	e.buf.Reset()
+	if err := e.enc.Encode(s); err != nil {
 		panic(fmt.Sprintf("joinstate: encoding plain values cannot fail: %v", err))
 	}
-	return string(b) + "\n"
+	return e.buf.String()
+}
+
+// encoders keep an indenting Encoder and its buffers from one Encode to the next: the planner
+// encodes the join state on every sync, and json.MarshalIndent would allocate the compact
+// and the indented copy each time. An Encoder writes what MarshalIndent does, and the
+// newline.
+var encoders = sync.Pool{New: func() any {
+	e := &encoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetIndent("", "  ")
+	return e
+}}
+
+type encoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
 }
 
 // Decode parses a ConfigMap value.
