@@ -1,9 +1,10 @@
 package sync
 
 import (
+	"cmp"
 	"net"
 	"net/netip"
-	"sort"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +27,7 @@ func Endpoints(cfg Config, c *v1alpha1.EtcdCluster, pods []corev1.Pod) []etcdsta
 		ordinal int
 		etcdstate.Endpoint
 	}
-	var eps []ep
+	eps := make([]ep, 0, len(pods))
 	for _, p := range pods {
 		ord, ok := ownPod(c, &p)
 		if !ok || p.Labels[LabelCluster] != c.Name || p.Namespace != c.Namespace || ord >= maxOrdinal {
@@ -48,7 +49,7 @@ func Endpoints(cfg Config, c *v1alpha1.EtcdCluster, pods []corev1.Pod) []etcdsta
 			TLS:        asksTLS(c, &p),
 		}})
 	}
-	sort.Slice(eps, func(i, j int) bool { return eps[i].ordinal < eps[j].ordinal })
+	slices.SortFunc(eps, func(a, b ep) int { return cmp.Compare(a.ordinal, b.ordinal) })
 	out := make([]etcdstate.Endpoint, len(eps))
 	for i, e := range eps {
 		out[i] = e.Endpoint
