@@ -15,6 +15,7 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -59,11 +60,17 @@ type objectSets struct {
 // encoding/json lets it. A name given twice in one object is refused: a request whose parent,
 // spec or Secret says two things at once is read differently by decoders that keep the first
 // and those that keep the last, so it is read neither way. Two types get decoders of their own
-// (skipManagedFields, decodeTime).
-var decodeOptions = []jsonv2.Options{jsontext.AllowInvalidUTF8(true), jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(
+// (typeDecoders).
+var decodeOptions = []jsonv2.Options{jsontext.AllowInvalidUTF8(true), typeDecoders}
+
+// parentOptions read the parent exactly as encoding/json does (v1 semantics: names match
+// regardless of case, unknown names ignored), with the same two decoders of its own.
+var parentOptions = []jsonv2.Options{jsonv1.DefaultOptionsV1(), typeDecoders}
+
+var typeDecoders = jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(
 	jsonv2.UnmarshalFromFunc(skipManagedFields),
 	jsonv2.UnmarshalFromFunc(decodeTime),
-))}
+))
 
 // skipManagedFields leaves metadata.managedFields out: the planner never reads them, an
 // observed child is answered without them, and they are often the largest part of an object.

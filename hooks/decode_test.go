@@ -2,13 +2,19 @@ package hooks
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
 )
 
 // decodeTime must read every timestamp as metav1.Time's own decoder does, errors included.
@@ -93,5 +99,45 @@ func TestTheParentSurvivesTheRestOfTheBody(t *testing.T) {
 	}
 	if string(req.parent) != parent || len(req.related.pods) != 200 {
 		t.Fatalf("the parent read as %.80q..., %d pods", req.parent, len(req.related.pods))
+	}
+}
+
+// The parent is read as encoding/json reads it, less its managed fields: every fixture's
+// parent, names in another case, unknown names, nulls, and the errors of values of the wrong
+// type.
+func TestTheParentIsReadAsEncodingJSONWouldReadIt(t *testing.T) {
+	parents := []string{
+		`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","METADATA":{"Name":"etcd","namespace":"default"},"Spec":{"SIZE":3,"unknown":1}}`,
+		`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","labels":null,"creationTimestamp":null},"spec":null,"status":{"conditions":[{"type":"Ready","status":"True","lastTransitionTime":"2026-12-01T12:00:00+02:00"}]}}`,
+		`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default"},"spec":{"size":"three"}}`,
+		`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default"},"spec":{"storage":{"size":"1Gi"},"size":3.5}}`,
+		`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default"},"spec":{"storage":{"size":"lots"}}}`,
+		`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","creationTimestamp":"noon"}}`,
+	}
+	files, err := filepath.Glob("../test/fixtures/*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		var req struct{ Parent json.RawMessage }
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &req) == nil && len(req.Parent) > 0 && string(req.Parent) != "null" {
+			parents = append(parents, string(req.Parent))
+		}
+	}
+	if len(parents) < 10 {
+		t.Fatalf("only %d parents to compare", len(parents))
+	}
+	for _, raw := range parents {
+		var want v1alpha1.EtcdCluster
+		wantErr := json.Unmarshal([]byte(raw), &want)
+		want.ManagedFields = nil
+		got, gotErr := decodeParent(json.RawMessage(raw))
+		if (wantErr != nil) != (gotErr != nil) {
+			t.Errorf("%.100s: error %v, encoding/json says %v", raw, gotErr, wantErr)
+			continue
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Errorf("%.100s:\nread    %+v\nwant    %+v", raw, got, want)
+		}
 	}
 }
