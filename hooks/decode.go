@@ -98,7 +98,11 @@ func decodeStrings(dec *jsontext.Decoder, m *map[string]string) error {
 		*m = map[string]string{}
 	}
 	scratch := unquoteBuffers.Get().(*[]byte)
-	defer unquoteBuffers.Put(scratch)
+	defer func() {
+		if cap(*scratch) <= maxPooledBuffer {
+			unquoteBuffers.Put(scratch)
+		}
+	}()
 	for dec.PeekKind() != '}' {
 		name, err := decodeString(dec, scratch)
 		if err != nil {
