@@ -2,13 +2,20 @@ package hooks
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
 )
 
 // decodeTime must read every timestamp as metav1.Time's own decoder does, errors included.
@@ -93,5 +100,69 @@ func TestTheParentSurvivesTheRestOfTheBody(t *testing.T) {
 	}
 	if string(req.parent) != parent || len(req.related.pods) != 200 {
 		t.Fatalf("the parent read as %.80q..., %d pods", req.parent, len(req.related.pods))
+	}
+}
+
+// The parent is read as encoding/json reads it, less its managed fields: every fixture's
+// parent, names in another case, unknown names, nulls, and the errors of values of the wrong
+// type.
+func TestTheParentIsReadAsEncodingJSONWouldReadIt(t *testing.T) {
+	parents := []string{
+		`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","METADATA":{"Name":"etcd","namespace":"default"},"Spec":{"SIZE":3,"unknown":1}}`,
+		`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","labels":null,"creationTimestamp":null},"spec":null,"status":{"conditions":[{"type":"Ready","status":"True","lastTransitionTime":"2026-12-01T12:00:00+02:00"}]}}`,
+		`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default"},"spec":{"size":"three"}}`,
+		`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default"},"spec":{"storage":{"size":"1Gi"},"size":3.5}}`,
+		`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default"},"spec":{"storage":{"size":"lots"}}}`,
+		`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"default","creationTimestamp":"noon"}}`,
+	}
+	files, err := filepath.Glob("../test/fixtures/*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		var req struct{ Parent json.RawMessage }
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &req) == nil && len(req.Parent) > 0 && string(req.Parent) != "null" {
+			parents = append(parents, string(req.Parent))
+		}
+	}
+	if len(parents) < 10 {
+		t.Fatalf("only %d parents to compare", len(parents))
+	}
+	for _, raw := range parents {
+		var want v1alpha1.EtcdCluster
+		wantErr := json.Unmarshal([]byte(raw), &want)
+		want.ManagedFields = nil
+		got, gotErr := decodeParent(json.RawMessage(raw))
+		if (wantErr != nil) != (gotErr != nil) {
+			t.Errorf("%.100s: error %v, encoding/json says %v", raw, gotErr, wantErr)
+			continue
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Errorf("%.100s:\nread    %+v\nwant    %+v", raw, got, want)
+		}
+	}
+}
+
+// decodeStrings must read every object of strings as the default decoder reads it, and refuse
+// what it refuses (what either has read of a refused object is dropped with the request).
+func TestDecodeStringsAsTheDefaultDecoder(t *testing.T) {
+	defaults := []jsonv2.Options{jsontext.AllowInvalidUTF8(true)}
+	for _, in := range []string{
+		`{}`, `null`, `{"a":"b","c":""}`, `{"a":null}`,
+		`{"a":"line\nbreak \"quoted\" back\\slash \/ \u00e9 \ud83d\ude00 \t"}`,
+		`{"esc\u0061ped name":"v"}`, `{"a":"lone \ud800 surrogate"}`, "{\"a\":\"bad \xff byte\"}",
+		"{\"bad \xfe name\":\"v\"}", `{"a":"b","a":"c"}`, `{"a":1}`, `{"a":true}`, `{"a":{}}`,
+		`{"a":["b"]}`, `"a"`, `["a"]`, `12`, `{"a":"b"`, `{"a":"\x"}`,
+	} {
+		var want, got map[string]string
+		wantErr := jsonv2.Unmarshal([]byte(in), &want, defaults...)
+		gotErr := jsonv2.Unmarshal([]byte(in), &got, decodeOptions...)
+		if (wantErr != nil) != (gotErr != nil) {
+			t.Errorf("%q: error %v, the default decoder says %v", in, gotErr, wantErr)
+			continue
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: %q, the default decoder reads %q", in, got, want)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package hooks
 import (
 	"encoding/json"
 
+	jsonv2 "github.com/go-json-experiment/json"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
@@ -56,15 +58,15 @@ type errorBody struct {
 	Detail string `json:"detail"`
 }
 
-// decodeParent checks that raw is an EtcdCluster this hook serves and decodes it, once when
-// it is one. Only a parent that does not decode is read again for its kind, so that a parent
+// decodeParent checks that raw is an EtcdCluster this hook serves and decodes it as
+// encoding/json would, without its managed fields (parentOptions), once when it is one. Only a parent that does not decode is read again for its kind, so that a parent
 // of another kind is refused as such rather than for not matching the schema.
 func decodeParent(raw json.RawMessage) (v1alpha1.EtcdCluster, error) {
 	var c v1alpha1.EtcdCluster
 	if len(raw) == 0 || string(raw) == "null" {
 		return c, refuse(errUnprocessable, "the request has no parent")
 	}
-	decodeErr := json.Unmarshal(raw, &c)
+	decodeErr := jsonv2.Unmarshal(raw, &c, parentOptions...)
 	tm := c.TypeMeta
 	if decodeErr != nil {
 		tm = metav1.TypeMeta{}
