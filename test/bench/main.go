@@ -13,17 +13,21 @@
 // The floor and /sync of each size and client count are measured interleaved, not one
 // phase after the other: -rounds rounds (10), each a block of n/rounds floor operations and
 // a block of as many syncs (2n/rounds at 8 and 32 clients), the floor first in even rounds
-// and /sync in odd ones. Percentiles are over every latency of a kind, ops/s over the summed
-// time of its blocks, and the hook's allocations over the /sync blocks alone (its counters
-// scraped before and after each). The members run in the driver's process beside the floor,
-// and a slow spell of a few hundred milliseconds (a member's fsync or snapshot, a collection
-// in the driver) fell on one phase and not the other: the one-client p99 is the tenth
-// slowest of 1,000, and its ratio to the floor moved between 1.24× and 2.71× across runs of
-// one tree. Ten rounds make the one-client blocks 100 operations, a fraction of a second,
-// short beside such a spell, and the 32-client blocks 200, long enough for most of a block
-// to run at full concurrency and for the scrapes around the /sync blocks to add under 1 %
-// to the allocations per request (about one scrape a block: some 1,100 allocations and
+// and /sync in odd ones. The members run in the driver's process beside the floor, and a
+// slow spell of a few hundred milliseconds (a member's fsync or snapshot, a collection in
+// the driver) fell on one phase and not the other: the one-client p99 is the tenth slowest
+// of 1,000, and its ratio to the floor moved between 1.24× and 2.71× across runs of one
+// tree. Ten rounds make the one-client blocks 100 operations, a fraction of a second, short
+// beside such a spell, and the 32-client blocks 200, long enough for most of a block to run
+// at full concurrency and for the scrapes of /metrics around each /sync block to add under
+// 1 % to the allocations per request (about one scrape a block: some 1,100 allocations and
 // 130 KB, against some 3,200 and 260 KB a sync).
+//
+// Each block starts with one untimed operation per client: there every client sends at
+// once, a burst that steady load never has, after a block of the other kind; timed, such
+// starts were 6 of the 10 slowest one-client syncs of a run. Percentiles are over every timed
+// latency of a kind, ops/s is every operation of its blocks over their summed time, and
+// the hook's allocations are those of its /sync blocks alone over every sync in them.
 //
 // Everything listens and dials on 127.0.0.0/8; every loop is bounded by a count. The hook
 // runs as this program re-executed (`bench hook`): hookserver.New with the loopback dial
@@ -394,14 +398,18 @@ type result struct {
 // timings is the latencies of one kind of operation in a case and the time its blocks took,
 // over one block or several.
 type timings struct {
+	// leadIn is how many operations each block starts with, untimed.
+	leadIn  int
 	lat     []time.Duration
+	calls   int // timed or not
 	elapsed time.Duration
 }
 
-// load runs op total times from clients workers, timing each call, and adds the calls and
-// the block's elapsed time to t.
+// load runs op leadIn+total times from clients workers, timing each call, and adds all
+// but the first leadIn calls and the block's elapsed time to t.
 func (t *timings) load(clients, total int, op func(i int) error) error {
-	lat := make([]time.Duration, total)
+	calls := t.leadIn + total
+	lat := make([]time.Duration, calls)
 	var next atomic.Int64
 	var firstErr atomic.Value
 	var wg gosync.WaitGroup
@@ -410,7 +418,7 @@ func (t *timings) load(clients, total int, op func(i int) error) error {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= total {
+				if i >= calls {
 					return
 				}
 				t0 := time.Now()
@@ -425,17 +433,18 @@ func (t *timings) load(clients, total int, op func(i int) error) error {
 	if err, _ := firstErr.Load().(error); err != nil {
 		return err
 	}
-	t.lat = append(t.lat, lat...)
+	t.lat = append(t.lat, lat[t.leadIn:]...)
+	t.calls += calls
 	t.elapsed += time.Since(start)
 	return nil
 }
 
-// result is the percentiles over every call in t and the rate over the summed time of its
-// blocks.
+// result is the percentiles over every timed call in t and the rate of all its calls over
+// the summed time of its blocks.
 func (t *timings) result(name string, clients int) result {
 	lat := slices.Sorted(slices.Values(t.lat))
 	n := len(lat)
-	return result{name: name, clients: clients, ops: n, p50: lat[n/2], p99: lat[n*99/100], max: lat[n-1], perSecond: float64(n) / t.elapsed.Seconds()}
+	return result{name: name, clients: clients, ops: n, p50: lat[n/2], p99: lat[n*99/100], max: lat[n-1], perSecond: float64(t.calls) / t.elapsed.Seconds()}
 }
 
 // interleave runs total operations of each of two kinds in rounds rounds of one block of
@@ -471,8 +480,8 @@ type syncCase struct {
 // case, to the timings.
 func (c *syncCase) result(name string, clients int, rssMB float64) result {
 	r := c.timings.result(name, clients)
-	r.allocs = c.mallocs / float64(r.ops)
-	r.allocKB = c.allocBytes / float64(r.ops) / 1024
+	r.allocs = c.mallocs / float64(c.calls)
+	r.allocKB = c.allocBytes / float64(c.calls) / 1024
 	r.rssMB, r.goroutines = rssMB, c.goroutines
 	return r
 }
@@ -597,8 +606,8 @@ func run(o options) error {
 			if clients > 1 {
 				total = 2 * o.n
 			}
-			var fl timings
-			var s syncCase
+			fl := timings{leadIn: clients}
+			s := syncCase{timings: timings{leadIn: clients}}
 			err := interleave(o.rounds, total,
 				func(ops int) error { return fl.load(clients, ops, func(int) error { return floor.op() }) },
 				func(ops int) error { return syncBlock(&s, clients, ops, same(sc.request)) })
