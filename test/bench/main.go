@@ -10,6 +10,25 @@
 //   - a cluster whose pods nobody listens for (unreachable), and one whose member hangs;
 //   - 1,000 clusters synced round-robin: the hook's RSS, goroutines and latency per pass.
 //
+// The floor and /sync of each size and client count are measured interleaved, not one
+// phase after the other: -rounds rounds (10), each a block of n/rounds floor operations and
+// a block of as many syncs (2n/rounds at 8 and 32 clients), the floor first in even rounds
+// and /sync in odd ones. The members run in the driver's process beside the floor, and a
+// slow spell of a few hundred milliseconds (a member's fsync or snapshot, a collection in
+// the driver) fell on one phase and not the other: the one-client p99 is the tenth slowest
+// of 1,000, and its ratio to the floor moved between 1.24× and 2.71× across runs of one
+// tree. Ten rounds make the one-client blocks 100 operations, a fraction of a second, short
+// beside such a spell, and the 32-client blocks 200, long enough for most of a block to run
+// at full concurrency and for the scrapes of /metrics around each /sync block to add under
+// 1 % to the allocations per request (about one scrape a block: some 1,100 allocations and
+// 130 KB, against some 3,200 and 260 KB a sync).
+//
+// Each block starts with one untimed operation per client: there every client sends at
+// once, a burst that steady load never has, after a block of the other kind; timed, such
+// starts were 6 of the 10 slowest one-client syncs of a run. Percentiles are over every timed
+// latency of a kind, ops/s is every operation of its blocks over their summed time, and
+// the hook's allocations are those of its /sync blocks alone over every sync in them.
+//
 // Everything listens and dials on 127.0.0.0/8; every loop is bounded by a count. The hook
 // runs as this program re-executed (`bench hook`): hookserver.New with the loopback dial
 // guard, exactly as cmd/hook-server builds it, with the Go runtime settings (GOGC, GOMEMLIMIT)
@@ -77,6 +96,7 @@ func main() {
 	n := flag.Int("n", 1000, "requests per sequential case; concurrent cases send 2n")
 	clusters := flag.Int("clusters", 1000, "clusters in the round-robin run")
 	passes := flag.Int("passes", 3, "round-robin passes over the clusters")
+	rounds := flag.Int("rounds", 10, "blocks of each kind, floor and /sync in turn, into which each floor-and-/sync case is split")
 	out := flag.String("out", "", "also write the results table to this file")
 	profiles := flag.String("hook-profiles", "", "save the hook's allocation profile over the run and its heap at the end in this directory (this tree's hook only)")
 	flag.Parse()
@@ -84,7 +104,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -hook-profiles profiles this tree's hook, not a -hook-bin binary")
 		os.Exit(2)
 	}
-	if err := run(*hookBin, *maxClusters, *n, *clusters, *passes, *out, *profiles); err != nil {
+	if largest := slices.Max(concurrency); *rounds < 1 || 2*(*n)/(*rounds) < largest {
+		fmt.Fprintf(os.Stderr, "bench: -rounds %d with -n %d leaves blocks of fewer operations than the %d clients of the largest case\n", *rounds, *n, largest)
+		os.Exit(2)
+	}
+	opts := options{hookBin: *hookBin, maxClusters: *maxClusters, n: *n, rounds: *rounds, clusters: *clusters, passes: *passes, out: *out, profiles: *profiles}
+	if err := run(opts); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -341,7 +366,10 @@ func (f *floorClient) op() error {
 	}
 	wg.Go(func() { _, errs[len(f.members)] = f.members[0].MemberList(ctx) })
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	return nil
 }
 
 func (f *floorClient) close() {
@@ -367,9 +395,21 @@ type result struct {
 	ratioPerSec float64
 }
 
-// load runs op total times from clients workers and times each call.
-func load(clients, total int, op func(i int) error) (result, error) {
-	lat := make([]time.Duration, total)
+// timings is the latencies of one kind of operation in a case and the time its blocks took,
+// over one block or several.
+type timings struct {
+	// leadIn is how many operations each block starts with, untimed.
+	leadIn  int
+	lat     []time.Duration
+	calls   int // timed or not
+	elapsed time.Duration
+}
+
+// load runs op leadIn+total times from clients workers, timing each call, and adds all
+// but the first leadIn calls and the block's elapsed time to t.
+func (t *timings) load(clients, total int, op func(i int) error) error {
+	calls := t.leadIn + total
+	lat := make([]time.Duration, calls)
 	var next atomic.Int64
 	var firstErr atomic.Value
 	var wg gosync.WaitGroup
@@ -378,7 +418,7 @@ func load(clients, total int, op func(i int) error) (result, error) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= total {
+				if i >= calls {
 					return
 				}
 				t0 := time.Now()
@@ -390,12 +430,60 @@ func load(clients, total int, op func(i int) error) (result, error) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
 	if err, _ := firstErr.Load().(error); err != nil {
-		return result{}, err
+		return err
 	}
-	slices.Sort(lat)
-	return result{clients: clients, ops: total, p50: lat[total/2], p99: lat[total*99/100], max: lat[total-1], perSecond: float64(total) / elapsed.Seconds()}, nil
+	t.lat = append(t.lat, lat[t.leadIn:]...)
+	t.calls += calls
+	t.elapsed += time.Since(start)
+	return nil
+}
+
+// result is the percentiles over every timed call in t and the rate of all its calls over
+// the summed time of its blocks.
+func (t *timings) result(name string, clients int) result {
+	lat := slices.Sorted(slices.Values(t.lat))
+	n := len(lat)
+	return result{name: name, clients: clients, ops: n, p50: lat[n/2], p99: lat[n*99/100], max: lat[n-1], perSecond: float64(t.calls) / t.elapsed.Seconds()}
+}
+
+// interleave runs total operations of each of two kinds in rounds rounds of one block of
+// each, a first in even rounds and b in odd ones, so that neither kind always runs right
+// after the other. Blocks split total as evenly as whole operations allow.
+func interleave(rounds, total int, a, b func(ops int) error) error {
+	for round := range rounds {
+		ops := (round+1)*total/rounds - round*total/rounds
+		first, second := a, b
+		if round%2 == 1 {
+			first, second = b, a
+		}
+		if err := first(ops); err != nil {
+			return err
+		}
+		if err := second(ops); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncCase is the /sync operations of one case with the hook's allocations over exactly
+// those: the sum, over its blocks, of each block's difference between the hook's counters
+// before and after it.
+type syncCase struct {
+	timings
+	mallocs, allocBytes float64
+	goroutines          float64 // after the last block
+}
+
+// result adds the hook's allocations per request, and its RSS and goroutines after the
+// case, to the timings.
+func (c *syncCase) result(name string, clients int, rssMB float64) result {
+	r := c.timings.result(name, clients)
+	r.allocs = c.mallocs / float64(c.calls)
+	r.allocKB = c.allocBytes / float64(c.calls) / 1024
+	r.rssMB, r.goroutines = rssMB, c.goroutines
+	return r
 }
 
 // poster posts bodies to /sync and checks for a complete answer.
@@ -423,7 +511,19 @@ func (p poster) post(body []byte) error {
 // same is a body for measureSync that is body for every request.
 func same(body []byte) func(int) []byte { return func(int) []byte { return body } }
 
-func run(hookBin string, maxClusters, n, clusters, passes int, out, profiles string) error {
+// options is the driver's flags.
+type options struct {
+	hookBin          string
+	maxClusters      int
+	n, rounds        int
+	clusters, passes int
+	out, profiles    string
+}
+
+// concurrency is the client counts at which /sync is compared with the floor.
+var concurrency = []int{1, 8, 32}
+
+func run(o options) error {
 	root, err := os.MkdirTemp("", "etcdops-bench-")
 	if err != nil {
 		return err
@@ -440,12 +540,12 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out, profiles str
 		steady = append(steady, sc)
 	}
 	var pprofAddr string
-	if profiles != "" {
+	if o.profiles != "" {
 		if pprofAddr, err = freeAddr(); err != nil {
 			return err
 		}
 	}
-	hook, err := startHook(hookBin, maxClusters, pprofAddr)
+	hook, err := startHook(o.hookBin, o.maxClusters, pprofAddr)
 	if err != nil {
 		return err
 	}
@@ -458,27 +558,34 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out, profiles str
 		results = append(results, r)
 		fmt.Fprintln(os.Stderr, "bench:", r.name, r.clients, r.p50, r.p99, int(r.perSecond))
 	}
-	// measureSync posts body(i) for i < total from clients workers, with the hook's
-	// allocations per request and its RSS and goroutines after.
-	measureSync := func(name string, clients, total int, body func(i int) []byte) (result, error) {
+	// syncBlock posts body(i) for i < total from clients workers, adding the requests to c
+	// and the hook's allocations from /metrics scraped before and after the block.
+	syncBlock := func(c *syncCase, clients, total int, body func(i int) []byte) error {
 		before, err := hook.metrics(client)
 		if err != nil {
-			return result{}, err
+			return err
 		}
-		r, err := load(clients, total, func(i int) error { return p.post(body(i)) })
-		if err != nil {
-			return result{}, err
+		if err := c.load(clients, total, func(i int) error { return p.post(body(i)) }); err != nil {
+			return err
 		}
 		after, err := hook.metrics(client)
 		if err != nil {
+			return err
+		}
+		// The scrapes count too: the end of the first and the start of the second, about
+		// one scrape a block (the package comment has its weight).
+		c.mallocs += after["go_memstats_mallocs_total"] - before["go_memstats_mallocs_total"]
+		c.allocBytes += after["go_memstats_alloc_bytes_total"] - before["go_memstats_alloc_bytes_total"]
+		c.goroutines = after["go_goroutines"]
+		return nil
+	}
+	// measureSync is a case of one block of /sync requests alone.
+	measureSync := func(name string, clients, total int, body func(i int) []byte) (result, error) {
+		var c syncCase
+		if err := syncBlock(&c, clients, total, body); err != nil {
 			return result{}, err
 		}
-		// The two scrapes of /metrics allocate too; they are a few hundred allocations
-		// against thousands per sync, over n syncs.
-		r.allocs = (after["go_memstats_mallocs_total"] - before["go_memstats_mallocs_total"]) / float64(total)
-		r.allocKB = (after["go_memstats_alloc_bytes_total"] - before["go_memstats_alloc_bytes_total"]) / float64(total) / 1024
-		r.rssMB, r.goroutines, r.name = hook.rssMB(), after["go_goroutines"], name
-		return r, nil
+		return c.result(name, clients, hook.rssMB()), nil
 	}
 
 	for _, sc := range steady {
@@ -487,30 +594,32 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out, profiles str
 		if err != nil {
 			return err
 		}
-		if _, err := load(1, 100, func(int) error { return floor.op() }); err != nil {
-			return fmt.Errorf("floor warm-up: %w", err)
+		var warm timings
+		if err := warm.load(1, 100, func(int) error { return floor.op() }); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
 		}
-		if _, err := load(1, 100, func(int) error { return p.post(sc.request) }); err != nil {
-			return fmt.Errorf("sync warm-up: %w", err)
+		if err := warm.load(1, 100, func(int) error { return p.post(sc.request) }); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
 		}
-		for _, clients := range []int{1, 8, 32} {
-			total := n
+		for _, clients := range concurrency {
+			total := o.n
 			if clients > 1 {
-				total = 2 * n
+				total = 2 * o.n
 			}
-			fl, err := load(clients, total, func(int) error { return floor.op() })
-			if err != nil {
-				return fmt.Errorf("floor: %w", err)
-			}
-			fl.name = fmt.Sprintf("floor, %d members", size)
-			record(fl)
-			s, err := measureSync(fmt.Sprintf("/sync, %d members", size), clients, total, same(sc.request))
+			fl := timings{leadIn: clients}
+			s := syncCase{timings: timings{leadIn: clients}}
+			err := interleave(o.rounds, total,
+				func(ops int) error { return fl.load(clients, ops, func(int) error { return floor.op() }) },
+				func(ops int) error { return syncBlock(&s, clients, ops, same(sc.request)) })
 			if err != nil {
 				return err
 			}
-			s.ratio50, s.ratio99 = s.p50.Seconds()/fl.p50.Seconds(), s.p99.Seconds()/fl.p99.Seconds()
-			s.ratioPerSec = 100 * s.perSecond / fl.perSecond
-			record(s)
+			f := fl.result(fmt.Sprintf("floor, %d members", size), clients)
+			record(f)
+			r := s.result(fmt.Sprintf("/sync, %d members", size), clients, hook.rssMB())
+			r.ratio50, r.ratio99 = r.p50.Seconds()/f.p50.Seconds(), r.p99.Seconds()/f.p99.Seconds()
+			r.ratioPerSec = 100 * r.perSecond / f.perSecond
+			record(r)
 		}
 		floor.close()
 	}
@@ -520,7 +629,7 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out, profiles str
 	for i, ip := range three.podIPs {
 		unreachable = bytes.ReplaceAll(unreachable, []byte(`"`+ip+`"`), []byte(`"`+unreachableNet+strconv.Itoa(i+1)+`"`))
 	}
-	r, err := measureSync("/sync, every pod unreachable", 1, n/4, same(unreachable))
+	r, err := measureSync("/sync, every pod unreachable", 1, o.n/4, same(unreachable))
 	if err != nil {
 		return err
 	}
@@ -557,7 +666,7 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out, profiles str
 		return err
 	}
 	record(r)
-	r, err = measureSync("/sync, one member hung: the syncs after", 1, n/4, same(hung))
+	r, err = measureSync("/sync, one member hung: the syncs after", 1, o.n/4, same(hung))
 	if err != nil {
 		return err
 	}
@@ -573,31 +682,31 @@ func run(hookBin string, maxClusters, n, clusters, passes int, out, profiles str
 	if err := json.Unmarshal(three.request, &parent); err != nil || parent.Parent.Metadata.UID == "" {
 		return fmt.Errorf("no parent UID in the captured request: %v", err)
 	}
-	bodies := make([][]byte, clusters)
+	bodies := make([][]byte, o.clusters)
 	for i := range bodies {
 		bodies[i] = bytes.ReplaceAll(three.request, []byte(parent.Parent.Metadata.UID), []byte(fmt.Sprintf("bench-%08d-0000-0000-0000-000000000000", i)))
 	}
-	for pass := 1; pass <= passes; pass++ {
-		r, err := measureSync(fmt.Sprintf("/sync, %d clusters round-robin, pass %d", clusters, pass), 8, clusters, func(i int) []byte { return bodies[i] })
+	for pass := 1; pass <= o.passes; pass++ {
+		r, err := measureSync(fmt.Sprintf("/sync, %d clusters round-robin, pass %d", o.clusters, pass), 8, o.clusters, func(i int) []byte { return bodies[i] })
 		if err != nil {
 			return err
 		}
 		record(r)
 	}
 
-	if profiles != "" {
+	if o.profiles != "" {
 		// allocs: everything the hook allocated over the run; heap: what it holds after the
 		// round-robin passes.
 		for _, name := range []string{"allocs", "heap"} {
-			if err := saveProfile(client, "http://"+pprofAddr+"/debug/pprof/"+name, filepath.Join(profiles, "hook-"+name+".prof")); err != nil {
+			if err := saveProfile(client, "http://"+pprofAddr+"/debug/pprof/"+name, filepath.Join(o.profiles, "hook-"+name+".prof")); err != nil {
 				return err
 			}
 		}
 	}
-	table := format(results, hookBin, maxClusters, hook.runtimeEnv)
+	table := format(results, o.hookBin, o.maxClusters, hook.runtimeEnv)
 	fmt.Print(table)
-	if out != "" {
-		return os.WriteFile(out, []byte(table), 0o644)
+	if o.out != "" {
+		return os.WriteFile(o.out, []byte(table), 0o644)
 	}
 	return nil
 }
