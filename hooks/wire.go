@@ -59,8 +59,9 @@ type errorBody struct {
 }
 
 // decodeParent checks that raw is an EtcdCluster this hook serves and decodes it as
-// encoding/json would, without its managed fields (parentOptions), once when it is one. Only a parent that does not decode is read again for its kind, so that a parent
-// of another kind is refused as such rather than for not matching the schema.
+// encoding/json would, without its managed fields (parentOptions), once when it is one.
+// Only a parent that does not decode is read again for its kind, so that a parent of
+// another kind is refused as such rather than for not matching the schema.
 func decodeParent(raw json.RawMessage) (v1alpha1.EtcdCluster, error) {
 	var c v1alpha1.EtcdCluster
 	if len(raw) == 0 || string(raw) == "null" {
