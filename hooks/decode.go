@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	gosync "sync"
 	"time"
 	"unicode/utf8"
 
@@ -97,12 +96,8 @@ func decodeStrings(dec *jsontext.Decoder, m *map[string]string) error {
 	if *m == nil {
 		*m = map[string]string{}
 	}
-	scratch := unquoteBuffers.Get().(*[]byte)
-	defer func() {
-		if cap(*scratch) <= maxPooledBuffer {
-			unquoteBuffers.Put(scratch)
-		}
-	}()
+	scratch := unquoted.get()
+	defer unquoted.put(scratch)
 	for dec.PeekKind() != '}' {
 		name, err := decodeString(dec, scratch)
 		if err != nil {
@@ -118,10 +113,8 @@ func decodeStrings(dec *jsontext.Decoder, m *map[string]string) error {
 	return err
 }
 
-var unquoteBuffers = gosync.Pool{New: func() any { return new([]byte) }}
-
 // decodeString reads the string or null dec is at, unquoting through scratch.
-func decodeString(dec *jsontext.Decoder, scratch *[]byte) (string, error) {
+func decodeString(dec *jsontext.Decoder, scratch *bytes.Buffer) (string, error) {
 	v, err := dec.ReadValue()
 	switch {
 	case err != nil:
@@ -133,10 +126,11 @@ func decodeString(dec *jsontext.Decoder, scratch *[]byte) (string, error) {
 	case bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v):
 		return string(v[1 : len(v)-1]), nil
 	}
-	// The error reports invalid UTF-8, which AppendUnquote has replaced as the default decoder
-	// does under AllowInvalidUTF8.
-	b, _ := jsontext.AppendUnquote((*scratch)[:0], v)
-	*scratch = b
+	// Unquoting shortens a string unless it replaces invalid UTF-8; the error reports that,
+	// which AppendUnquote has replaced as the default decoder does under AllowInvalidUTF8.
+	scratch.Reset()
+	scratch.Grow(len(v))
+	b, _ := jsontext.AppendUnquote(scratch.AvailableBuffer(), v)
 	return string(b), nil
 }
 

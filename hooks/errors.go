@@ -82,8 +82,8 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 
 // writeJSON encodes v with a trailing newline, for curl users.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body := getBuffer()
-	defer putBuffer(body)
+	body := bodies.get()
+	defer bodies.put(body)
 	if err := json.NewEncoder(body).Encode(v); err != nil {
 		status = http.StatusInternalServerError
 		body.Reset()

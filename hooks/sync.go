@@ -27,8 +27,8 @@ func (h *handler) finalize(w http.ResponseWriter, r *http.Request) { h.plan(w, r
 // plan answers a sync or finalize call: decode, observe, plan, encode.
 func (h *handler) plan(w http.ResponseWriter, r *http.Request, finalize bool) {
 	start := time.Now()
-	body := getBuffer()
-	defer putBuffer(body)
+	body := bodies.get()
+	defer bodies.put(body)
 	req, err := readSyncRequest(r, body)
 	if err != nil {
 		writeError(w, r, h.Log, err)
