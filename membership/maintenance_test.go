@@ -114,10 +114,13 @@ func TestDisarmCorrupt(t *testing.T) {
 
 // TestRemoveCorruptMember: with a CORRUPT alarm on one member, every member's Status lists
 // it; the others still count as up, so the corrupt member can be removed with quorum kept.
+// The removal is sent through the survivors only: a request the victim itself serves can
+// lose its answer when the victim stops on applying it, and the retry then finds the work
+// already done (correct, and what the member Job accepts, but not the outcome asserted here).
 func TestRemoveCorruptMember(t *testing.T) {
 	c := newTestCluster(t, 3, nil)
 	ctx := opContext(t)
-	op := dialTest(t, c, c.members...)
+	op := dialTest(t, c, c.members[0], c.members[1])
 	victim := c.members[2]
 	mc := etcdserverpb.NewMaintenanceClient(op.cli.ActiveConnection())
 	if _, err := mc.Alarm(ctx, &etcdserverpb.AlarmRequest{Action: etcdserverpb.AlarmRequest_ACTIVATE, MemberID: victim.id(), Alarm: etcdserverpb.AlarmType_CORRUPT}); err != nil {
@@ -125,4 +128,16 @@ func TestRemoveCorruptMember(t *testing.T) {
 	}
 	out, err := eventually(t, func() (Outcome, error) { return op.Remove(ctx, victim.name, victim.id()) })
 	wantOutcome(t, "remove the corrupt member", out, err, Done)
+	list, err := op.cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range list.Members {
+		if m.ID == victim.id() {
+			t.Errorf("%s is still a member after its removal", victim.name)
+		}
+	}
+	if len(list.Members) != 2 {
+		t.Errorf("members after the removal: %d, want 2", len(list.Members))
+	}
 }
