@@ -26,6 +26,8 @@ type testMember struct {
 	peerURL   url.URL
 	clientURL url.URL
 	etcd      *etcdtest.Etcd
+	// proxy, when set, stands in front of clientURL, and the member advertises it.
+	proxy *answerProxy
 }
 
 // testCluster is a set of embedded members; tests start, stop and add members explicitly.
@@ -35,6 +37,7 @@ type testCluster struct {
 	pki     *testPKI
 	strict  bool
 	quota   int64
+	proxied bool
 	mu      sync.Mutex
 	members []*testMember
 }
@@ -48,6 +51,8 @@ type clusterOptions struct {
 	strict  bool
 	// quota is --quota-backend-bytes; etcd's default when 0.
 	quota int64
+	// proxied puts an answerProxy in front of each member (plain HTTP only).
+	proxied bool
 }
 
 var freePort = etcdtest.FreePort
@@ -60,7 +65,7 @@ func newTestCluster(t testing.TB, n int, pki *testPKI) *testCluster {
 
 func startTestCluster(t testing.TB, opts clusterOptions) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, token: fmt.Sprintf("test-%d", time.Now().UnixNano()), pki: opts.pki, strict: opts.strict, quota: opts.quota}
+	c := &testCluster{t: t, token: fmt.Sprintf("test-%d", time.Now().UnixNano()), pki: opts.pki, strict: opts.strict, quota: opts.quota, proxied: opts.proxied}
 	var cfgs []*embed.Config
 	for i := range opts.members {
 		cfgs = append(cfgs, c.config(c.newMember(fmt.Sprintf("m-%d", i))))
@@ -79,6 +84,9 @@ func (c *testCluster) newMember(name string) *testMember {
 	m := &testMember{name: name, dir: c.t.TempDir(), peerURL: etcdtest.FreeURL(c.t), clientURL: etcdtest.FreeURL(c.t)}
 	if c.pki != nil {
 		m.clientURL.Scheme = "https"
+	}
+	if c.proxied {
+		m.proxy = newAnswerProxy(c.t, m.clientURL.Host)
 	}
 	c.mu.Lock()
 	c.members = append(c.members, m)
@@ -175,9 +183,13 @@ func (c *testCluster) leader() *testMember {
 }
 
 // advertisedClientURL is what the member list shows. With TLS it names localhost, which the
-// server certificate carries, because operations dial the URLs of the member list.
+// server certificate carries, because operations dial the URLs of the member list. With a
+// proxy it is the proxy's, so that those dials go through it too.
 func (m *testMember) advertisedClientURL() url.URL {
 	u := m.clientURL
+	if m.proxy != nil {
+		u.Host = m.proxy.addr()
+	}
 	if u.Scheme == "https" {
 		u.Host = "localhost:" + u.Port()
 	}
