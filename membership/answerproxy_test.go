@@ -11,8 +11,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// answerProxy forwards a loopback port to one member's client port and, when armed, loses
-// the answer to one gRPC call. It reads the HTTP/2 frames both ways and learns each
+// answerProxy forwards a loopback port to one member's client port and, when armed, loses or
+// holds the answer to one gRPC call. It reads the HTTP/2 frames both ways and learns each
 // request's method from its headers; it acts on the first HEADERS or DATA frame the server
 // sends on that call's stream, which etcd sends only once the call is finished (a membership
 // change applied), so losing an answer never depends on timing.
@@ -31,6 +31,8 @@ type answerProxy struct {
 type trap struct {
 	method string
 	skip   int
+	// release, when set, holds the answer until it is closed; nil loses it.
+	release chan struct{}
 	// caught is closed once the server has answered the caught call.
 	caught chan struct{}
 }
@@ -54,6 +56,13 @@ func (p *answerProxy) addr() string { return p.l.Addr().String() }
 // client's connection closed under it. The channel is closed once that happened.
 func (p *answerProxy) lose(method string, skip int) <-chan struct{} {
 	return p.arm(&trap{method: method, skip: skip, caught: make(chan struct{})})
+}
+
+// hold arms the proxy: the answer to the next call of method waits until release is called.
+// The channel is closed once the answer is held.
+func (p *answerProxy) hold(method string) (caught <-chan struct{}, release func()) {
+	tr := &trap{method: method, release: make(chan struct{}), caught: make(chan struct{})}
+	return p.arm(tr), sync.OnceFunc(func() { close(tr.release) })
 }
 
 func (p *answerProxy) arm(tr *trap) <-chan struct{} {
@@ -194,8 +203,8 @@ func (p *answerProxy) requests(client, server net.Conn, cs *caughtStream) {
 	}
 }
 
-// answers forwards the server's frames until the first answer on the caught stream, where it
-// ends the connection.
+// answers forwards the server's frames until the first answer on the caught stream: lost,
+// it ends the connection; held, it waits for the release.
 func (p *answerProxy) answers(server, client net.Conn, cs *caughtStream) {
 	for {
 		frame, err := readFrame(server)
@@ -214,7 +223,14 @@ func (p *answerProxy) answers(server, client net.Conn, cs *caughtStream) {
 			cs.mu.Unlock()
 			if tr != nil {
 				close(tr.caught)
-				return
+				if tr.release == nil {
+					return
+				}
+				select {
+				case <-tr.release:
+				case <-p.closed:
+					return
+				}
 			}
 		}
 		if _, err := client.Write(frame); err != nil {

@@ -14,9 +14,9 @@ import (
 )
 
 // A member Job's request can be applied by etcd while its answer is lost (a closed
-// connection, a timeout, a leader change); the Job then retries. These tests lose the answer
-// with an answerProxy in front of each member, so each retry meets exactly the state the lost
-// request left.
+// connection, a timeout, a leader change); the Job then retries. These tests lose or hold the
+// answer with an answerProxy in front of each member, so each retry meets exactly the state
+// the lost request left.
 
 // loseAnswer arms p to lose the answer to method (after skip calls of it), runs call, and
 // fails unless the answer was lost and call failed retryably, which is what the member tool
@@ -35,16 +35,43 @@ func loseAnswer(t *testing.T, p *answerProxy, method string, skip int, call func
 	}
 }
 
-// dialAround is an Operator at m's own client port, around its proxy, to read and change the
-// cluster as the tests' other actors.
-func dialAround(t *testing.T, m *testMember) *Operator {
+// withAnswerHeld holds the answer to the Operator's next call of method while during runs,
+// as if the request were read before an earlier one whose answer was lost took effect.
+func withAnswerHeld(t *testing.T, p *answerProxy, method string, call func() (Outcome, error), during func()) (Outcome, error) {
 	t.Helper()
-	op, err := Dial([]string{m.clientURL.String()}, nil)
+	caught, release := p.hold(method)
+	defer release()
+	type result struct {
+		out Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := call()
+		done <- result{out, err}
+	}()
+	select {
+	case <-caught:
+	case r := <-done:
+		t.Fatalf("%s: returned %v, %v before its answer was held", method, r.out, r.err)
+	}
+	during()
+	release()
+	r := <-done
+	return r.out, r.err
+}
+
+// proxiedCluster starts n voters, each behind an answerProxy, with an Operator that knows m-0
+// alone, as its proxy, and one around that proxy, for the tests' other actors.
+func proxiedCluster(t *testing.T, n int) (c *testCluster, op, direct *Operator) {
+	t.Helper()
+	c = startTestCluster(t, clusterOptions{members: n, proxied: true})
+	direct, err := Dial([]string{c.members[0].clientURL.String()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { op.Close() })
-	return op
+	t.Cleanup(func() { direct.Close() })
+	return c, dialTest(t, c, c.members[0]), direct
 }
 
 // withPeerURL lists the members that have peerURL.
@@ -63,10 +90,8 @@ func withPeerURL(ms []etcdstate.Member, peerURL string) []etcdstate.Member {
 // The Operator knows m-0 alone, as its proxy; the member list advertises the proxies, so the
 // calls to other members (the leader for a leader move) go through theirs.
 func TestLostAnswers(t *testing.T) {
-	c := startTestCluster(t, clusterOptions{members: 3, proxied: true})
+	c, op, direct := proxiedCluster(t, 3)
 	via := c.members[0]
-	op := dialTest(t, c, via)
-	direct := dialAround(t, via)
 	ctx := opContext(t)
 	list := func() []etcdstate.Member {
 		t.Helper()
@@ -241,4 +266,79 @@ func TestLostAnswers(t *testing.T) {
 		out, err := op.Disarm(ctx, "NOSPACE", victim.id())
 		wantOutcome(t, "disarm again", out, err, AlreadyDone)
 	})
+}
+
+// TestLateApply: a request whose answer was lost may take effect only after its retry has read
+// the membership, so the retry's own request meets etcd's refusal of the same change. That
+// refusal means done, not a failed step. The Operator's membership read is held while the
+// earlier request's change is made.
+func TestLateApply(t *testing.T) {
+	c, op, direct := proxiedCluster(t, 1)
+	via := c.members[0]
+	ctx := opContext(t)
+
+	// etcd derives a new member's ID from its peer URLs and the second it is asked in: two
+	// requests in one second for one URL get one ID, and etcd refuses the later for its ID;
+	// a second apart, for its URL. Each case adds a learner of its own.
+	var added uint64
+	for _, tc := range []struct {
+		story      string
+		nextSecond bool
+	}{{"in the same second", false}, {"a second later", true}} {
+		learner := c.newMember(fmt.Sprintf("m-%d", len(c.members)))
+		peerURL := learner.peerURL.String()
+		if !tc.nextSecond {
+			// Start early in a second, so that both requests fall within it.
+			if start := time.Now(); start.Nanosecond() > 5e8 {
+				for time.Now().Unix() == start.Unix() {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}
+		var got etcdstate.Member
+		var earlier uint64
+		out, err := withAnswerHeld(t, via.proxy, pb.Cluster_MemberList_FullMethodName,
+			func() (Outcome, error) {
+				m, out, err := op.AddLearner(ctx, learner.name, peerURL)
+				got = m
+				return out, err
+			},
+			func() {
+				asked := time.Now().Unix()
+				resp, err := direct.cli.MemberAddAsLearner(ctx, []string{peerURL})
+				if err != nil {
+					t.Fatal(err)
+				}
+				earlier = resp.Member.ID
+				for tc.nextSecond && time.Now().Unix() <= asked {
+					time.Sleep(10 * time.Millisecond)
+				}
+			})
+		wantOutcome(t, "add learner applied late, "+tc.story, out, err, AlreadyDone)
+		ms, err := direct.members(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if added := withPeerURL(ms, peerURL); len(added) != 1 || added[0].ID != earlier || got.ID != earlier {
+			t.Fatalf("%s: members at %s: %+v, returned %x, want only the one added earlier (%x)", tc.story, peerURL, added, got.ID, earlier)
+		}
+		added = earlier
+		if tc.nextSecond {
+			break
+		}
+		// One learner at a time.
+		if _, err := direct.cli.MemberRemove(ctx, earlier); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	last := c.members[len(c.members)-1]
+	out, err := withAnswerHeld(t, via.proxy, pb.Cluster_MemberList_FullMethodName,
+		func() (Outcome, error) { return op.Remove(ctx, last.name, added) },
+		func() {
+			if _, err := direct.cli.MemberRemove(ctx, added); err != nil {
+				t.Fatal(err)
+			}
+		})
+	wantOutcome(t, "remove applied late", out, err, AlreadyDone)
 }

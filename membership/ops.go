@@ -179,8 +179,10 @@ func (o *Operator) AddLearner(ctx context.Context, name, peerURL string) (etcdst
 	switch {
 	case err == nil:
 		return etcdstate.Member{ID: resp.Member.ID, PeerURLs: resp.Member.PeerURLs, IsLearner: true}, Done, nil
-	case isEtcdError(err, rpctypes.ErrPeerURLExist):
+	case isEtcdError(err, rpctypes.ErrPeerURLExist), isEtcdError(err, rpctypes.ErrMemberExist):
 		// An earlier request whose answer was lost added it after our read: look once more.
+		// etcd derives a new member's ID from its peer URLs and the second it was asked, so
+		// within the same second it refuses the ID before it would refuse the URL.
 		if ms, err := o.members(ctx); err == nil {
 			if m := findByPeerURL(ms, peerURL); m != nil {
 				return existingLearner(m, name)
