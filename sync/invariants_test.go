@@ -8,6 +8,7 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/joinstate"
 )
 
 // TestInvariantsCatchUnsafeSteps feeds hand-made unsafe steps to the checker: each must be
@@ -107,6 +108,36 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 			},
 			func(p *planner) step { return p.replacePod(2, "etcd-2", "") },
 			"replacing etcd-2, which only the hook cannot reach",
+		},
+		{
+			"moving leadership off a healthy leader while a member did not answer",
+			func(w *simWorld) { w.pods[1].blind = true },
+			func(p *planner) step {
+				return p.runJob(memberJob{verb: verbMoveLeader, member: "etcd-2", id: p.byOrd[2].ID}, MoveLeader, "")
+			},
+			"disturbing etcd-0 while etcd-1 did not answer",
+		},
+		{
+			"forcing a new cluster while quorum holds",
+			func(w *simWorld) {
+				w.cluster.Status.Recovery = &v1alpha1.RecoveryStatus{Survivor: "etcd-0", Token: "t", Phase: recoveryChosen}
+			},
+			func(p *planner) step {
+				s := p.wait("etcd-0", "", resyncSoon)
+				s.recoveryJoin = &joinstate.Recovery{Survivor: "etcd-0", Token: "t"}
+				return s
+			},
+			"forcing a new cluster while quorum holds",
+		},
+		{
+			"forcing a new cluster before status recorded the choice",
+			func(w *simWorld) { w.pods[1].down, w.pods[2].down = true, true },
+			func(p *planner) step {
+				s := p.wait("etcd-0", "", resyncSoon)
+				s.recoveryJoin = &joinstate.Recovery{Survivor: "etcd-0", Token: "t"}
+				return s
+			},
+			"forcing a new cluster from etcd-0 before status recorded the choice",
 		},
 		{
 			"replacing the leader's pod while another voter could lead",
