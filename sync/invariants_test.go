@@ -3,8 +3,11 @@ package sync
 import (
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
@@ -238,5 +241,70 @@ func TestTeardownAndBootstrapInvariants(t *testing.T) {
 	}
 	if err := checkBootstrap(fresh, Plan(simConfig, *fresh)); err != nil {
 		t.Errorf("the planner's own bootstrap is refused: %v", err)
+	}
+}
+
+// TestPlannerHoldsOnPartialInput: observations as the hook builds them on a bad day, where a
+// guard of the planner's own, not the invariant check, keeps a destructive step from being
+// planned.
+func TestPlannerHoldsOnPartialInput(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		setup  func(w *simWorld)
+		mutate func(obs *Observed)
+		want   Action // Type and Reason substring
+	}{
+		{
+			"a learner whose pod is still Pending is not stuck, however long it waits",
+			func(w *simWorld) {
+				w.cluster.Spec.Size = ptrTo(int32(4))
+				for range 3 {
+					w.step()
+				}
+				w.pods[3].down = true
+				w.step()
+				w.now = w.now.Add(stuckAfter + time.Minute)
+			},
+			func(obs *Observed) { obs.Pods[3].Status.Phase = corev1.PodPending },
+			Action{Type: Wait, Reason: "learner etcd-3 catching up (its pod is Pending)"},
+		},
+		{
+			"no pod recreated in a hold while another is terminating",
+			func(w *simWorld) {
+				w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"}
+				for _, p := range w.pods {
+					p.down = true
+				}
+			},
+			func(obs *Observed) {
+				ts := metav1.NewTime(obs.Now)
+				obs.Pods[2].DeletionTimestamp = &ts
+				obs.Etcd = etcdstate.Snapshot{Err: "context deadline exceeded"}
+			},
+			Action{Type: Hold, Reason: "etcd not reachable"},
+		},
+		{
+			"no pod recreated in a hold when etcd answered in a way that cannot be trusted",
+			func(w *simWorld) {
+				w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"}
+				for _, p := range w.pods {
+					p.slow = true
+				}
+			},
+			func(obs *Observed) { obs.Etcd.Inconsistent = "etcd-0 and etcd-1 both lead term 7" },
+			Action{Type: Hold, Reason: "etcd answers inconsistently"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newSimWorld(t, 3, true)
+			w.run(100)
+			tc.setup(w)
+			obs := w.observe()
+			tc.mutate(&obs)
+			d := Plan(simConfig, obs)
+			if d.Action.Type != tc.want.Type || !strings.HasPrefix(d.Action.Reason, tc.want.Reason) {
+				t.Errorf("planned %v %s: %s, want %v: %s...", d.Action.Type, d.Action.Member, d.Action.Reason, tc.want.Type, tc.want.Reason)
+			}
+		})
 	}
 }
