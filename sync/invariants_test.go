@@ -17,6 +17,12 @@ import (
 // TestInvariantsCatchUnsafeSteps feeds hand-made unsafe steps to the checker: each must be
 // refused, whatever phase might have produced it.
 func TestInvariantsCatchUnsafeSteps(t *testing.T) {
+	// The join state of a quorum recovery from etcd-0 under token t.
+	forceFromEtcd0 := func(p *planner) step {
+		s := p.wait("etcd-0", "", resyncSoon)
+		s.recoveryJoin = &joinstate.Recovery{Survivor: "etcd-0", Token: "t"}
+		return s
+	}
 	for _, tc := range []struct {
 		name  string
 		setup func(w *simWorld)
@@ -125,21 +131,13 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 			func(w *simWorld) {
 				w.cluster.Status.Recovery = &v1alpha1.RecoveryStatus{Survivor: "etcd-0", Token: "t", Phase: recoveryChosen}
 			},
-			func(p *planner) step {
-				s := p.wait("etcd-0", "", resyncSoon)
-				s.recoveryJoin = &joinstate.Recovery{Survivor: "etcd-0", Token: "t"}
-				return s
-			},
+			forceFromEtcd0,
 			"forcing a new cluster while quorum holds",
 		},
 		{
 			"forcing a new cluster before status recorded the choice",
 			func(w *simWorld) { w.pods[1].down, w.pods[2].down = true, true },
-			func(p *planner) step {
-				s := p.wait("etcd-0", "", resyncSoon)
-				s.recoveryJoin = &joinstate.Recovery{Survivor: "etcd-0", Token: "t"}
-				return s
-			},
+			forceFromEtcd0,
 			"forcing a new cluster from etcd-0 before status recorded the choice",
 		},
 		{
