@@ -40,7 +40,7 @@
 // below a member, never two pods exposed to the StatefulSet's rolling update at once, the
 // partition lowered onto a pod only once the pods above it are replaced and up (the
 // StatefulSet controller would otherwise replace it later, unchecked), disturbing a healthy
-// member only when every other member answered, never removing or replacing a member only the
+// voter only when every other member answered, never removing or replacing a member only the
 // hook cannot reach, and never replacing the leader's pod while another voter could lead.
 // Teardown and bootstrap have checks of their own. A violation becomes a hold whose reason
 // starts with "internal:".

@@ -52,8 +52,8 @@ func checkInvariants(v *view, s step) error {
 				if !etcdstate.QuorumAfterRemoval(voters, others) {
 					return fmt.Errorf("removing voter %s would leave %d healthy of %d voters", m.name, others, voters-1)
 				}
+				target = m
 			}
-			target = m
 		case verbBackup:
 			if len(v.learners()) > 0 {
 				return errors.New("a backup while a learner joins")
@@ -124,9 +124,10 @@ func checkInvariants(v *view, s step) error {
 	if err := checkTLSStep(v, s, exposed); err != nil {
 		return err
 	}
-	// A change that disturbs a healthy member is decided on a complete picture: every other
+	// A change that disturbs a healthy voter is decided on a complete picture: every other
 	// member answered, so none of them is failing unseen. (A failed member's removal counts
-	// every silent member as unhealthy, which errs on the safe side.)
+	// every silent member as unhealthy, which errs on the safe side.) A learner does not vote:
+	// removing or recreating one costs no quorum, whoever is silent.
 	if target != nil && target.Healthy {
 		for _, m := range v.members {
 			if m != target && !m.Reachable {

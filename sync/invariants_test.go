@@ -3,16 +3,26 @@ package sync
 import (
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/joinstate"
 )
 
 // TestInvariantsCatchUnsafeSteps feeds hand-made unsafe steps to the checker: each must be
 // refused, whatever phase might have produced it.
 func TestInvariantsCatchUnsafeSteps(t *testing.T) {
+	// The join state of a quorum recovery from etcd-0 under token t.
+	forceFromEtcd0 := func(p *planner) step {
+		s := p.wait("etcd-0", "", resyncSoon)
+		s.recoveryJoin = &joinstate.Recovery{Survivor: "etcd-0", Token: "t"}
+		return s
+	}
 	for _, tc := range []struct {
 		name  string
 		setup func(w *simWorld)
@@ -107,6 +117,28 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 			},
 			func(p *planner) step { return p.replacePod(2, "etcd-2", "") },
 			"replacing etcd-2, which only the hook cannot reach",
+		},
+		{
+			"moving leadership off a healthy leader while a member did not answer",
+			func(w *simWorld) { w.pods[1].blind = true },
+			func(p *planner) step {
+				return p.runJob(memberJob{verb: verbMoveLeader, member: "etcd-2", id: p.byOrd[2].ID}, MoveLeader, "")
+			},
+			"disturbing etcd-0 while etcd-1 did not answer",
+		},
+		{
+			"forcing a new cluster while quorum holds",
+			func(w *simWorld) {
+				w.cluster.Status.Recovery = &v1alpha1.RecoveryStatus{Survivor: "etcd-0", Token: "t", Phase: recoveryChosen}
+			},
+			forceFromEtcd0,
+			"forcing a new cluster while quorum holds",
+		},
+		{
+			"forcing a new cluster before status recorded the choice",
+			func(w *simWorld) { w.pods[1].down, w.pods[2].down = true, true },
+			forceFromEtcd0,
+			"forcing a new cluster from etcd-0 before status recorded the choice",
 		},
 		{
 			"replacing the leader's pod while another voter could lead",
@@ -207,5 +239,70 @@ func TestTeardownAndBootstrapInvariants(t *testing.T) {
 	}
 	if err := checkBootstrap(fresh, Plan(simConfig, *fresh)); err != nil {
 		t.Errorf("the planner's own bootstrap is refused: %v", err)
+	}
+}
+
+// TestPlannerHoldsOnPartialInput: observations as the hook builds them on a bad day, where a
+// guard of the planner's own, not the invariant check, keeps a destructive step from being
+// planned.
+func TestPlannerHoldsOnPartialInput(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		setup  func(w *simWorld)
+		mutate func(obs *Observed)
+		want   Action // Type and Reason substring
+	}{
+		{
+			"a learner whose pod is still Pending is not stuck, however long it waits",
+			func(w *simWorld) {
+				w.cluster.Spec.Size = ptrTo(int32(4))
+				for range 3 {
+					w.step()
+				}
+				w.pods[3].down = true
+				w.step()
+				w.now = w.now.Add(stuckAfter + time.Minute)
+			},
+			func(obs *Observed) { obs.Pods[3].Status.Phase = corev1.PodPending },
+			Action{Type: Wait, Reason: "learner etcd-3 catching up (its pod is Pending)"},
+		},
+		{
+			"no pod recreated in a hold while another is terminating",
+			func(w *simWorld) {
+				w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"}
+				for _, p := range w.pods {
+					p.down = true
+				}
+			},
+			func(obs *Observed) {
+				ts := metav1.NewTime(obs.Now)
+				obs.Pods[2].DeletionTimestamp = &ts
+				obs.Etcd = etcdstate.Snapshot{Err: "context deadline exceeded"}
+			},
+			Action{Type: Hold, Reason: "etcd not reachable"},
+		},
+		{
+			"no pod recreated in a hold when etcd answered in a way that cannot be trusted",
+			func(w *simWorld) {
+				w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"}
+				for _, p := range w.pods {
+					p.slow = true
+				}
+			},
+			func(obs *Observed) { obs.Etcd.Inconsistent = "etcd-0 and etcd-1 both lead term 7" },
+			Action{Type: Hold, Reason: "etcd answers inconsistently"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newSimWorld(t, 3, true)
+			w.run(100)
+			tc.setup(w)
+			obs := w.observe()
+			tc.mutate(&obs)
+			d := Plan(simConfig, obs)
+			if d.Action.Type != tc.want.Type || !strings.HasPrefix(d.Action.Reason, tc.want.Reason) {
+				t.Errorf("planned %v %s: %s, want %v: %s...", d.Action.Type, d.Action.Member, d.Action.Reason, tc.want.Type, tc.want.Reason)
+			}
+		})
 	}
 }

@@ -289,11 +289,11 @@ func (p *planner) learner() (step, bool) {
 		return p.runJob(memberJob{verb: verbRemove, member: l.name, id: l.ID}, RemoveMember,
 			fmt.Sprintf("learner %s is beyond the size of %d: removing it before it is promoted", l.name, p.size)), true
 	}
-	if l.pod != nil && !isTerminating(l.pod) && p.outdated(l.pod) && (p.c.Spec.StorageSpec != nil || !l.Started()) && p.canReplace(l.ordinal) {
+	if l.pod != nil && !isTerminating(l.pod) && p.outdated(l.pod) && (p.c.Spec.StorageSpec != nil || !l.Started()) && !l.unanswered() && p.canReplace(l.ordinal) {
 		// Config update early: the joining member starts from the current spec rather than
 		// being replaced again right after it joined. A learner does not vote: safe. A learner
 		// that started without a volume would lose its data with the pod (see 7e): it is rolled
-		// once promoted.
+		// once promoted. One only the hook cannot reach is not recreated on that view (below).
 		return p.replacePod(l.ordinal, l.name, "learner "+l.name+" runs an outdated pod: recreating it from the current spec"), true
 	}
 	if p.leader != nil && isCaughtUp(l.Member, p.leader.Member) {

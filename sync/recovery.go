@@ -30,7 +30,9 @@ import (
 //
 // Automatic recovery waits spec.recovery.after with quorum lost, and acts only when the
 // kubelet reports every other voter's etcd not running: a voter whose etcd may still run (a
-// partitioned node) could come back with a quorum of its own.
+// partitioned node) could come back with a quorum of its own. A terminating pod is no such
+// report: a pod evicted from a node that stopped answering stays terminating, its last
+// status saying etcd runs, for as long as the node is away.
 
 // Recovery triggers and phases, as status.recovery records them.
 const (
@@ -115,7 +117,7 @@ func (p *planner) recoveryWanted() (trigger string, survivor *member, why string
 		return "", nil, "quorum lost and no voter answers: nothing to recover from"
 	}
 	for _, m := range p.voters() {
-		if m != best && m.pod != nil && !isTerminating(m.pod) && !etcdStopped(m.pod) {
+		if m != best && m.pod != nil && !etcdStopped(m.pod) {
 			return "", nil, fmt.Sprintf("quorum lost; not forcing a new cluster from %s while %s's etcd may still run (its pod reports it running): it could come back with a quorum of its own",
 				best.name, m.name)
 		}

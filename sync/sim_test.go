@@ -92,6 +92,9 @@ type simPod struct {
 	// slow: its etcd keeps its part in raft (and leadership) but answers health checks with
 	// errors, so its pod is not Ready: a leader on a failing disk.
 	slow bool
+	// stuck: its node stopped answering, so the pod was evicted and stays terminating with
+	// the status its kubelet last reported, until the node is back.
+	stuck bool
 	// why its etcd last failed to start, for describe.
 	why string
 }
@@ -747,7 +750,7 @@ func (w *simWorld) runJob(j *simJob) {
 func (w *simWorld) statefulSetController() {
 	gone := map[int]bool{}
 	for ord, p := range w.pods {
-		if p.terminating {
+		if p.terminating && !p.stuck {
 			delete(w.pods, ord)
 			gone[ord] = true
 			if !w.storage() {
