@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
 )
@@ -190,8 +192,8 @@ func checkTeardown(obs *Observed, d Decision) error {
 	return nil
 }
 
-// checkBootstrap: the first answer starts exactly one seed in a new cluster and no Job, and
-// only where no cluster ever answered.
+// checkBootstrap: the first answer starts exactly one seed in a new cluster and no Job, only
+// where no cluster ever answered, and never recreates a seed that ran etcd without a volume.
 func checkBootstrap(obs *Observed, d Decision) error {
 	if obs.Etcd.Asked || obs.Cluster.Status.ClusterID != "" {
 		return errors.New("bootstrapping a cluster that answered")
@@ -201,8 +203,13 @@ func checkBootstrap(obs *Observed, d Decision) error {
 		case "Job":
 			return errors.New("bootstrap starts a member Job")
 		case "StatefulSet":
-			if r := c.Object.(apiObject).Spec.(statefulSetSpec).Replicas; r != 1 {
-				return fmt.Errorf("bootstrap StatefulSet of %v replicas", r)
+			spec := c.Object.(apiObject).Spec.(statefulSetSpec)
+			if spec.Replicas != 1 {
+				return fmt.Errorf("bootstrap StatefulSet of %v replicas", spec.Replicas)
+			}
+			if seed := liveSeed(obs); seed != nil && obs.Cluster.Spec.StorageSpec == nil && etcdHasRun(seed) && spec.UpdateStrategy.RollingUpdate.Partition == 0 &&
+				seed.Annotations[AnnotationSpecHash] != spec.Template.Metadata.Annotations[AnnotationSpecHash] {
+				return fmt.Errorf("bootstrap recreates seed %s, which ran etcd without a volume, for a new template", seed.Name)
 			}
 		case "ConfigMap":
 			st, err := joinstate.Decode([]byte(c.Object.(apiObject).Data[joinstate.ConfigMapKey]))
@@ -212,6 +219,16 @@ func checkBootstrap(obs *Observed, d Decision) error {
 			if st.ClusterState != joinstate.StateNew || len(st.Members) != 1 {
 				return fmt.Errorf("bootstrap join state %s with %d members", st.ClusterState, len(st.Members))
 			}
+		}
+	}
+	return nil
+}
+
+// liveSeed is the observed pod of ordinal 0 when it is not terminating, or nil.
+func liveSeed(obs *Observed) *corev1.Pod {
+	for i := range obs.Pods {
+		if ord, ok := ownPod(&obs.Cluster, &obs.Pods[i]); ok && ord == 0 && !isTerminating(&obs.Pods[i]) {
+			return &obs.Pods[i]
 		}
 	}
 	return nil

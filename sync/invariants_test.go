@@ -240,6 +240,37 @@ func TestTeardownAndBootstrapInvariants(t *testing.T) {
 	if err := checkBootstrap(fresh, Plan(simConfig, *fresh)); err != nil {
 		t.Errorf("the planner's own bootstrap is refused: %v", err)
 	}
+
+	// A seed without a volume that ran etcd and never answered the hook, and a spec change:
+	// the planner keeps the pod on its template (partition 1); lowering the partition onto it
+	// would recreate it and lose its data, which the check refuses.
+	w = newSimWorld(t, 1, false)
+	w.etcdOverride = func(s *etcdstate.Snapshot) { *s = etcdstate.Snapshot{Err: "context deadline exceeded"} }
+	w.step()
+	w.pods[0].blind = true
+	w.step()
+	w.cluster.Spec.Version = "v3.6.17"
+	w.cluster.Generation++
+	seeded := w.observe()
+	held := Plan(simConfig, seeded)
+	if held.Action.Type != Hold || strings.HasPrefix(held.Action.Reason, "internal:") {
+		t.Fatalf("a spec change over a seed that ran etcd without a volume: %v, want the seed held", held.Action)
+	}
+	if err := checkBootstrap(&seeded, held); err != nil {
+		t.Fatalf("the held bootstrap is refused: %v", err)
+	}
+	for i, c := range held.Children {
+		if c.Kind == "StatefulSet" {
+			obj := c.Object.(apiObject)
+			spec := obj.Spec.(statefulSetSpec)
+			spec.UpdateStrategy.RollingUpdate.Partition = 0
+			obj.Spec = spec
+			held.Children[i].Object = obj
+		}
+	}
+	if err := checkBootstrap(&seeded, held); err == nil || !strings.Contains(err.Error(), "ran etcd without a volume") {
+		t.Errorf("bootstrap recreating a seed that ran etcd without a volume: %v, want refused", err)
+	}
 }
 
 // TestPlannerHoldsOnPartialInput: observations as the hook builds them on a bad day, where a

@@ -3,6 +3,9 @@ package sync
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/joinstate"
 )
@@ -150,7 +153,7 @@ func validate(obs *Observed, c v1alpha1.EtcdCluster) error {
 
 // isBootstrapping: no cluster has answered yet and nothing beyond the seed was ever asked
 // for. Bootstrap is repeated until the seed answers, so a partly applied first answer is
-// completed and the seed's children always follow the current spec. A join state that says
+// completed and the seed's children follow the current spec (its pod too, unless seedHeld). A join state that says
 // "existing", or a recorded cluster ID or ledger, means a cluster did answer once, even if
 // status has lost its ID: bootstrapping again would forget that its seed is established.
 func isBootstrapping(obs *Observed) bool {
@@ -189,30 +192,71 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		Restore:      restoreJoin(c, seed),
 	}
 	v := newView(cfg, obs, c)
+	held := seedHeld(v)
+	partition := 0
+	if held {
+		// The StatefulSet keeps pod 0 on the template it runs; a pod that is gone or going
+		// is recreated from the current one (protectivePartition's rule).
+		partition = 1
+	}
 	children := []Child{
 		headlessService(c, v.labels),
 		clientService(c, v.labels),
 		joinConfigMap(c, v.labels, state, ledger{seed: {}}, ""),
 		podDisruptionBudget(c, v.labels, 1),
-		statefulSet(c, v.labels, v.spec, 1, 0),
+		statefulSet(c, v.labels, v.spec, 1, partition),
 	}
 	sortChildren(children)
 	action := Action{Type: Bootstrap, Member: seed, Reason: "no cluster yet: starting seed " + seed}
 	if f := fromBackup(c); f != nil {
 		action.Reason = "no cluster yet: starting seed " + seed + " from snapshot " + f.Name
 	}
+	resync := float64(resyncSoon)
+	if held {
+		action = Action{Type: Hold, Member: seed, Reason: "seed " + seed + " has run etcd on a pod without a volume but has not answered the hook; " +
+			"recreating it for the changed spec would lose its data, so the change waits until the seed answers"}
+		resync = resyncHold
+	}
 	st := newStatus(obs, c, v1alpha1.PhaseCreating, action)
 	if f := fromBackup(c); f != nil {
 		st.RestoredFrom = f.Name
 	}
 	st.TLS = v.tlsStatus()
-	setCondition(&st, obs, c, v1alpha1.ConditionProgressing, true, Bootstrap.String(), action.Reason)
-	d := Decision{Children: children, Status: st, Action: action, ResyncAfterSeconds: resyncSoon}
+	if held {
+		setConditionValue(&st, obs, v.condition(v1alpha1.ConditionAvailable, metav1.ConditionUnknown, ReasonEtcdUnknown, action.Reason))
+		setCondition(&st, obs, c, v1alpha1.ConditionProgressing, false, ReasonBlocked, action.Reason)
+		setCondition(&st, obs, c, v1alpha1.ConditionDegraded, true, ReasonNoVolumeToRoll, action.Reason)
+	} else {
+		setCondition(&st, obs, c, v1alpha1.ConditionProgressing, true, Bootstrap.String(), action.Reason)
+	}
+	d := Decision{Children: children, Status: st, Action: action, ResyncAfterSeconds: resync}
 	if err := checkBootstrap(obs, d); err != nil {
 		a := Action{Type: Hold, Reason: "internal: " + err.Error()}
 		return Decision{Children: observedChildren(obs.Children), Status: newStatus(obs, c, v1alpha1.PhaseCreating, a), Action: a, ResyncAfterSeconds: resyncHold}
 	}
 	return d
+}
+
+// seedHeld: the seed's pod is live on an outdated template, has no volume, and its etcd has
+// run there, so the pod may hold data that clients wrote while the hook could not reach it
+// (an unreachable member may be healthy) or that restarts of its container keep. Recreating
+// the pod for the new spec would lose that data on the hook's view alone; as for a single
+// member without a volume after bootstrap (NoVolumeToRoll), the pod is not rolled. A seed
+// whose etcd never ran (Pending, an image that cannot be pulled) holds nothing and gets the
+// current spec.
+func seedHeld(v *view) bool {
+	pod := v.pods[0]
+	return v.c.Spec.StorageSpec == nil && pod != nil && !isTerminating(pod) && v.outdated(pod) && etcdHasRun(pod)
+}
+
+// etcdHasRun: the kubelet reports the pod's etcd container running, ready, or as having run
+// and ended at least once.
+func etcdHasRun(pod *corev1.Pod) bool {
+	if isReady(pod) {
+		return true
+	}
+	cs := etcdStatus(pod)
+	return cs != nil && (cs.RestartCount > 0 || cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil)
 }
 
 // clusterToken is unique per cluster incarnation: a deleted and re-created EtcdCluster of the
