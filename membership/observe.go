@@ -286,7 +286,15 @@ func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 	}
 	end := time.Now()
 	for i, m := range members {
-		if cut[i] && r.statuses[i].status == nil {
+		st := &r.statuses[i]
+		if cut[i] && st.status != nil && st.healthErr != nil {
+			// Its Status came back but its health read did not before the round ended: the
+			// hook stopped waiting, which is no evidence from etcd that the member is
+			// unhealthy (counted so, a member slow to read would be replaced after the grace
+			// period). It is unknown for this observation, as if its Status had not come.
+			st.status, st.statusErr = nil, fmt.Errorf("health read: %w", st.healthErr)
+		}
+		if cut[i] && st.status == nil {
 			why := fmt.Sprintf("no answer within %s of the first member's", o.slowMember)
 			switch {
 			case backingOff[i]:
@@ -294,7 +302,7 @@ func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 			case firstAnswer.IsZero():
 				why = "no answer before the deadline"
 			}
-			r.statuses[i].statusErr = fmt.Errorf("%s: %w", why, r.statuses[i].statusErr)
+			st.statusErr = fmt.Errorf("%s: %w", why, st.statusErr)
 		}
 		m.record(answered[i], !backingOff[i], end)
 	}

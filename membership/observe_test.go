@@ -11,6 +11,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/test/dialguard"
@@ -309,6 +310,61 @@ func TestObserveHungMemberAmongAnsweringOnes(t *testing.T) {
 	check("first observation", "no answer within 300ms of the first member's")
 	// Right after, the member is backing off: asked, but not waited for at all.
 	check("second observation", "not waited for after 1 observations without an answer")
+}
+
+// TestObserveSlowHealthReadIsUnknown: a member whose Status answers but whose health read the
+// round stops waiting for is unknown for that observation, not unhealthy: the hook's own wait
+// is no evidence from etcd, and an unhealthy voter is replaced after the grace period. The
+// members are real; the slow read is the one fake, the member's client wrapped so that its
+// reads wait, because no etcd setting slows serializable reads and not Status.
+func TestObserveSlowHealthReadIsUnknown(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.leader()
+	slow := c.members[2]
+	req := c.request()
+	o := NewObserver(ObserverOptions{Deadline: 20 * time.Second, SlowMember: 300 * time.Millisecond, Dial: dialguard.ForTest(t)})
+	defer o.Close()
+	if snap := o.Observe(context.Background(), req); !snap.Complete {
+		t.Fatalf("before: want every member answering; got %+v", snap)
+	}
+	release := make(chan struct{})
+	defer close(release)
+	o.cache.mu.Lock()
+	for _, e := range o.cache.entries {
+		for _, m := range e.members {
+			if m.endpoint.Member == slow.name {
+				m.cli.KV = heldReads{KV: m.cli.KV, release: release}
+			}
+		}
+	}
+	o.cache.mu.Unlock()
+	snap := o.Observe(context.Background(), req)
+	if !snap.Asked || snap.Complete || snap.Inconsistent != "" || len(snap.Members) != 3 {
+		t.Fatalf("want the member list with one member unknown; got %+v", snap)
+	}
+	for _, m := range snap.Members {
+		switch {
+		case m.Name == slow.name && (m.Reachable || len(m.Errors) == 0 || !strings.Contains(m.Errors[0], "health read")):
+			t.Errorf("member whose health read was not waited for: %+v, want unknown (not reachable), the health read named", m)
+		case m.Name != slow.name && (!m.Reachable || !m.Healthy):
+			t.Errorf("member %+v should have answered", m)
+		}
+	}
+}
+
+// heldReads is a member's KV whose reads wait until release is closed or their context ends.
+type heldReads struct {
+	clientv3.KV
+	release chan struct{}
+}
+
+func (h heldReads) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	select {
+	case <-h.release:
+		return h.KV.Get(ctx, key, opts...)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func TestObserveTakesAlarmsFromStatus(t *testing.T) {
