@@ -443,7 +443,10 @@ func (p *planner) failedMember() (step, bool) {
 
 // failureReason says why an unhealthy member is beyond waiting for, or "". Only etcd's own
 // evidence counts: a CORRUPT alarm, a pod that keeps crashing, or a member unhealthy for the
-// grace period while its pod is not Ready or it answered with errors.
+// grace period while its pod is not Ready or it answered with errors. The grace period is
+// also the age of its current pod: the wait began when the member went unhealthy, perhaps on
+// a pod since recreated (a node gone, its pod deleted), and a new pod whose volume is still
+// attaching gets the whole period before its member's data is given up on.
 func (p *planner) failureReason(m *member) string {
 	switch {
 	case hasAlarm(m.Member, "CORRUPT"):
@@ -454,7 +457,7 @@ func (p *planner) failureReason(m *member) string {
 		return ""
 	case isCrashLooping(m.pod):
 		return "its pod keeps crashing"
-	case p.waitedTooLong(m.name):
+	case p.waitedTooLong(m.name) && p.obs.Now.Sub(m.pod.CreationTimestamp.Time) >= stuckAfter:
 		return "unhealthy for " + stuckAfter.String()
 	}
 	return ""

@@ -42,14 +42,16 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	spec size=N | version=V | options=A,B | paused | unpaused | delete | recovery=POLICY |
 //	     nospace=POLICY | defragment     (defragment: spec.maintenance.defragment, defaults)
 //	leader POD                           make POD's member the leader
-//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|heal
+//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|heal
 //	                                     unreachable: the hook alone cannot reach it, etcd and
 //	                                     the kubelet see it healthy; slow: it keeps its raft role
 //	                                     but fails health checks; lost: its volume is gone for
 //	                                     good, the pod restarts on an empty one; wipe: its volume
 //	                                     is lost and its pod deleted; partitioned: its node stops
 //	                                     answering, the pod is evicted and stays terminating with
-//	                                     its etcd last reported running
+//	                                     its etcd last reported running; force-deleted: a
+//	                                     terminating pod goes, and its replacement's etcd is down
+//	                                     until healed
 //	unschedulable POD | schedulable POD  the pod at that ordinal cannot be scheduled (any template)
 //	delete statefulset [orphan] | configmap | services | pdb   a child deleted behind the planner's back
 //	leader-returns N                     leadership goes back after each of the next N leader moves
@@ -297,12 +299,18 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			// Its etcd is cut off from the hook and the other members; its pod is evicted but
 			// cannot go until its node answers again, so its last status stands.
 			p.down, p.terminating, p.stuck = true, true, true
+		case "force-deleted":
+			// A partitioned pod deleted by hand: it goes, and its replacement's etcd stays
+			// down while its volume is still attached to the node it left.
+			p.stuck, p.terminating = false, true
+			w.startDown[ord] = true
 		case "unreachable":
 			p.blind = true
 		case "slow":
 			p.slow = true
 		case "heal":
 			p.crash, p.down, p.blind, p.slow, p.stuck = false, false, false, false, false
+			delete(w.startDown, ord)
 			if m != nil {
 				w.disarm("CORRUPT", m.id)
 				w.disarm("NOSPACE", m.id)

@@ -97,6 +97,8 @@ type simPod struct {
 	stuck bool
 	// why its etcd last failed to start, for describe.
 	why string
+	// created is when the StatefulSet created it.
+	created time.Time
 }
 
 type simSTS struct {
@@ -169,6 +171,9 @@ type simWorld struct {
 	etcdOverride func(*etcdstate.Snapshot)
 	// unschedulable ordinals: their pods stay Pending, whatever template they have.
 	unschedulable map[int]bool
+	// startDown ordinals: their next pod's etcd is down until healed (its volume still
+	// attaching on the node it left).
+	startDown map[int]bool
 	// leaderReturns: after this many more move-leader Jobs leadership goes back to the member
 	// it was moved from, as if something kept moving it.
 	leaderReturns int
@@ -206,7 +211,7 @@ func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 	return &simWorld{
 		t: t, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
 		pods: map[int]*simPod{}, data: map[int]*simData{}, applied: map[string][]byte{}, jobs: map[string]*simJob{},
-		lag: simLag, unschedulable: map[int]bool{},
+		lag: simLag, unschedulable: map[int]bool{}, startDown: map[int]bool{},
 		secrets:  map[string]string{simServerSecret: "ca-1", simPeerSecret: "ca-1", simClientSecret: "ca-1"},
 		badCerts: map[string]string{},
 	}
@@ -343,6 +348,7 @@ func (w *simWorld) observe() Observed {
 		p := w.pods[ord]
 		pod := corev1.Pod{Spec: *p.tmpl.Spec.DeepCopy()}
 		pod.Name, pod.Namespace = w.podName(ord), w.cluster.Namespace
+		pod.CreationTimestamp = metav1.NewTime(p.created)
 		pod.Labels = map[string]string{LabelCluster: w.cluster.Name}
 		pod.Annotations = map[string]string{}
 		for k, v := range p.tmpl.Annotations {
@@ -792,11 +798,13 @@ func (w *simWorld) statefulSetController() {
 		if w.pods[ord] != nil || gone[ord] {
 			continue
 		}
-		p := &simPod{ord: ord, spec: s.updateSpec, config: s.updateConfig, version: s.updateVersion, tmpl: s.updateTmpl}
+		p := &simPod{ord: ord, spec: s.updateSpec, config: s.updateConfig, version: s.updateVersion, tmpl: s.updateTmpl, created: w.now}
 		if ord < s.partition {
 			p.spec, p.config, p.version, p.tmpl = s.currentSpec, s.currentConfig, s.currentVersion, s.currentTmpl
 		}
 		p.noImage = p.version == w.badImage
+		p.down = w.startDown[ord]
+		delete(w.startDown, ord)
 		w.pods[ord] = p
 	}
 	all := true
