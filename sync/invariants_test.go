@@ -323,6 +323,23 @@ func TestPlannerHoldsOnPartialInput(t *testing.T) {
 			func(obs *Observed) { obs.Etcd.Inconsistent = "etcd-0 and etcd-1 both lead term 7" },
 			Action{Type: Hold, Reason: "etcd answers inconsistently"},
 		},
+		{
+			"a survivor chosen for quorum recovery and since re-added under a new member ID is chosen again, not forced",
+			func(w *simWorld) {
+				w.faulty = true
+				w.pods[1].down, w.pods[2].down = true, true
+				w.cluster.Annotations = map[string]string{v1alpha1.AnnotationForceNewClusterFrom: "etcd-0"}
+				w.step() // records Chosen with etcd-0's member ID
+			},
+			func(obs *Observed) {
+				for i := range obs.Etcd.Members {
+					if obs.Etcd.Members[i].Name == "etcd-0" {
+						obs.Etcd.Members[i].ID = 0xfeed
+					}
+				}
+			},
+			Action{Type: RecoverQuorum, Reason: "quorum lost: recovering from etcd-0, the surviving member with the highest raft index"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSimWorld(t, 3, true)
