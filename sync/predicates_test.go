@@ -62,24 +62,29 @@ func TestJobBackoff(t *testing.T) {
 	}
 }
 
-func TestOrdinalOfUnstartedMember(t *testing.T) {
+// TestMemberOrdinal: a member is ours by its peer URL, and once started also by its name.
+func TestMemberOrdinal(t *testing.T) {
 	w := newSimWorld(t, 3, true)
 	c := w.cluster
 	v := &view{cfg: simConfig, c: &c}
 	for _, tc := range []struct {
+		name string // "" until the member started
 		peer string
 		want int
 		ok   bool
 	}{
-		{"http://etcd-3.etcd.default.svc.cluster.local:2380", 3, true},    // ours, by peer URL
-		{"https://etcd-3.etcd.default.svc.cluster.local:2380", 3, true},   // after TLS was turned on
-		{"http://etcd-3.etcd.other.svc.cluster.local:2380", 0, false},     // another namespace
-		{"http://etcd-x-3.etcd.default.svc.cluster.local:2380", 0, false}, // not an ordinal of ours
-		{"http://10.0.0.4:2380", 0, false},                                // an address, not our name (data only: nothing dials it)
+		{"", "http://etcd-3.etcd.default.svc.cluster.local:2380", 3, true},    // ours, by peer URL
+		{"", "https://etcd-3.etcd.default.svc.cluster.local:2380", 3, true},   // after TLS was turned on
+		{"", "http://etcd-3.etcd.other.svc.cluster.local:2380", 0, false},     // another namespace
+		{"", "http://etcd-x-3.etcd.default.svc.cluster.local:2380", 0, false}, // not an ordinal of ours
+		{"", "http://10.0.0.4:2380", 0, false},                                // an address, not our name (data only: nothing dials it)
+		{"etcd-3", "http://etcd-3.etcd.default.svc.cluster.local:2380", 3, true},
+		{"etcd-1", "http://etcd-3.etcd.default.svc.cluster.local:2380", 0, false}, // started under another pod's name
+		{"other-3", "http://etcd-3.etcd.default.svc.cluster.local:2380", 0, false},
 	} {
-		got, ok := v.memberOrdinal(etcdstate.Member{PeerURLs: []string{tc.peer}})
+		got, ok := v.memberOrdinal(etcdstate.Member{Name: tc.name, PeerURLs: []string{tc.peer}})
 		if got != tc.want || ok != tc.ok {
-			t.Errorf("memberOrdinal(%s) = %d, %v; want %d, %v", tc.peer, got, ok, tc.want, tc.ok)
+			t.Errorf("memberOrdinal(%q, %s) = %d, %v; want %d, %v", tc.name, tc.peer, got, ok, tc.want, tc.ok)
 		}
 	}
 }
