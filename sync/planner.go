@@ -343,8 +343,8 @@ func (p *planner) stuckReason(l *member) string {
 
 // 7e. A pod without a member: a member was removed to be replaced or rolled (finish it: the
 // member is added back as a learner, with a new incarnation), or a scale-in between the
-// removal and the shrink, or a learner was given up (undo: shrink to the members, keeping the
-// slot a missing member is added back into).
+// removal and the shrink, or a learner was given up (undo: shrink to the members; a missing
+// member within the StatefulSet's size is added back first).
 //
 // A member's data may be started only once per incarnation: without a volume, a pod
 // recreated after its member started comes back empty, and the member would start again with
@@ -366,10 +366,9 @@ func (p *planner) podWithoutMember() (step, bool) {
 		}
 		return p.addLearner(free, fmt.Sprintf("pod %s has no member: adding it back as a learner", name)), true
 	}
+	// Every ordinal below free has a member, so keep is at least free: the shrink never
+	// drops the slot a missing member is added back into.
 	keep := p.maxMemberOrdinal() + 1
-	if missing {
-		keep = max(keep, free+1)
-	}
 	if p.replicas <= keep {
 		return step{}, false
 	}
