@@ -155,8 +155,9 @@ func (v *view) surging() bool {
 
 // memberOrdinal finds a member's ordinal by its peer URL, which must name one of this
 // cluster's pods, and for a started member also by its name, which must be that pod's: a
-// member that calls itself etcd-1 but is reached at another host is not etcd-1. A member added
-// but not started has only its peer URL (etcd learns the name on start).
+// member at etcd-3's peer URL that calls itself etcd-1, or anything else, has no ordinal (the
+// view counts it a stranger). A member added but not started has only its peer URL (etcd
+// learns the name on start).
 func (v *view) memberOrdinal(m etcdstate.Member) (int, bool) {
 	for _, p := range m.PeerURLs {
 		u, err := url.Parse(p)
