@@ -153,9 +153,10 @@ func validate(obs *Observed, c v1alpha1.EtcdCluster) error {
 
 // isBootstrapping: no cluster has answered yet and nothing beyond the seed was ever asked
 // for. Bootstrap is repeated until the seed answers, so a partly applied first answer is
-// completed and the seed's children follow the current spec (its pod too, unless seedHeld). A join state that says
-// "existing", or a recorded cluster ID or ledger, means a cluster did answer once, even if
-// status has lost its ID: bootstrapping again would forget that its seed is established.
+// completed and the seed's children follow the current spec (its pod too, unless seedHeld).
+// A join state that says "existing", or a recorded cluster ID or ledger, means a cluster did
+// answer once, even if status has lost its ID: bootstrapping again would forget that its seed
+// is established.
 func isBootstrapping(obs *Observed) bool {
 	if obs.Cluster.Status.ClusterID != "" || len(obs.Cluster.Status.Ledger) > 0 || obs.Etcd.Asked {
 		return false
