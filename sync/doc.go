@@ -37,11 +37,12 @@
 // Every decision is checked against the invariants before it is returned (checkInvariants): at
 // most one change, never a second learner, never a backup while a learner joins, never a
 // removal or pod replacement that leaves the voters without a healthy quorum, never a shrink
-// below a member, never two pods exposed to the StatefulSet's rolling update at once, the
-// partition lowered onto a pod only once the pods above it are replaced and up (the
-// StatefulSet controller would otherwise replace it later, unchecked), disturbing a healthy
-// voter only when every other member answered, never removing or replacing a member only the
-// hook cannot reach, and never replacing the leader's pod while another voter could lead.
+// below a member (nor a deleted StatefulSet re-created below a member's pod), never two pods
+// exposed to the StatefulSet's rolling update at once, the partition lowered onto a pod only
+// once the pods above it are replaced and up (the StatefulSet controller would otherwise
+// replace it later, unchecked), disturbing a healthy voter only when every other member
+// answered, never removing or replacing a member only the hook cannot reach, and never
+// replacing the leader's pod while another voter could lead.
 // Teardown and bootstrap have checks of their own. A violation becomes a hold whose reason
 // starts with "internal:".
 // When etcd's state is unknown (not asked, inconsistent, a stranger in the member list,

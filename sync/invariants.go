@@ -75,9 +75,12 @@ func checkInvariants(v *view, s step) error {
 	if v.sts != nil && s.replicas != v.replicas {
 		changes++
 	}
+	// A StatefulSet re-created after it was deleted adopts the pods left behind and deletes
+	// those beyond its replicas: a member with a live pod must stay within them as well.
 	for _, m := range v.members {
-		if s.replicas < v.replicas && m.ordinal >= s.replicas {
-			return fmt.Errorf("shrinking the StatefulSet to %d would drop member %s", s.replicas, m.name)
+		p := v.pods[m.ordinal]
+		if m.ordinal >= s.replicas && (s.replicas < v.replicas || v.sts == nil && p != nil && !isTerminating(p)) {
+			return fmt.Errorf("a StatefulSet of %d replicas would drop member %s", s.replicas, m.name)
 		}
 	}
 

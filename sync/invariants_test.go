@@ -62,6 +62,12 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 			"would drop member etcd-2",
 		},
 		{
+			"re-creating a deleted StatefulSet below a member's orphaned pod",
+			func(w *simWorld) { w.deleteChild("statefulset", true) },
+			func(p *planner) step { return p.scaleTo(2, "etcd-2", "") },
+			"would drop member etcd-2",
+		},
+		{
 			"replacing two pods at once",
 			func(w *simWorld) { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=1"} },
 			func(p *planner) step { return p.replacePod(1, "etcd-1", "") },
