@@ -3,7 +3,6 @@ package sync
 import (
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
@@ -193,12 +192,18 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		Restore:      restoreJoin(c, seed),
 	}
 	v := newView(cfg, obs, c)
+	action := Action{Type: Bootstrap, Member: seed, Reason: "no cluster yet: starting seed " + seed}
+	if f := fromBackup(c); f != nil {
+		action.Reason = "no cluster yet: starting seed " + seed + " from snapshot " + f.Name
+	}
+	partition, resync := 0, float64(resyncSoon)
 	held := seedHeld(v)
-	partition := 0
 	if held {
 		// The StatefulSet keeps pod 0 on the template it runs; a pod that is gone or going
 		// is recreated from the current one (protectivePartition's rule).
-		partition = 1
+		partition, resync = 1, resyncHold
+		action = Action{Type: Hold, Member: seed, Reason: "seed " + seed + " has run etcd on a pod without a volume but has not answered the hook; " +
+			"recreating it for the changed spec would lose its data, so the change waits until the seed answers"}
 	}
 	children := []Child{
 		headlessService(c, v.labels),
@@ -208,16 +213,6 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		statefulSet(c, v.labels, v.spec, 1, partition),
 	}
 	sortChildren(children)
-	action := Action{Type: Bootstrap, Member: seed, Reason: "no cluster yet: starting seed " + seed}
-	if f := fromBackup(c); f != nil {
-		action.Reason = "no cluster yet: starting seed " + seed + " from snapshot " + f.Name
-	}
-	resync := float64(resyncSoon)
-	if held {
-		action = Action{Type: Hold, Member: seed, Reason: "seed " + seed + " has run etcd on a pod without a volume but has not answered the hook; " +
-			"recreating it for the changed spec would lose its data, so the change waits until the seed answers"}
-		resync = resyncHold
-	}
 	st := newStatus(obs, c, v1alpha1.PhaseCreating, action)
 	if f := fromBackup(c); f != nil {
 		st.RestoredFrom = f.Name
@@ -248,16 +243,6 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 func seedHeld(v *view) bool {
 	pod := v.pods[0]
 	return v.c.Spec.StorageSpec == nil && pod != nil && !isTerminating(pod) && v.outdated(pod) && etcdHasRun(pod)
-}
-
-// etcdHasRun: the kubelet reports the pod's etcd container running, ready, or as having run
-// and ended at least once.
-func etcdHasRun(pod *corev1.Pod) bool {
-	if isReady(pod) {
-		return true
-	}
-	cs := etcdStatus(pod)
-	return cs != nil && (cs.RestartCount > 0 || cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil)
 }
 
 // clusterToken is unique per cluster incarnation: a deleted and re-created EtcdCluster of the

@@ -60,6 +60,16 @@ func isCrashLooping(p *corev1.Pod) bool {
 	return cs != nil && cs.RestartCount >= crashRestarts && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
 }
 
+// etcdHasRun: the kubelet reports the pod's etcd container running, ready, or as having run
+// and ended at least once.
+func etcdHasRun(pod *corev1.Pod) bool {
+	if isReady(pod) {
+		return true
+	}
+	cs := etcdStatus(pod)
+	return cs != nil && (cs.RestartCount > 0 || cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil)
+}
+
 // etcdStatus is what the kubelet reports of the pod's etcd container; nil before it does.
 func etcdStatus(p *corev1.Pod) *corev1.ContainerStatus {
 	for i := range p.Status.ContainerStatuses {
