@@ -252,6 +252,13 @@ func (w *simWorld) healthy(m *simMember) bool {
 	return m.started && p != nil && p.running && !p.down && w.peerReachable(m) && !w.probes.holds(m.ord, w.now)
 }
 
+// ready is the kubelet's readiness of the pod at ord: its member's own health, which the
+// hook's reach plays no part in.
+func (w *simWorld) ready(ord int) bool {
+	m, p := w.memberAt(ord), w.pods[ord]
+	return m != nil && p != nil && w.healthy(m) && !p.slow && !w.anyCorrupt()
+}
+
 // anyCorrupt: a CORRUPT alarm stands; etcd then serves no reads or writes anywhere, and every
 // member's /readyz fails.
 func (w *simWorld) anyCorrupt() bool {
@@ -365,7 +372,7 @@ func (w *simWorld) observe() Observed {
 		// Ready is the kubelet's probe of the member's own health: the hook's reach plays no
 		// part in it.
 		ready := corev1.ConditionFalse
-		if m := w.memberAt(ord); m != nil && w.healthy(m) && !p.slow && !w.anyCorrupt() {
+		if w.ready(ord) {
 			ready = corev1.ConditionTrue
 		}
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
