@@ -118,8 +118,8 @@ func Decide(in Input) Decision {
 	v := in.Volume
 	if v.Token != "" && v.Token != in.Join.Token {
 		if v.HasData {
-			return Decision{Kind: Refuse, Reason: fmt.Sprintf("%s%s, not of this cluster %s: %s is not started on it, nor is it wiped; "+
-				"delete the claim, or re-create the cluster it belongs to (docs/runbooks.md, a volume of another cluster)", joinstate.ForeignCluster, v.Token, in.Join.Token, in.Name)}
+			return Decision{Kind: Refuse, Reason: fmt.Sprintf("%s%s, not of this cluster %s: neither started on nor wiped (docs/runbooks.md, a volume of another cluster)",
+				joinstate.ForeignCluster, v.Token, in.Join.Token)}
 		}
 		v = Volume{}
 	}
