@@ -20,9 +20,13 @@ import (
 // StatefulSet deleted with its pods (not one deleted orphaning them, which orphans the claims
 // too). A deleted claim goes once no pod uses it, as the claim's protection finalizer keeps it.
 
-// simClaimsDeleted turns on, in the random runs, spec.storageSpec.whenDeleted: Delete, so that
-// a StatefulSet deleted behind the planner's back takes the claims with it. Off by default: the
-// planner does not yet keep the data in that case (see TestClaimsFollowRetentionPolicy).
+// simClaimsDeleted turns on, in TestRandomPartialKnowledge, spec.storageSpec.whenDeleted:
+// Delete on the worlds with volumes, so that its fault "StatefulSet deleted with its pods"
+// takes every claim with it. Off by default: the planner renders the policy onto the
+// StatefulSet, so the data goes with it (issue 23). With it on, seeds 1 and 5 fail: the
+// StatefulSet is deleted (seed 1 at 2 members, seed 5 at 5 during a roll), the planner
+// re-creates it, the pods come back on empty claims, the launchers refuse the established
+// members, and checkWorld reports "only 0 of 2 (5) voters hold the data".
 var simClaimsDeleted = flag.Bool("sim-claims-deleted", false, "random runs with spec.storageSpec.whenDeleted: Delete")
 
 // deleteStatefulSet is the StatefulSet deleted, by the planner's answer or behind its back;
