@@ -134,13 +134,11 @@ func report(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.P
 	return d
 }
 
-// validate checks the spec, the version against the lowest etcd version the members report
-// running (status.currentVersion when none answered): a lost status must not let a spec skip
-// a minor release or downgrade.
+// validate checks the spec, the version against the lowest etcd version the cluster runs
+// (gateVersion: status, the answering members, every pod's image): neither a lost status nor a
+// member that does not answer may let a spec skip a minor release or downgrade.
 func validate(obs *Observed, c v1alpha1.EtcdCluster) error {
-	if low := lowestVersion(obs.Etcd.Members); low != "" {
-		c.Status.CurrentVersion = low
-	}
+	c.Status.CurrentVersion = gateVersion(obs)
 	if err := v1alpha1.Validate(c); err != nil {
 		return err
 	}
