@@ -213,3 +213,24 @@ func TestMemberOnAnotherClustersClaimIsNotReplaced(t *testing.T) {
 		t.Fatalf("the other cluster's data changed: %+v", got)
 	}
 }
+
+// TestLearnerOnAnotherClustersClaimIsKept: a scale-out whose new ordinal's claim holds another
+// cluster's data. The learner's launcher refuses; the learner is reported and kept, not
+// removed and added again every grace period.
+func TestLearnerOnAnotherClustersClaimIsKept(t *testing.T) {
+	w, _ := created(t, 3, true)
+	w.data[3] = &simData{id: 0xdead, token: "default/etcd/uid-0"}
+	w.cluster.Spec.Size = ptrTo(int32(4))
+	w.cluster.Generation++
+	var d Decision
+	for i := 0; i < 80; i++ {
+		d = w.step()
+		if d.Action.Type == RemoveMember {
+			t.Fatalf("sync %d: %s\n%s", i, actionLine(d.Action), w.describe())
+		}
+		w.now = w.now.Add(20 * time.Second)
+	}
+	if d.Action.Type != Hold || !strings.Contains(d.Action.Reason, "learner etcd-3 cannot start (its launcher refuses: "+joinstate.ForeignCluster+"default/etcd/uid-0") {
+		t.Fatalf("last: %s", actionLine(d.Action))
+	}
+}
