@@ -13,6 +13,14 @@ import (
 // ConfigMapKey is the key of the join state in the ConfigMap and the file name in the pod.
 const ConfigMapKey = "join-state.json"
 
+// A launcher that refuses to start etcd says why in its container's termination message,
+// which the planner reads from the pod's status: Refused begins the message, and
+// ForeignCluster begins the reason when the volume holds another cluster's data.
+const (
+	Refused        = "launch refused: "
+	ForeignCluster = "the volume holds data of cluster "
+)
+
 // Cluster states, as etcd's --initial-cluster-state takes them.
 const (
 	StateNew      = "new"

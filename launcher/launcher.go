@@ -45,6 +45,9 @@ type Volume struct {
 	// HasMarker is true when the incarnation marker exists; Incarnation is its value.
 	HasMarker   bool
 	Incarnation int64
+	// Token is the join state token of the cluster whose member wrote the data dir, or ""
+	// on a volume written before the launcher recorded it.
+	Token string
 	// Recovered is the token of the last quorum recovery this volume started with
 	// --force-new-cluster, or "".
 	Recovered string
@@ -67,8 +70,10 @@ type Decision struct {
 	Reason string
 	// Wipe empties the data dir before start: it holds an older incarnation's data.
 	Wipe bool
-	// Incarnation is written to the marker before etcd starts.
+	// Incarnation is written to the marker before etcd starts, and Token, the cluster's,
+	// beside it.
 	Incarnation int64
+	Token       string
 	// Recovered, when set, is the quorum recovery token written to the volume before etcd
 	// starts with --force-new-cluster, so that it does so once.
 	Recovered string
@@ -84,18 +89,22 @@ var OwnedFlags = []string{"name", "data-dir", "initial-cluster", "initial-cluste
 // Decide is the start decision of member in.Name. In order, first match wins:
 //  1. not in the join state → wait (the mounted file lags behind the ConfigMap)
 //  2. join state without a token → wait (malformed; never start with etcd's default token)
-//  3. marker newer than the join state → wait (the file lags behind the incarnation)
-//  4. data without a marker → refuse (nobody knows which incarnation wrote it)
-//  5. fenced by a quorum recovery from another member → wait (its data belongs to the lost
+//  3. data that another cluster's member wrote (an earlier cluster of the same name whose
+//     claims were kept) → refuse; nothing of it is wiped. Another cluster's markers beside
+//     an empty data dir are ignored. A volume without a token was written before the
+//     launcher recorded one and counts as this cluster's: the start records the token.
+//  4. marker newer than the join state → wait (the file lags behind the incarnation)
+//  5. data without a marker → refuse (nobody knows which incarnation wrote it)
+//  6. fenced by a quorum recovery from another member → wait (its data belongs to the lost
 //     quorum; started, it could form that quorum again beside the recovered cluster)
-//  6. established member whose data is missing or stale → refuse (starting empty could fork
+//  7. established member whose data is missing or stale → refuse (starting empty could fork
 //     the cluster: a seed would form a new one, a voter would vote without its log)
-//  7. the seed of a new cluster bootstrapped from a snapshot: an empty volume → restore the
+//  8. the seed of a new cluster bootstrapped from a snapshot: an empty volume → restore the
 //     snapshot, then start; data restored for this cluster → restart with it; any other
 //     data → refuse (a restore never lands on a volume that holds a cluster already)
-//  8. the survivor of a quorum recovery not yet applied to this volume → start once with
+//  9. the survivor of a quorum recovery not yet applied to this volume → start once with
 //     --force-new-cluster, recording the recovery's token first
-//  9. otherwise start; wipe the data first when an older incarnation wrote it.
+//  10. otherwise start; wipe the data first when an older incarnation wrote it.
 //
 // With data kept, the --initial-* flags are harmless: etcd reads them only for an empty dir.
 func Decide(in Input) Decision {
@@ -107,6 +116,13 @@ func Decide(in Input) Decision {
 		return Decision{Kind: Wait, Reason: "join state has no initial cluster token"}
 	}
 	v := in.Volume
+	if v.Token != "" && v.Token != in.Join.Token {
+		if v.HasData {
+			return Decision{Kind: Refuse, Reason: fmt.Sprintf("%s%s, not of this cluster %s: neither started on nor wiped (docs/runbooks.md, a volume of another cluster)",
+				joinstate.ForeignCluster, v.Token, in.Join.Token)}
+		}
+		v = Volume{}
+	}
 	if v.HasMarker && v.Incarnation > me.Incarnation {
 		return Decision{Kind: Wait, Reason: fmt.Sprintf("volume is incarnation %d, join state still says %d", v.Incarnation, me.Incarnation)}
 	}
@@ -124,7 +140,7 @@ func Decide(in Input) Decision {
 	if me.Established && (!v.HasData || stale) {
 		return Decision{Kind: Refuse, Reason: fmt.Sprintf("established member %s has no data of incarnation %d in %s", in.Name, me.Incarnation, in.DataDir)}
 	}
-	d := Decision{Kind: Start, Wipe: stale, Incarnation: me.Incarnation, Args: []string{
+	d := Decision{Kind: Start, Wipe: stale, Incarnation: me.Incarnation, Token: in.Join.Token, Args: []string{
 		"--name=" + in.Name,
 		"--data-dir=" + in.DataDir,
 		"--initial-cluster=" + initialCluster(in.Join),

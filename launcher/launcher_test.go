@@ -68,6 +68,16 @@ func TestDecide(t *testing.T) {
 			Input{Join: restoring(join("existing", member("e-0", 2, false), member("e-1", 1, true))), Name: "e-0"}, Start, false, "existing"},
 		{"an established restored seed on an empty volume refuses, as any established member",
 			Input{Join: restoring(join("existing", member("e-0", 1, true))), Name: "e-0"}, Refuse, false, ""},
+		{"a cluster of one re-created under the same name refuses the data its predecessor left on the claim",
+			Input{Join: join("new", member("e-0", 0, false)), Name: "e-0", Volume: earlier(withData(0))}, Refuse, false, ""},
+		{"a member of a larger re-created cluster refuses its predecessor's data, stale or not, and wipes nothing",
+			Input{Join: join("existing", member("e-0", 0, true), member("e-1", 2, false)), Name: "e-1", Volume: earlier(withData(1))}, Refuse, false, ""},
+		{"an earlier cluster's markers beside an empty data dir are ignored: the seed starts a new cluster",
+			Input{Join: join("new", member("e-0", 0, false)), Name: "e-0", Volume: earlier(Volume{HasMarker: true, Incarnation: 3})}, Start, false, "new"},
+		{"a volume written before the token was recorded keeps starting",
+			Input{Join: join("existing", member("e-0", 1, true)), Name: "e-0", Volume: withData(1)}, Start, false, "existing"},
+		{"a volume this cluster's member wrote restarts",
+			Input{Join: join("existing", member("e-0", 1, true)), Name: "e-0", Volume: Volume{HasData: true, HasMarker: true, Incarnation: 1, Token: "ns/e/uid-1"}}, Start, false, "existing"},
 		{"a join state without a token waits",
 			Input{Join: joinstate.State{ClusterState: "new", Members: []joinstate.Member{member("e-0", 1, false)}}, Name: "e-0"}, Wait, false, ""},
 	} {
@@ -79,6 +89,9 @@ func TestDecide(t *testing.T) {
 		if d.Kind != tc.kind || d.Wipe != tc.wipe || d.Reason == "" {
 			t.Errorf("%s: got %v wipe=%v (%s), want %v wipe=%v", tc.story, d.Kind, d.Wipe, d.Reason, tc.kind, tc.wipe)
 			continue
+		}
+		if foreign := tc.in.Volume.Token == "ns/e/uid-0" && tc.in.Volume.HasData; foreign != strings.HasPrefix(d.Reason, joinstate.ForeignCluster) {
+			t.Errorf("%s: reason %q; another cluster's data: %v", tc.story, d.Reason, foreign)
 		}
 		if d.Kind != Start {
 			if d.Args != nil {
@@ -98,10 +111,16 @@ func TestDecide(t *testing.T) {
 			"--initial-cluster-state=" + tc.initial,
 			"--initial-cluster-token=ns/e/uid-1",
 		}
-		if !slices.Equal(d.Args, want) || d.Incarnation != me.Incarnation {
-			t.Errorf("%s: got args %q incarnation %d, want %q incarnation %d", tc.story, d.Args, d.Incarnation, want, me.Incarnation)
+		if !slices.Equal(d.Args, want) || d.Incarnation != me.Incarnation || d.Token != "ns/e/uid-1" {
+			t.Errorf("%s: got args %q incarnation %d token %q, want %q incarnation %d token ns/e/uid-1", tc.story, d.Args, d.Incarnation, d.Token, want, me.Incarnation)
 		}
 	}
+}
+
+// earlier marks v as written by a member of an earlier cluster of the same name (uid-0).
+func earlier(v Volume) Volume {
+	v.Token = "ns/e/uid-0"
+	return v
 }
 
 // restoring marks s as the join state of a cluster bootstrapped from a snapshot by e-0.

@@ -14,10 +14,12 @@ import (
 )
 
 // MarkerFile is the incarnation marker's name, beside the data dir on the member's volume;
-// RecoveredFile records the last quorum recovery the volume started from, RestoredFile the
-// cluster whose snapshot restore wrote the data dir.
+// TokenFile records the cluster (the join state's token) whose member wrote the data dir,
+// RecoveredFile the last quorum recovery the volume started from, RestoredFile the cluster
+// whose snapshot restore wrote the data dir.
 const (
 	MarkerFile    = "incarnation"
+	TokenFile     = "cluster-token"
 	RecoveredFile = "recovered"
 	RestoredFile  = "restored"
 )
@@ -26,6 +28,12 @@ const (
 // the data dir never loses it.
 func MarkerPath(dataDir string) string {
 	return filepath.Join(filepath.Dir(filepath.Clean(dataDir)), MarkerFile)
+}
+
+// TokenPath is where the cluster token of dataDir lives, beside the incarnation marker. A
+// separate file, so that a launcher of before the token still reads the marker.
+func TokenPath(dataDir string) string {
+	return filepath.Join(filepath.Dir(filepath.Clean(dataDir)), TokenFile)
 }
 
 // RecoveredPath is where the recovery marker of dataDir lives, beside the incarnation marker.
@@ -109,6 +117,13 @@ func Prepare(o Options) (argv []string, d Decision, err error) {
 	if err := writeMarker(MarkerPath(dataDir), strconv.FormatInt(d.Incarnation, 10)); err != nil {
 		return nil, d, fmt.Errorf("write incarnation marker: %w", err)
 	}
+	// After the marker: a crash between the two leaves a marker without a token, which the
+	// next start takes for a volume of before the token and records it then.
+	if vol.Token != d.Token {
+		if err := writeMarker(TokenPath(dataDir), d.Token); err != nil {
+			return nil, d, fmt.Errorf("write cluster token: %w", err)
+		}
+	}
 	if d.Recovered != "" {
 		// Written before etcd starts: a crash after this point restarts without the flag,
 		// which is the safe way round (forcing twice would drop members added since).
@@ -174,7 +189,8 @@ func ownedFlagIn(args []string) string {
 	return ""
 }
 
-// Inspect reports whether dataDir holds data and which incarnation its marker records.
+// Inspect reports whether dataDir holds data, which incarnation its marker records and which
+// cluster wrote it.
 func Inspect(dataDir string) (Volume, error) {
 	var v Volume
 	entries, err := os.ReadDir(dataDir)
@@ -188,7 +204,7 @@ func Inspect(dataDir string) (Volume, error) {
 	for _, m := range []struct {
 		path, what string
 		into       *string
-	}{{RecoveredPath(dataDir), "recovery", &v.Recovered}, {RestoredPath(dataDir), "restore", &v.Restored}} {
+	}{{TokenPath(dataDir), "cluster token", &v.Token}, {RecoveredPath(dataDir), "recovery", &v.Recovered}, {RestoredPath(dataDir), "restore", &v.Restored}} {
 		b, err := os.ReadFile(m.path)
 		switch {
 		case errors.Is(err, os.ErrNotExist):

@@ -95,7 +95,7 @@ func TestPrepareLifeOfAMember(t *testing.T) {
 		t.Fatalf("stale data dir not wiped: %v", err)
 	}
 	v, err := Inspect(p.dataDir)
-	if err != nil || v != (Volume{HasMarker: true, Incarnation: 2}) {
+	if err != nil || v != (Volume{HasMarker: true, Incarnation: 2, Token: "ns/e/uid-1"}) {
 		t.Fatalf("after the wipe: %+v %v", v, err)
 	}
 }
@@ -219,5 +219,56 @@ func TestPrepareRestoreWithoutFlagsIsBadOptions(t *testing.T) {
 	p.mount(restoring(join("new", member("e-0", 1, false))))
 	if _, _, err := p.launch("e-0"); !errors.Is(err, ErrBadOptions) || !strings.Contains(err.Error(), "--restore-") {
 		t.Fatalf("restore asked without restore flags: %v", err)
+	}
+}
+
+// TestPrepareRefusesAnEarlierClustersVolume: an EtcdCluster deleted with its claims kept and
+// re-created under the same name has a new UID, so a new token. Its seed finds the old
+// cluster's data on the claim and refuses; nothing on the volume changes.
+func TestPrepareRefusesAnEarlierClustersVolume(t *testing.T) {
+	p := newPod(t)
+	p.mount(join("new", member("e-0", 0, false)))
+	if _, d, err := p.launch("e-0"); err != nil || d.Kind != Start {
+		t.Fatalf("first cluster's seed: %+v %v", d, err)
+	}
+	p.etcdWrites()
+	if v, err := Inspect(p.dataDir); err != nil || v.Token != "ns/e/uid-1" {
+		t.Fatalf("the start did not record the cluster token: %+v %v", v, err)
+	}
+
+	recreated := join("new", member("e-0", 0, false))
+	recreated.Token = "ns/e/uid-2"
+	p.mount(recreated)
+	argv, d, err := p.launch("e-0")
+	if err != nil || d.Kind != Refuse || argv != nil || !strings.HasPrefix(d.Reason, joinstate.ForeignCluster+"ns/e/uid-1") {
+		t.Fatalf("re-created cluster's seed on the old claim: got %q %+v %v", argv, d, err)
+	}
+	v, err := Inspect(p.dataDir)
+	if err != nil || v != (Volume{HasData: true, HasMarker: true, Incarnation: 0, Token: "ns/e/uid-1"}) {
+		t.Fatalf("the refusal changed the volume: %+v %v", v, err)
+	}
+}
+
+// TestPrepareRecordsTheTokenOnAVolumeOfBefore: a volume written before the launcher recorded
+// the cluster token has a marker and no token. It keeps starting, and its first start under a
+// join state records the token, after which another cluster's join state is refused.
+func TestPrepareRecordsTheTokenOnAVolumeOfBefore(t *testing.T) {
+	p := newPod(t)
+	p.etcdWrites()
+	if err := os.WriteFile(MarkerPath(p.dataDir), []byte("1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.mount(join("existing", member("e-0", 1, true)))
+	if _, d, err := p.launch("e-0"); err != nil || d.Kind != Start || d.Wipe {
+		t.Fatalf("a volume without a token: got %+v %v", d, err)
+	}
+	if b, err := os.ReadFile(TokenPath(p.dataDir)); err != nil || string(b) != "ns/e/uid-1\n" {
+		t.Fatalf("token file after the start: %q %v", b, err)
+	}
+	other := join("existing", member("e-0", 1, true))
+	other.Token = "ns/e/uid-2"
+	p.mount(other)
+	if _, d, err := p.launch("e-0"); err != nil || d.Kind != Refuse {
+		t.Fatalf("another cluster after the token was recorded: got %+v %v", d, err)
 	}
 }

@@ -134,13 +134,11 @@ func report(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.P
 	return d
 }
 
-// validate checks the spec, the version against the lowest etcd version the members report
-// running (status.currentVersion when none answered): a lost status must not let a spec skip
-// a minor release or downgrade.
+// validate checks the spec, the version against the lowest etcd version the cluster runs
+// (gateVersion: status, the answering members, every pod's image): neither a lost status nor a
+// member that does not answer may let a spec skip a minor release or downgrade.
 func validate(obs *Observed, c v1alpha1.EtcdCluster) error {
-	if low := lowestVersion(obs.Etcd.Members); low != "" {
-		c.Status.CurrentVersion = low
-	}
+	c.Status.CurrentVersion = gateVersion(obs)
 	if err := v1alpha1.Validate(c); err != nil {
 		return err
 	}
@@ -198,12 +196,22 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	}
 	partition, resync := 0, float64(resyncSoon)
 	held := seedHeld(v)
-	if held {
+	cannotStart := ""
+	if pod := v.pods[0]; pod != nil && !isTerminating(pod) && !v.outdated(pod) {
+		// An outdated seed is recreated from the current spec, which may be its fix.
+		cannotStart = podStartFailure(pod)
+	}
+	switch {
+	case held:
 		// The StatefulSet keeps pod 0 on the template it runs; a pod that is gone or going
 		// is recreated from the current one (protectivePartition's rule).
 		partition, resync = 1, resyncHold
 		action = Action{Type: Hold, Member: seed, Reason: "seed " + seed + " has run etcd on a pod without a volume but has not answered the hook; " +
 			"recreating it for the changed spec would lose its data, so the change waits until the seed answers"}
+	case cannotStart != "":
+		// The children are rendered all the same: they are what the seed needs once it can.
+		resync = resyncHold
+		action = Action{Type: Hold, Member: seed, Reason: "no cluster yet: seed " + seed + " cannot start (" + cannotStart + ")"}
 	}
 	children := []Child{
 		headlessService(c, v.labels),
@@ -218,10 +226,14 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		st.RestoredFrom = f.Name
 	}
 	st.TLS = v.tlsStatus()
-	if held {
+	if held || cannotStart != "" {
+		degradedBy := ReasonNoVolumeToRoll
+		if !held {
+			degradedBy = ReasonPodCannotStart
+		}
 		setConditionValue(&st, obs, v.condition(v1alpha1.ConditionAvailable, metav1.ConditionUnknown, ReasonEtcdUnknown, action.Reason))
 		setCondition(&st, obs, c, v1alpha1.ConditionProgressing, false, ReasonBlocked, action.Reason)
-		setCondition(&st, obs, c, v1alpha1.ConditionDegraded, true, ReasonNoVolumeToRoll, action.Reason)
+		setCondition(&st, obs, c, v1alpha1.ConditionDegraded, true, degradedBy, action.Reason)
 	} else {
 		setCondition(&st, obs, c, v1alpha1.ConditionProgressing, true, Bootstrap.String(), action.Reason)
 	}

@@ -1,11 +1,13 @@
 package sync
 
 import (
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/joinstate"
 )
 
 // Thresholds of the health judgements.
@@ -80,10 +82,36 @@ func etcdStatus(p *corev1.Pod) *corev1.ContainerStatus {
 	return nil
 }
 
+// launcherRefusal is why the pod's launcher refused to start etcd the last time the container
+// ended, from the termination message it leaves (joinstate.Refused); "" when etcd runs, or
+// the container ended for another reason.
+func launcherRefusal(p *corev1.Pod) string {
+	cs := etcdStatus(p)
+	if cs == nil || cs.State.Running != nil {
+		return ""
+	}
+	t := cs.State.Terminated
+	if t == nil {
+		t = cs.LastTerminationState.Terminated
+	}
+	if t == nil {
+		return ""
+	}
+	why, ok := strings.CutPrefix(t.Message, joinstate.Refused)
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(why)
+}
+
 // podStartFailure says why a pod cannot start its etcd at all (an image that cannot be pulled, a
-// container that cannot be created, no node to run on), or "". Replacing the member would not
-// help: the new pod would fail the same way until the spec or the nodes change.
+// container that cannot be created, no node to run on, a claim that holds another cluster's
+// data), or "". Replacing the member would not help: the new pod would fail the same way until
+// the spec, the nodes or the claim change.
 func podStartFailure(p *corev1.Pod) string {
+	if why := launcherRefusal(p); strings.HasPrefix(why, joinstate.ForeignCluster) {
+		return "its launcher refuses: " + why
+	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 			return "unschedulable: " + c.Message

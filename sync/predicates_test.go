@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/joinstate"
 )
 
 func TestIsCaughtUp(t *testing.T) {
@@ -136,6 +137,16 @@ func TestUpgradePath(t *testing.T) {
 }
 
 func TestPodStartFailure(t *testing.T) {
+	const foreign = joinstate.Refused + joinstate.ForeignCluster + "default/etcd/uid-1, not of this cluster default/etcd/uid-2"
+	// refused: the container backs off after it ended with message, as a refusing launcher's does.
+	refused := func(message string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: "etcd", RestartCount: 6, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3, Message: message}}}
+	}
+	running := func(cs corev1.ContainerStatus) corev1.ContainerStatus {
+		cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+		return cs
+	}
 	waiting := func(reason string) corev1.ContainerStatus {
 		return corev1.ContainerStatus{Name: "etcd", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}
 	}
@@ -148,6 +159,15 @@ func TestPodStartFailure(t *testing.T) {
 		{"crash-looping: it did start", corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{waiting("CrashLoopBackOff")}}}, ""},
 		{"no node fits", corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes"}}}}, "unschedulable: 0/3 nodes"},
 		{"running", corev1.Pod{}, ""},
+		{"its launcher found another cluster's data", corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{refused(foreign)}}},
+			"its launcher refuses: " + foreign[len(joinstate.Refused):]},
+		{"its launcher refused while etcd ran before: the refusal is the last word",
+			corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "etcd", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3, Message: foreign}}}}}},
+			"its launcher refuses: " + foreign[len(joinstate.Refused):]},
+		{"etcd runs again after a refusal", corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{running(refused(foreign))}}}, ""},
+		{"a refusal a replacement fixes (an established member without its data) is a failure, not a start failure",
+			corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{refused(joinstate.Refused + "established member etcd-1 has no data of incarnation 0 in /var/lib/etcd/data")}}}, ""},
+		{"etcd's own exit", corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{refused("panic: tocommit(9) is out of range")}}}, ""},
 	} {
 		if got := podStartFailure(&tc.pod); got != tc.want {
 			t.Errorf("%s: podStartFailure = %q, want %q", tc.name, got, tc.want)

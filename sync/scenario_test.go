@@ -70,6 +70,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     another host; unhealthy: the PODs' members answer "no leader"
 //	etcd new-cluster                     from now on etcd is another cluster: new cluster and
 //	                                     member IDs on the same data (as after a restore)
+//	recreate                             the EtcdCluster deleted with its claims kept and created
+//	                                     again under the same name (a new UID) on those claims
 //	age DURATION                         time passes without anything happening
 //	backup SCHEDULE | suspend | resume   spec.backup to an S3 bucket on that schedule (a
 //	                                     schedule without spaces: @hourly, @every 30m)
@@ -465,6 +467,8 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w.cluster.UID = "uid-2"
 		w.backups = backups
 		w.cluster.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: from}
+	case "recreate":
+		w = w.recreated()
 	case "age":
 		d, err := time.ParseDuration(arg(0))
 		if err != nil {
@@ -498,7 +502,7 @@ func (w *simWorld) deleteChild(what string, orphan bool) {
 	}
 	switch what {
 	case "statefulset":
-		w.sts, w.orphaned = nil, orphan
+		w.deleteStatefulSet(orphan)
 		if !orphan {
 			// The garbage collector deletes the pods in the background, whatever comes next.
 			for _, p := range w.pods {

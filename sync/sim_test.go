@@ -62,6 +62,9 @@ type simData struct {
 	recovered string
 	// restored is the join state token of the snapshot restore that wrote it.
 	restored string
+	// token is the join state token of the cluster whose member wrote it; "" on a volume
+	// written before the launcher recorded it.
+	token string
 }
 
 // simBackup is a snapshot stored by a backup Job: the raft index it holds stands for the
@@ -95,8 +98,9 @@ type simPod struct {
 	// stuck: its node stopped answering, so the pod was evicted and stays terminating with
 	// the status its kubelet last reported, until the node is back.
 	stuck bool
-	// why its etcd last failed to start, for describe.
-	why string
+	// why its etcd last failed to start, for describe; refusal, the termination message a
+	// refusing launcher left.
+	why, refusal string
 	// created is when the StatefulSet created it.
 	created time.Time
 }
@@ -108,6 +112,9 @@ type simSTS struct {
 	updateSpec, updateConfig, updateVersion    string
 	currentSpec, currentConfig, currentVersion string
 	updateTmpl, currentTmpl                    corev1.PodTemplateSpec
+	// whenDeleted and whenScaled are its persistentVolumeClaimRetentionPolicy
+	// (sim_claims_test.go).
+	whenDeleted, whenScaled string
 }
 
 type simJob struct {
@@ -182,6 +189,9 @@ type simWorld struct {
 	leaderReturns int
 	// orphaned: the StatefulSet was deleted leaving its pods (kubectl delete --cascade=orphan).
 	orphaned bool
+	// doomedClaims are claims the retention policy deleted, at their ordinals; each goes once
+	// no pod uses it (sim_claims_test.go).
+	doomedClaims map[int]bool
 	// alarms are the cluster's active alarms, as etcd keeps them: by member ID, also of
 	// members removed since.
 	alarms []etcdstate.Alarm
@@ -390,6 +400,9 @@ func (w *simWorld) observe() Observed {
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}
 		case p.restarts > 0:
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+			if p.refusal != "" {
+				cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 3, Message: p.refusal}
+			}
 		default:
 			pod.Status.Phase = corev1.PodPending
 		}
@@ -559,7 +572,7 @@ func (w *simWorld) apply(d Decision) {
 			case "Job":
 				delete(w.jobs, name)
 			case "StatefulSet":
-				w.sts = nil
+				w.deleteStatefulSet(false)
 			case "ConfigMap":
 				w.join = nil
 			}
@@ -614,6 +627,9 @@ func (w *simWorld) applySTS(b []byte) {
 	w.sts.partition = int(*s.Spec.UpdateStrategy.RollingUpdate.Partition)
 	w.sts.updateSpec, w.sts.updateConfig, w.sts.updateVersion = tmpl.Annotations[AnnotationSpecHash], tmpl.Annotations[AnnotationConfigHash], version
 	w.sts.updateTmpl = tmpl
+	if r := s.Spec.PersistentVolumeClaimRetentionPolicy; r != nil {
+		w.sts.whenDeleted, w.sts.whenScaled = string(r.WhenDeleted), string(r.WhenScaled)
+	}
 	if w.sts.currentTmpl.Spec.Containers == nil {
 		w.sts.currentTmpl = tmpl
 	}
@@ -783,6 +799,7 @@ func (w *simWorld) statefulSetController() {
 			}
 		}
 	}
+	w.collectClaims()
 	if w.sts == nil {
 		// Deleting a StatefulSet deletes its pods, unless it was deleted orphaning them.
 		for _, p := range w.pods {
@@ -794,8 +811,7 @@ func (w *simWorld) statefulSetController() {
 	for ord, p := range w.pods {
 		if ord >= s.replicas {
 			p.terminating = true
-			// whenScaled: Delete — a scaled-away ordinal loses its claim.
-			delete(w.data, ord)
+			w.scaledAway(ord)
 		}
 	}
 	// Roll: the highest pod at or above the partition not on the update revision.
@@ -871,7 +887,7 @@ func (w *simWorld) kubelet() {
 			p.why = why
 			continue
 		}
-		p.running = true
+		p.running, p.refusal = true, ""
 	}
 }
 
@@ -887,12 +903,22 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 	}
 	d := w.data[p.ord]
 	dec := launcher.Decide(launcher.Input{Join: *w.join, Name: w.podName(p.ord), DataDir: "/var/lib/etcd/data", Volume: volumeOf(d)})
+	if dec.Kind == launcher.Refuse {
+		p.refusal = joinstate.Refused + dec.Reason
+	}
 	if dec.Kind != launcher.Start {
 		return dec.Kind.String() + ": " + dec.Reason
 	}
 	if dec.Wipe {
 		delete(w.data, p.ord)
 		d = nil
+	}
+	if d != nil && d.token != dec.Token {
+		// Another cluster's markers beside an empty data dir are ignored; its data never is.
+		if d.token != "" {
+			w.t.Fatalf("%s starts on data of cluster %s under %s", w.podName(p.ord), d.token, dec.Token)
+		}
+		d.token = dec.Token
 	}
 	if d != nil {
 		if dec.Recovered != "" {
@@ -910,7 +936,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 		}
 		m = &simMember{id: w.nextID, ord: p.ord, started: true, peerURL: w.join.Members[0].PeerURL}
 		w.nextID++
-		w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id}
+		w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id, token: dec.Token}
 		if dec.Restore {
 			// etcdutl snapshot restore: the snapshot's data under a new cluster ID.
 			if len(w.backups) == 0 {
@@ -944,7 +970,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 		m.live, m.history = l.live, l.history
 		m.file = m.live + m.history
 	}
-	w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id}
+	w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id, token: dec.Token}
 	return ""
 }
 
@@ -953,7 +979,7 @@ func volumeOf(d *simData) launcher.Volume {
 	if d == nil {
 		return launcher.Volume{}
 	}
-	return launcher.Volume{HasData: true, HasMarker: true, Incarnation: d.inc, Recovered: d.recovered, Restored: d.restored}
+	return launcher.Volume{HasData: true, HasMarker: true, Incarnation: d.inc, Token: d.token, Recovered: d.recovered, Restored: d.restored}
 }
 
 // forceNewCluster is etcd started with --force-new-cluster on the data d at ord: the member

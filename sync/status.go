@@ -434,9 +434,7 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 			st.Leader = v.leader.name
 		}
 		st.ClusterID = fmt.Sprintf("%x", v.obs.Etcd.ClusterID)
-		if low := lowestVersion(v.obs.Etcd.Members); low != "" {
-			st.CurrentVersion = low
-		}
+		st.CurrentVersion = v.runningVersion()
 	}
 
 	switch {

@@ -279,7 +279,9 @@ func sortedKeys(m map[string]string) []string {
 //
 // etcd supports only these moves: its storage and raft formats are checked one minor release
 // apart, and a downgrade needs etcd's own downgrade procedure, which the operator does not run.
-// from should be the lowest version the members actually run.
+// from should be the lowest version anything says the cluster runs: the planner takes it over
+// status.currentVersion, the members that answer and the etcd image of every pod, so that a
+// member that does not answer still counts.
 func CheckUpgrade(from, to string) error {
 	t, err := version.ParseSemantic(to)
 	if err != nil {

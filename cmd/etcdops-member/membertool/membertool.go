@@ -55,7 +55,7 @@ commands:
       common: --cacert=FILE --cert=FILE --key=FILE --timeout=30s
   install --to=PATH
   launch --join-state=FILE --name=POD --data-dir=DIR --etcd=PATH
-         [--restore-<destination flag>...] -- <etcd flags>
+         [--termination-log=FILE] [--restore-<destination flag>...] -- <etcd flags>
   probe  --join-state=FILE --data-dir=DIR --health=URL [--name=POD, else $POD_NAME]
          [--defrag-metrics=URL]
 `
@@ -302,6 +302,16 @@ func copyExecutable(src, dst string) error {
 // argv (argv[0] is the --etcd path). When the pod must not start, argv is nil and the
 // decision says why. The end-to-end harness runs the argv in an embedded etcd instead.
 func LaunchArgv(args []string) ([]string, launcher.Decision, error) {
+	o, _, err := parseLaunch(args)
+	if err != nil {
+		return nil, launcher.Decision{}, err
+	}
+	return launcher.Prepare(o)
+}
+
+// parseLaunch reads launch's arguments: the launcher's options and the file its refusal is
+// written to.
+func parseLaunch(args []string) (launcher.Options, string, error) {
 	fs := flag.NewFlagSet("launch", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var o launcher.Options
@@ -309,20 +319,26 @@ func LaunchArgv(args []string) ([]string, launcher.Decision, error) {
 	fs.StringVar(&o.Name, "name", "", "pod name, which is the member name")
 	fs.StringVar(&o.DataDir, "data-dir", "/var/lib/etcd/data", "etcd data dir; the incarnation marker lives beside it")
 	fs.StringVar(&o.Etcd, "etcd", "/usr/local/bin/etcd", "etcd executable")
+	termLog := fs.String("termination-log", "/dev/termination-log", "file a refusal is written to, for the planner")
 	var from backup.DestinationFlags
 	from.Register(fs, "restore-")
 	if err := fs.Parse(args); err != nil {
-		return nil, launcher.Decision{}, fmt.Errorf("%w: %v", launcher.ErrBadOptions, err)
+		return o, "", fmt.Errorf("%w: %v", launcher.ErrBadOptions, err)
 	}
 	o.Static = fs.Args()
 	if from.Set() {
 		o.Restore = func(rt launcher.RestoreTarget) error { return restoreSnapshot(from, rt, os.Stderr) }
 	}
-	return launcher.Prepare(o)
+	return o, *termLog, nil
 }
 
 func runLaunch(args []string, stderr io.Writer) int {
-	argv, d, err := LaunchArgv(args)
+	o, termLog, err := parseLaunch(args)
+	var argv []string
+	var d launcher.Decision
+	if err == nil {
+		argv, d, err = launcher.Prepare(o)
+	}
 	switch {
 	case errors.Is(err, launcher.ErrBadOptions):
 		fmt.Fprintf(stderr, "launch: %v\n", err)
@@ -337,6 +353,11 @@ func runLaunch(args []string, stderr io.Writer) int {
 		return ExitRetryable
 	case launcher.Refuse:
 		fmt.Fprintf(stderr, "launch: refuse: %s\n", d.Reason)
+		// The kubelet puts this file into the container's status, where the planner reads
+		// why the member does not start.
+		if err := os.WriteFile(termLog, []byte(joinstate.Refused+d.Reason), 0o644); err != nil {
+			fmt.Fprintf(stderr, "launch: termination log: %v\n", err)
+		}
 		return ExitRefused
 	}
 	fmt.Fprintf(stderr, "launch: %s (incarnation %d)\n", d.Reason, d.Incarnation)

@@ -301,3 +301,36 @@ func TestLaunch(t *testing.T) {
 		t.Fatalf("marker %q %v, want 3", marker, err)
 	}
 }
+
+// TestLaunchRefusalReachesTheTerminationLog: a refusal exits 3 and leaves its reason in the
+// termination log, where the kubelet reads the container's termination message; here a
+// cluster re-created under the same name finds its predecessor's data.
+func TestLaunchRefusalReachesTheTerminationLog(t *testing.T) {
+	dir := t.TempDir()
+	joinFile, termLog := filepath.Join(dir, "join-state.json"), filepath.Join(dir, "termination-log")
+	dataDir := filepath.Join(dir, "volume", "data")
+	args := []string{"launch", "--join-state=" + joinFile, "--name=e-0", "--data-dir=" + dataDir, "--etcd=/usr/local/bin/etcd", "--termination-log=" + termLog}
+	state := joinstate.State{Token: "ns/e/uid-1", ClusterState: joinstate.StateNew, Members: []joinstate.Member{{Name: "e-0", PeerURL: "http://e-0:2380"}}}
+	if err := os.WriteFile(joinFile, []byte(joinstate.Encode(state)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, err := LaunchArgv(args[1:]); err != nil || d.Kind != launcher.Start {
+		t.Fatalf("first cluster: %+v %v", d, err)
+	}
+	if err := os.MkdirAll(filepath.Join(dataDir, "member"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	state.Token = "ns/e/uid-2"
+	if err := os.WriteFile(joinFile, []byte(joinstate.Encode(state)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(args...)
+	if code != ExitRefused {
+		t.Fatalf("re-created cluster on the old volume: exit %d: %s", code, errOut)
+	}
+	oneLine(t, "launch refuse", errOut, "ns/e/uid-1")
+	msg, err := os.ReadFile(termLog)
+	if err != nil || !strings.HasPrefix(string(msg), joinstate.Refused+joinstate.ForeignCluster+"ns/e/uid-1") {
+		t.Fatalf("termination log %q %v", msg, err)
+	}
+}

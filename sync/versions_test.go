@@ -1,0 +1,54 @@
+package sync
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"etcdops.dev/etcdops/etcdstate"
+)
+
+// TestGateAndRunningVersion: the gate takes the lowest of status, the answering members and the
+// pods' images; status.currentVersion rises only when every member answered or has a pod.
+func TestGateAndRunningVersion(t *testing.T) {
+	pod := func(ord int, image string) corev1.Pod {
+		p := corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: image}}}}
+		p.Name, p.Labels = PodName("etcd", ord), map[string]string{LabelCluster: "etcd"}
+		return p
+	}
+	backup := pod(9, "registry.example:5000/etcd:v3.4.0")
+	backup.Name = "etcd-backup-x1"
+	for _, tc := range []struct {
+		name          string
+		status        string
+		versions      []string // each member's answer; "" when it did not answer
+		pods          []corev1.Pod
+		gate, running string
+	}{
+		{"a silent member's pod runs an older patch", "v3.5.26", []string{"", "3.5.26", "3.5.26"},
+			[]corev1.Pod{pod(0, "quay.io/coreos/etcd:v3.5.25"), pod(1, "quay.io/coreos/etcd:v3.5.26"), pod(2, "quay.io/coreos/etcd:v3.5.26")}, "v3.5.25", "v3.5.25"},
+		{"status is a floor for the gate", "v3.5.25", []string{"3.5.26", "3.5.26", "3.5.26"},
+			[]corev1.Pod{pod(0, "e:v3.5.26"), pod(1, "e:v3.5.26"), pod(2, "e:v3.5.26")}, "v3.5.25", "v3.5.26"},
+		{"a member neither answering nor with a pod keeps status as a floor", "v3.5.25", []string{"", "3.5.26", "3.5.26"},
+			[]corev1.Pod{pod(1, "e:v3.5.26"), pod(2, "e:v3.5.26")}, "v3.5.25", "v3.5.25"},
+		{"a registry with a port; another cluster's or a Job's pods do not count", "", []string{"3.6.16"},
+			[]corev1.Pod{pod(0, "registry.example:5000/etcd:v3.6.16"), backup}, "v3.6.16", "v3.6.16"},
+		{"an image without a tag says nothing", "", []string{"3.6.16"}, []corev1.Pod{pod(0, "registry.example:5000/etcd")}, "v3.6.16", "v3.6.16"},
+	} {
+		w := newSimWorld(t, int32(len(tc.versions)), true)
+		obs := Observed{Cluster: w.cluster, Now: simStart, Pods: tc.pods}
+		obs.Cluster.Status.CurrentVersion = tc.status
+		obs.Etcd = etcdstate.Snapshot{Asked: true, Complete: true, ClusterID: 1}
+		for i, ver := range tc.versions {
+			m := etcdstate.Member{ID: uint64(i + 1), Name: PodName("etcd", i), PeerURLs: []string{PeerURL(&w.cluster, PodName("etcd", i), simConfig.ClusterDomain)}, Version: ver, Reachable: ver != ""}
+			obs.Etcd.Members = append(obs.Etcd.Members, m)
+		}
+		if got := gateVersion(&obs); got != tc.gate {
+			t.Errorf("%s: gate %s, want %s", tc.name, got, tc.gate)
+		}
+		c := w.cluster
+		if got := newView(simConfig, &obs, &c).runningVersion(); got != tc.running {
+			t.Errorf("%s: running %s, want %s", tc.name, got, tc.running)
+		}
+	}
+}
