@@ -99,6 +99,8 @@ type simPod struct {
 	why string
 	// created is when the StatefulSet created it.
 	created time.Time
+	// pendingUntil: its image pulls and its volume attaches until then.
+	pendingUntil time.Time
 }
 
 type simSTS struct {
@@ -196,6 +198,8 @@ type simWorld struct {
 	// badCerts those whose certificate members would reject, and why.
 	secrets  map[string]string
 	badCerts map[string]string
+	// pace, when set, makes nodes slow (sim_pending_test.go).
+	pace *simPace
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -436,7 +440,7 @@ func (w *simWorld) snapshot(pods []corev1.Pod) etcdstate.Snapshot {
 		p := w.pods[m.ord]
 		if m.started && p != nil && p.running && !p.blind && asked[m.ord] {
 			em.Reachable = true
-			em.RaftIndex = m.raft
+			em.RaftIndex, em.RaftAppliedIndex = m.raft, m.raft
 			em.Version = strings.TrimPrefix(p.version, "v")
 			em.IsLeader = m.id == w.leader
 			for _, a := range w.alarms {
@@ -803,6 +807,7 @@ func (w *simWorld) statefulSetController() {
 			p.spec, p.config, p.version, p.tmpl = s.currentSpec, s.currentConfig, s.currentVersion, s.currentTmpl
 		}
 		p.noImage = p.version == w.badImage
+		p.pendingUntil = w.pendingUntil(ord)
 		p.down = w.startDown[ord]
 		delete(w.startDown, ord)
 		w.pods[ord] = p
@@ -822,7 +827,7 @@ func (w *simWorld) statefulSetController() {
 func (w *simWorld) kubelet() {
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
-		if p.terminating || p.noImage || w.unschedulable[ord] {
+		if p.terminating || p.noImage || w.unschedulable[ord] || w.now.Before(p.pendingUntil) {
 			continue
 		}
 		m := w.memberAt(ord)
@@ -969,7 +974,7 @@ func (w *simWorld) raft() {
 			m.raft = 1
 			continue
 		}
-		m.raft = leader.raft
+		m.raft = w.followed(m, leader)
 	}
 }
 
