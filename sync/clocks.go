@@ -15,9 +15,9 @@ import (
 // applying since. None of them is the current action's age, which any other step (a backup, a
 // leader move) restarts.
 
-// clockSkewMargin is added to a grace period measured from a time the API server or a kubelet
-// wrote (a pod's creationTimestamp, a Job condition's lastTransitionTime): their clocks and the
-// hook's may differ, and skew must never end a wait early.
+// clockSkewMargin is added to a grace period measured from a time the API server or a
+// controller wrote (a pod's creationTimestamp, a backup Job's completion time): their clocks
+// and the hook's may differ, and skew must never end a wait early.
 const clockSkewMargin = time.Minute
 
 // elapsedSince is how long ago t was, by the hook's clock, for a time another clock wrote:
@@ -87,8 +87,9 @@ const progressRecordEvery = time.Minute
 // that did not answer keeps its last record.
 func (v *view) applied(l *member) (uint64, time.Time) {
 	prev := v.record(l)
-	if prev == nil {
-		// The first sighting is where progress is measured from.
+	if prev == nil || prev.RunningSince == nil {
+		// Progress is measured from the first sighting of its etcd running: a pod recreated
+		// without a volume starts again from nothing.
 		return l.RaftAppliedIndex, time.Time{}
 	}
 	var since time.Time

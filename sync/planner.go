@@ -329,9 +329,9 @@ func (p *planner) learner() (step, bool) {
 
 // stuckReason says why a learner is beyond waiting for, or "". Only time counts, and only
 // from when its etcd runs (runningSince): a pod still Pending (scheduling, attaching its
-// volume, pulling its image), or one in the kubelet's back-off before its first good start, is
-// not the learner's failure. A learner that keeps applying entries (a large database takes
-// long) is not stuck either: the wait runs from its last progress.
+// volume, pulling its image) is not the learner's failure. A learner that keeps applying
+// entries (a large database takes long) is not stuck either: the wait runs from its last
+// progress.
 func (p *planner) stuckReason(l *member) string {
 	if idle, ok := p.learnerIdle(l); ok && idle >= stuckAfter {
 		return "nothing applied for " + stuckAfter.String() + " while running"
