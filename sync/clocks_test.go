@@ -149,3 +149,33 @@ func TestMemberClocksInStatus(t *testing.T) {
 		t.Fatalf("learner records: Pending %v, running %v, progress %v", sawPending, sawRunning, sawProgress)
 	}
 }
+
+// TestLearnerProgressRestartsWithItsEtcd: the index recorded while a learner's etcd last ran is
+// not the bar for a new start (a pod recreated without a volume applies again from nothing).
+func TestLearnerProgressRestartsWithItsEtcd(t *testing.T) {
+	w := newSimWorld(t, 3, true)
+	w.run(100)
+	w.paceCommand(t, "catch-up", []string{"etcd-3", "20m"})
+	w.cluster.Spec.Size = ptrTo(int32(4))
+	w.cluster.Generation++
+	const before = 1 << 40
+	for i := 0; i < 60; i++ {
+		w.step()
+		for j := range w.cluster.Status.Members {
+			r := &w.cluster.Status.Members[j]
+			if r.Name != "etcd-3" || !r.IsLearner || r.RunningSince == nil {
+				continue
+			}
+			// As if its etcd had last run on a pod since gone, far ahead of where it is now.
+			r.RunningSince, r.AppliedIndex, r.ProgressSince = nil, before, nil
+			w.step()
+			for _, again := range w.cluster.Status.Members {
+				if again.Name == "etcd-3" && again.AppliedIndex >= before {
+					t.Fatalf("etcd-3 started again: applied index %d still the bar", again.AppliedIndex)
+				}
+			}
+			return
+		}
+	}
+	t.Fatal("etcd-3 never ran as a learner")
+}
