@@ -441,8 +441,8 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		ReadyMembers:       3,
 		Members: []v1alpha1.MemberStatus{
 			{Name: "status-0", ID: "8e9e05c52164694d", Ordinal: 0, IsLeader: true, Healthy: true, Version: "3.6.16"},
-			{Name: "status-1", ID: "91bc3c398fb3c146", Ordinal: 1, Healthy: true, Version: "3.6.16", UnansweredSince: &since},
-			{Name: "status-2", ID: "fd422379fda50e48", Ordinal: 2, IsLearner: true, Version: "3.6.16"},
+			{Name: "status-1", ID: "91bc3c398fb3c146", Ordinal: 1, Version: "3.6.16", UnansweredSince: &since, UnhealthySince: &since},
+			{Name: "status-2", ID: "fd422379fda50e48", Ordinal: 2, IsLearner: true, Version: "3.6.16", RunningSince: &since, AppliedIndex: 42, ProgressSince: &since},
 		},
 		Leader:         "status-0",
 		ClusterID:      "cdf818194e3a8c32",

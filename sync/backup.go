@@ -182,7 +182,7 @@ func (p *planner) backupJob(j *batchv1.Job) (s step, keep bool) {
 		return p.wait(j.Labels[LabelMember], "backup: Job "+j.Name+" running", resyncSoon), true
 	case jobSucceeded:
 		r, ok := p.backupResult(j, corev1.PodSucceeded)
-		if !ok && p.obs.Now.Sub(at) < backupResultWait {
+		if !ok && p.elapsedSince(at) < backupResultWait {
 			return p.wait(j.Labels[LabelMember], "backup: Job "+j.Name+" done, its pod's report not seen yet", resyncSoon), true
 		}
 		rec := p.backupRecord()

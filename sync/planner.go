@@ -328,15 +328,13 @@ func (p *planner) learner() (step, bool) {
 }
 
 // stuckReason says why a learner is beyond waiting for, or "". Only time counts, and only
-// once its pod runs: a learner's pod often crash-looped before the learner was added (it had
-// no member to start as), and kubelet's back-off delays its first good start; a pod still
-// Pending (scheduling, pulling, attaching its volume) is not the learner's failure.
+// from when its etcd runs (runningSince): a pod still Pending (scheduling, attaching its
+// volume, pulling its image) is not the learner's failure. A learner that keeps applying
+// entries (a large database takes long) is not stuck either: the wait runs from its last
+// progress.
 func (p *planner) stuckReason(l *member) string {
-	if l.pod != nil && l.pod.Status.Phase == corev1.PodPending {
-		return ""
-	}
-	if p.waitedTooLong(l.name) {
-		return "not caught up after " + stuckAfter.String()
+	if idle, ok := p.learnerIdle(l); ok && idle >= stuckAfter {
+		return "nothing applied for " + stuckAfter.String() + " while running"
 	}
 	return ""
 }
@@ -442,10 +440,12 @@ func (p *planner) failedMember() (step, bool) {
 
 // failureReason says why an unhealthy member is beyond waiting for, or "". Only etcd's own
 // evidence counts: a CORRUPT alarm, a pod that keeps crashing, or a member unhealthy for the
-// grace period while its pod is not Ready or it answered with errors. The grace period is
-// also the age of its current pod: the wait began when the member went unhealthy, perhaps on
-// a pod since recreated (a node gone, its pod deleted), and a new pod whose volume is still
-// attaching gets the whole period before its member's data is given up on.
+// grace period while its pod is not Ready or it answered with errors. The grace period runs
+// from the member's own record (unhealthySince), not from the current action, which any other
+// step restarts. It is also the age of its current pod: the wait began when the member went
+// unhealthy, perhaps on a pod since recreated (a node gone, its pod deleted), and a new pod
+// whose volume is still attaching gets the whole period before its member's data is given up
+// on. That age is read from the API server's clock, so it has the skew margin.
 func (p *planner) failureReason(m *member) string {
 	switch {
 	case hasAlarm(m.Member, "CORRUPT"):
@@ -456,17 +456,11 @@ func (p *planner) failureReason(m *member) string {
 		return ""
 	case isCrashLooping(m.pod):
 		return "its pod keeps crashing"
-	case p.waitedTooLong(m.name) && p.obs.Now.Sub(m.pod.CreationTimestamp.Time) >= stuckAfter:
+	}
+	if since, ok := p.unhealthySince(m); ok && p.obs.Now.Sub(since) >= stuckAfter && p.elapsedSince(m.pod.CreationTimestamp.Time) >= stuckAfter {
 		return "unhealthy for " + stuckAfter.String()
 	}
 	return ""
-}
-
-// waitedTooLong: the last status already reported waiting on this member, long enough ago.
-func (p *planner) waitedTooLong(name string) bool {
-	a := p.obs.Cluster.Status.Action
-	return a != nil && a.Type == Wait.String() && a.Member == name && !a.Since.IsZero() &&
-		p.obs.Now.Sub(a.Since.Time) >= stuckAfter
 }
 
 // 8. Config drift: a pod whose configuration differs from the spec is rolled, highest

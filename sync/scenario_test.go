@@ -73,8 +73,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	recreate                             the EtcdCluster deleted with its claims kept and created
 //	                                     again under the same name (a new UID) on those claims
 //	age DURATION                         time passes without anything happening
-//	backup SCHEDULE | suspend | resume   spec.backup to an S3 bucket on that schedule (a
-//	                                     schedule without spaces: @hourly, @every 30m)
+//	backup SCHEDULE | suspend | resume   spec.backup to an S3 bucket on that schedule
+//	                                     (@hourly, @every 30m, */3 * * * *)
 //	restore NAME [in-place]              spec.bootstrap.fromBackup: the snapshot a new world
 //	                                     starts from, with the old one's backups; in-place:
 //	                                     set on the world as it is
@@ -82,6 +82,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     (etcd-server, etcd-client Secrets) and between peers (etcd-peer)
 //	secret NAME CA | secret-delete NAME  a TLS Secret with CA bundle CA (a digest), or none
 //	bad-cert NAME WHY... | good-cert NAME   members would reject the Secret's certificate, or not
+//	pending POD DURATION | catch-up POD DURATION   slow nodes (sim_pending_test.go)
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -451,7 +452,7 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		case "suspend", "resume":
 			w.cluster.Spec.Backup.Suspend = arg(0) == "suspend"
 		default:
-			w.cluster.Spec.Backup = &v1alpha1.BackupSpec{Schedule: arg(0), Destination: v1alpha1.BackupDestination{
+			w.cluster.Spec.Backup = &v1alpha1.BackupSpec{Schedule: strings.Join(args, " "), Destination: v1alpha1.BackupDestination{
 				S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
 		}
 	case "restore":
@@ -469,6 +470,8 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w.cluster.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: from}
 	case "recreate":
 		w = w.recreated()
+	case "pending", "catch-up":
+		w.paceCommand(t, cmd, args)
 	case "age":
 		d, err := time.ParseDuration(arg(0))
 		if err != nil {

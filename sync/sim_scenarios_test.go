@@ -283,6 +283,7 @@ func TestRandomSingleFaults(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			w, _ := created(t, 3, seed%2 == 1) // odd seeds with volumes, even ones without
 			w.faulty = true
+			w.slowNodes(rng, 4*time.Minute)
 			changes := []func(){
 				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },
 				func() { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} },
@@ -357,6 +358,7 @@ func TestRandomPartialKnowledge(t *testing.T) {
 			w, _ := created(t, 3, seed%2 == 1)
 			w.faulty = true
 			w.optInClaimsDeleted()
+			w.slowNodes(rng, 4*time.Minute)
 			changes := []func(){
 				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },
 				func() { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} },
@@ -406,6 +408,9 @@ func TestRandomPartialKnowledge(t *testing.T) {
 				func() { // a writer fills the database to NOSPACE
 					w.growth = 300 << 20
 					heal = append(heal, func() { w.growth = 0 })
+				},
+				func() { // the next learner at a high ordinal applies a large database slowly
+					w.paced().catchUp[3+rng.Intn(2)] = time.Duration(5+rng.Intn(20)) * time.Minute
 				},
 				func() { // etcd finds a member's data corrupt
 					if ms := w.members; len(ms) > 0 {

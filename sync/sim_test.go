@@ -103,6 +103,8 @@ type simPod struct {
 	why, refusal string
 	// created is when the StatefulSet created it.
 	created time.Time
+	// pendingUntil: its image pulls and its volume attaches until then.
+	pendingUntil time.Time
 }
 
 type simSTS struct {
@@ -212,6 +214,8 @@ type simWorld struct {
 	// probes, when set, runs liveness probes and lets defragmentations take time
 	// (sim_probes_test.go).
 	probes *simProbes
+	// pace, when set, makes nodes slow (sim_pending_test.go).
+	pace *simPace
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -462,7 +466,7 @@ func (w *simWorld) snapshot(pods []corev1.Pod) etcdstate.Snapshot {
 		p := w.pods[m.ord]
 		if m.started && p != nil && p.running && !p.blind && asked[m.ord] {
 			em.Reachable = true
-			em.RaftIndex = m.raft
+			em.RaftIndex, em.RaftAppliedIndex = m.raft, m.raft
 			em.Version = strings.TrimPrefix(p.version, "v")
 			em.IsLeader = m.id == w.leader
 			for _, a := range w.alarms {
@@ -838,6 +842,7 @@ func (w *simWorld) statefulSetController() {
 			p.spec, p.config, p.version, p.tmpl = s.currentSpec, s.currentConfig, s.currentVersion, s.currentTmpl
 		}
 		p.noImage = p.version == w.badImage
+		p.pendingUntil = w.pendingUntil(ord)
 		p.down = w.startDown[ord]
 		delete(w.startDown, ord)
 		w.pods[ord] = p
@@ -857,7 +862,7 @@ func (w *simWorld) statefulSetController() {
 func (w *simWorld) kubelet() {
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
-		if p.terminating || p.noImage || w.unschedulable[ord] {
+		if p.terminating || p.noImage || w.unschedulable[ord] || w.now.Before(p.pendingUntil) {
 			continue
 		}
 		if p.running && w.livenessRestarts(ord, p) {
@@ -1019,7 +1024,7 @@ func (w *simWorld) raft() {
 			m.raft = 1
 			continue
 		}
-		m.raft = leader.raft
+		m.raft = w.followed(m, leader)
 	}
 }
 

@@ -426,6 +426,7 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 				since := metav1.NewTime(v.unansweredSince(m))
 				ms.UnansweredSince = &since
 			}
+			v.recordClocks(&ms, m)
 			st.Members = append(st.Members, ms)
 		}
 		st.ReadyMembers = int32(healthy)

@@ -603,6 +603,27 @@ type MemberStatus struct {
 	//
 	// +optional
 	UnansweredSince *metav1.Time `json:"unansweredSince,omitempty"`
+	// UnhealthySince is when the hook first found the member unhealthy, on a pod that can
+	// start and while the hook reaches it or its pod is not Ready. A voter's grace period runs
+	// from here, whatever the operator does meanwhile (a backup, a leader move).
+	//
+	// +optional
+	UnhealthySince *metav1.Time `json:"unhealthySince,omitempty"`
+	// RunningSince is when the hook first found the learner's etcd container started (its
+	// pod past Pending). A learner's time to catch up runs from here, not while its pod waits
+	// for a node, a volume or an image.
+	//
+	// +optional
+	RunningSince *metav1.Time `json:"runningSince,omitempty"`
+	// AppliedIndex is the highest raft index the learner was seen to have applied.
+	//
+	// +optional
+	AppliedIndex uint64 `json:"appliedIndex,omitempty"`
+	// ProgressSince is when AppliedIndex last rose. A learner that keeps applying is waited
+	// for, however long it takes.
+	//
+	// +optional
+	ProgressSince *metav1.Time `json:"progressSince,omitempty"`
 }
 
 // Action is the operator's current step: a membership change, a pod replacement, or a wait.

@@ -33,7 +33,10 @@ type Options struct {
 	Domain    string
 	// TimeScale shrinks Kubernetes-side durations (resync periods, probe periods, crash-loop
 	// and Job back-off, Job TTLs) so that scenarios finish in seconds; 1 is real time.
-	TimeScale  float64
+	TimeScale float64
+	// PendingFor, when set, is how long each new pod stays Pending before its container starts
+	// (Kubelet.PendingFor), in real time.
+	PendingFor func(pod string) time.Duration
 	Tools      Tools
 	Hook       HookStarter
 	Controller Controller
@@ -125,6 +128,7 @@ func Start(opts Options) (*Env, error) {
 	e.Store = NewStore(opts.Namespace)
 	e.STS = NewStatefulSets(e.Store, filepath.Join(opts.Root, "volumes"))
 	e.Kubelet = NewKubelet(e.Store, e.STS, dns, opts.Tools, opts.Domain, opts.Root, opts.TimeScale)
+	e.Kubelet.PendingFor = opts.PendingFor
 	e.Kubelet.Logf = opts.Logf
 	e.Kubelet.OnPanic = func(pod, msg string) {
 		e.Monitor.mu.Lock()

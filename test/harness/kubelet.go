@@ -56,6 +56,9 @@ type Kubelet struct {
 	Logf func(format string, args ...any)
 	// OnPanic hears of every etcd member that panicked, with etcd's message.
 	OnPanic func(pod, msg string)
+	// PendingFor, when set, is how long a new pod stays Pending before its container starts
+	// (its image pulling, its volume attaching), by pod name; each incarnation asks again.
+	PendingFor func(pod string) time.Duration
 
 	mu      gosync.Mutex
 	closed  bool
@@ -84,6 +87,8 @@ type podRuntime struct {
 	started  time.Time
 	// nextReady and nextLive are when the readiness and liveness probes run next.
 	nextReady, nextLive time.Time
+	// pendingUntil: the pod is Pending (image pull, volume attach) until then.
+	pendingUntil time.Time
 }
 
 // NewKubelet returns a kubelet for the store's pods.
@@ -190,6 +195,9 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 	rt, ok := k.pods[p.UID]
 	if !ok {
 		rt = &podRuntime{name: p.Name, ip: allocateIP()}
+		if k.PendingFor != nil {
+			rt.pendingUntil = time.Now().Add(k.PendingFor(p.Name))
+		}
 		rt.dir = filepath.Join(k.Root, "pods", p.Name+"-"+string(p.UID)[len(p.UID)-6:])
 		k.pods[p.UID] = rt
 	}
@@ -203,7 +211,8 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 		k.setLastErr(rt, err)
 	}
 	k.mu.Lock()
-	startNow := !rt.starting && !rt.held && (rt.proc == nil || rt.proc.Exited()) && !time.Now().Before(rt.next)
+	pending := time.Now().Before(rt.pendingUntil)
+	startNow := !pending && !rt.starting && !rt.held && (rt.proc == nil || rt.proc.Exited()) && !time.Now().Before(rt.next)
 	if rt.proc != nil && rt.proc.Exited() {
 		// The container exited on its own: restartPolicy Always, with back-off.
 		rt.lastErr = rt.proc.exitReason()
@@ -585,6 +594,11 @@ func (k *Kubelet) probeOK(p *corev1.Pod, rt *podRuntime, pr *corev1.Probe) bool 
 
 func (k *Kubelet) writeStatus(p *corev1.Pod, rt *podRuntime) {
 	k.mu.Lock()
+	if time.Now().Before(rt.pendingUntil) {
+		k.mu.Unlock()
+		k.writePending(p, rt)
+		return
+	}
 	running := rt.proc != nil && !rt.proc.Exited()
 	st := corev1.PodStatus{Phase: corev1.PodRunning, PodIP: rt.ip, PodIPs: []corev1.PodIP{{IP: rt.ip}}, HostIP: "127.0.0.1"}
 	cs := corev1.ContainerStatus{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image, RestartCount: rt.restarts, Ready: rt.ready && running}
@@ -618,6 +632,30 @@ func (k *Kubelet) writeStatus(p *corev1.Pod, rt *podRuntime) {
 		}
 		if st.Conditions[i].LastTransitionTime.IsZero() {
 			st.Conditions[i].LastTransitionTime = metav1.NewTime(time.Now().Truncate(time.Second))
+		}
+	}
+	p.Status = st
+	_ = k.Store.UpdateStatus(p)
+}
+
+// writePending reports a pod whose container cannot start yet: scheduled, its volume
+// attaching or its image pulling, so no address and no container started.
+func (k *Kubelet) writePending(p *corev1.Pod, rt *podRuntime) {
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	st := corev1.PodStatus{Phase: corev1.PodPending, HostIP: "127.0.0.1"}
+	st.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
+	st.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionFalse, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, LastTransitionTime: now},
+		{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now},
+	}
+	for i := range st.Conditions {
+		for _, old := range p.Status.Conditions {
+			if old.Type == st.Conditions[i].Type && old.Status == st.Conditions[i].Status {
+				st.Conditions[i].LastTransitionTime = old.LastTransitionTime
+			}
 		}
 	}
 	p.Status = st
