@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -258,6 +259,9 @@ func unknownStateReason(v *view) (reason, degradedBy string) {
 	switch {
 	case !e.Asked:
 		return "etcd not reachable: " + e.Err, ReasonEtcdUnreachable
+	case len(e.Forked) > 0:
+		return fmt.Sprintf("etcd answers as more than one membership (%s): %s; no membership change until a person resolves it (docs/runbooks.md, two memberships answer)",
+			strings.Join(e.Forked, ", "), e.Inconsistent), ReasonEtcdForked
 	case e.Inconsistent != "":
 		return "etcd answers inconsistently: " + e.Inconsistent, ReasonEtcdInconsistent
 	case v.stranger != "":

@@ -42,7 +42,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	spec size=N | version=V | options=A,B | paused | unpaused | delete | recovery=POLICY |
 //	     nospace=POLICY | defragment     (defragment: spec.maintenance.defragment, defaults)
 //	leader POD                           make POD's member the leader
-//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|heal
+//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|
+//	     forked-cluster|forked-member|heal
 //	                                     unreachable: the hook alone cannot reach it, etcd and
 //	                                     the kubelet see it healthy; slow: it keeps its raft role
 //	                                     but fails health checks; lost: its volume is gone for
@@ -51,7 +52,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     answering, the pod is evicted and stays terminating with
 //	                                     its etcd last reported running; force-deleted: a
 //	                                     terminating pod goes, and its replacement's etcd is down
-//	                                     until healed
+//	                                     until healed; forked-*: a second membership answers at
+//	                                     its address (sim_fork_test.go)
 //	unschedulable POD | schedulable POD  the pod at that ordinal cannot be scheduled (any template)
 //	delete statefulset [orphan] | configmap | services | pdb   a child deleted behind the planner's back
 //	leader-returns N                     leadership goes back after each of the next N leader moves
@@ -308,8 +310,10 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			p.blind = true
 		case "slow":
 			p.slow = true
+		case simForkCluster, simForkMember:
+			w.fork(p, arg(1))
 		case "heal":
-			p.crash, p.down, p.blind, p.slow, p.stuck = false, false, false, false, false
+			p.crash, p.down, p.blind, p.slow, p.stuck, p.forked = false, false, false, false, false, ""
 			delete(w.startDown, ord)
 			if m != nil {
 				w.disarm("CORRUPT", m.id)

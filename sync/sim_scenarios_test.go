@@ -348,7 +348,7 @@ func TestEmptyDirRollStartsEachMemberOnce(t *testing.T) {
 // checks, children deleted behind the planner's back (the StatefulSet with or without its
 // pods, the join ConfigMap), leadership that moves back, a learner's pod that cannot be
 // scheduled, a cluster that suddenly answers with another cluster ID (accepted a little later,
-// as after a restore), a database filled to NOSPACE, a member found CORRUPT. Every step keeps the invariants, and the cluster converges once the
+// as after a restore), a database filled to NOSPACE, a member found CORRUPT, a second membership answering at a pod's address. Every step keeps the invariants, and the cluster converges once the
 // world heals.
 func TestRandomPartialKnowledge(t *testing.T) {
 	for seed := int64(1); seed <= 8; seed++ {
@@ -411,6 +411,7 @@ func TestRandomPartialKnowledge(t *testing.T) {
 						w.raise(ms[rng.Intn(len(ms))].id, "CORRUPT")
 					}
 				},
+				func() { w.randomFork(rng, &heal) }, // a second membership answers (sim_fork_test.go)
 				func() {
 					w.newCluster()
 					id := fmt.Sprintf("%x", w.clusterID)

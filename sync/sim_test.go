@@ -95,6 +95,9 @@ type simPod struct {
 	// stuck: its node stopped answering, so the pod was evicted and stays terminating with
 	// the status its kubelet last reported, until the node is back.
 	stuck bool
+	// forked: what else answers at this pod's address (simForkCluster, simForkMember;
+	// sim_fork_test.go), "" for its own member.
+	forked string
 	// why its etcd last failed to start, for describe.
 	why string
 	// created is when the StatefulSet created it.
@@ -398,6 +401,7 @@ func (w *simWorld) observe() Observed {
 		obs.CertProblems[n] = p
 	}
 	obs.Etcd = w.snapshot(obs.Pods)
+	w.forkedAnswers(&obs.Etcd)
 	if w.etcdOverride != nil {
 		w.etcdOverride(&obs.Etcd)
 		w.etcdOverride = nil

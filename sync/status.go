@@ -21,6 +21,7 @@ const (
 	ReasonInvalidSpec              = "InvalidSpec"
 	ReasonEtcdUnreachable          = "EtcdUnreachable"
 	ReasonEtcdInconsistent         = "EtcdInconsistent"
+	ReasonEtcdForked               = "EtcdForked"
 	ReasonStrangerMember           = "StrangerMember"
 	ReasonClusterIDChanged         = "ClusterIDChanged"
 	ReasonQuorumLost               = "QuorumLost"
