@@ -156,8 +156,8 @@ func checkRollForward(v *view, s step) error {
 	}
 	exposed := 0
 	for ord, p := range v.pods {
-		if isReady(p) {
-			return fmt.Errorf("rolling forward while %s is Ready", p.Name)
+		if isReady(p) || nodeNotReporting(p) {
+			return fmt.Errorf("rolling forward while %s may serve", p.Name)
 		}
 		if ord >= s.partition && !isTerminating(p) && v.outdated(p) {
 			exposed++

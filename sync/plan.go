@@ -278,7 +278,8 @@ func unknownStateReason(v *view) (reason, degradedBy string) {
 
 // rollForward is the one change a hold may make: when etcd cannot be reached and no pod of the
 // cluster is Ready, nothing serves and no quorum is left to lose, so the highest outdated pod
-// may be recreated from the current spec, one at a time. That is how a cluster, typically of
+// may be recreated from the current spec, one at a time. A pod only the node controller marked
+// not Ready may still serve: it counts as Ready. That is how a cluster, typically of
 // one member, comes back after a change that stopped its pods and was then reverted: holding
 // on would keep the pods on the change that broke them. Only with volumes (a pod's data
 // survives its recreation) and only when etcd was simply not reached (not when it answered in
@@ -288,7 +289,7 @@ func (v *view) rollForward(reason string) (step, bool) {
 		return step{}, false
 	}
 	for _, p := range v.pods {
-		if isReady(p) || isTerminating(p) {
+		if mayServe(p) || isTerminating(p) {
 			return step{}, false
 		}
 	}

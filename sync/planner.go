@@ -248,8 +248,12 @@ func (p *planner) quorumLost() (step, bool) {
 		return step{}, false
 	}
 	if silent := p.unansweredVoters(); etcdstate.HasQuorum(voters, healthy+len(silent)) {
-		reason := fmt.Sprintf("quorum not confirmed: %d of %d voters answered healthy; %s did not answer the hook, but their pods are Ready; nothing is changed until they answer",
-			healthy, voters, memberNames(silent))
+		pods := "their pods are Ready"
+		if slices.ContainsFunc(silent, func(m *member) bool { return nodeNotReporting(m.pod) }) {
+			pods = "their pods are Ready or marked not Ready only by the node controller"
+		}
+		reason := fmt.Sprintf("quorum not confirmed: %d of %d voters answered healthy; %s did not answer the hook, but %s; nothing is changed until they answer",
+			healthy, voters, memberNames(silent), pods)
 		s := p.hold(reason, reason)
 		s.degradedBy = ReasonQuorumUnconfirmed
 		return s, true
@@ -303,9 +307,14 @@ func (p *planner) learner() (step, bool) {
 		return p.runJob(memberJob{verb: verbPromote, member: l.name, id: l.ID}, PromoteLearner, "learner "+l.name+" caught up with the leader"), true
 	}
 	if l.unanswered() {
-		reason := fmt.Sprintf("learner %s has not answered the hook since %s, though its pod is Ready: it is kept, not removed on the hook's view alone",
-			l.name, p.unansweredSince(l).UTC().Format(time.RFC3339))
-		return p.blocked(l.name, reason, ReasonMemberUnanswered), true
+		why, by := l.unansweredWhy()
+		view := "the hook's"
+		if by == ReasonNodeNotReporting {
+			view = "the node controller's"
+		}
+		reason := fmt.Sprintf("learner %s has not answered the hook since %s, though %s: it is kept, not removed on %s view alone",
+			l.name, p.unansweredSince(l).UTC().Format(time.RFC3339), why, view)
+		return p.blocked(l.name, reason, by), true
 	}
 	if l.pod != nil {
 		if why := podStartFailure(l.pod); why != "" {
@@ -392,9 +401,14 @@ func (p *planner) failedMember() (step, bool) {
 		}
 		if m.unanswered() && !hasAlarm(m.Member, "CORRUPT") {
 			if waiting == nil {
-				reason := fmt.Sprintf("member %s has not answered the hook since %s, though its pod is Ready: it is not replaced on the hook's view alone; check the network between the hook and the pod",
-					m.name, p.unansweredSince(m).UTC().Format(time.RFC3339))
-				s := p.blocked(m.name, reason, ReasonMemberUnanswered)
+				why, by := m.unansweredWhy()
+				reason := fmt.Sprintf("member %s has not answered the hook since %s, though %s: it is not replaced on the hook's view alone; check the network between the hook and the pod",
+					m.name, p.unansweredSince(m).UTC().Format(time.RFC3339), why)
+				if by == ReasonNodeNotReporting {
+					reason = fmt.Sprintf("member %s has not answered the hook since %s, though %s: it is not replaced on the node controller's view alone; check the node",
+						m.name, p.unansweredSince(m).UTC().Format(time.RFC3339), why)
+				}
+				s := p.blocked(m.name, reason, by)
 				waiting = &s
 			}
 			continue

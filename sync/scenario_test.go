@@ -43,7 +43,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	     nospace=POLICY | defragment     (defragment: spec.maintenance.defragment, defaults)
 //	leader POD                           make POD's member the leader
 //	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|
-//	     forked-cluster|forked-member|heal
+//	     node-lost|forked-cluster|forked-member|heal
 //	                                     unreachable: the hook alone cannot reach it, etcd and
 //	                                     the kubelet see it healthy; slow: it keeps its raft role
 //	                                     but fails health checks; lost: its volume is gone for
@@ -52,8 +52,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     answering, the pod is evicted and stays terminating with
 //	                                     its etcd last reported running; force-deleted: a
 //	                                     terminating pod goes, and its replacement's etcd is down
-//	                                     until healed; forked-*: a second membership answers at
-//	                                     its address (sim_fork_test.go)
+//	                                     until healed; node-lost: its node stops reporting, the
+//	                                     node controller marks the pod not Ready, its etcd runs
+//	                                     on cut off (sim_node_test.go); forked-*: a second
+//	                                     membership answers at its address (sim_fork_test.go)
 //	unschedulable POD | schedulable POD  the pod at that ordinal cannot be scheduled (any template)
 //	delete statefulset [orphan] | configmap | services | pdb   a child deleted behind the planner's back
 //	leader-returns N                     leadership goes back after each of the next N leader moves
@@ -310,10 +312,12 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			p.blind = true
 		case "slow":
 			p.slow = true
+		case "node-lost":
+			w.loseNode(p)
 		case simForkCluster, simForkMember:
 			w.fork(p, arg(1))
 		case "heal":
-			p.crash, p.down, p.blind, p.slow, p.stuck, p.forked = false, false, false, false, false, ""
+			p.crash, p.down, p.blind, p.slow, p.stuck, p.forked, p.nodeLost = false, false, false, false, false, "", false
 			delete(w.startDown, ord)
 			if m != nil {
 				w.disarm("CORRUPT", m.id)

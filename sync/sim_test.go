@@ -95,6 +95,9 @@ type simPod struct {
 	// stuck: its node stopped answering, so the pod was evicted and stays terminating with
 	// the status its kubelet last reported, until the node is back.
 	stuck bool
+	// nodeLost: its node stopped reporting; the node controller marked the pod not Ready
+	// and the kubelet's last report stands (sim_node_test.go).
+	nodeLost bool
 	// forked: what else answers at this pod's address (simForkCluster, simForkMember;
 	// sim_fork_test.go), "" for its own member.
 	forked string
@@ -367,7 +370,7 @@ func (w *simWorld) observe() Observed {
 		}
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
 		pod.Status.Phase = corev1.PodRunning
-		cs := corev1.ContainerStatus{Name: "etcd", RestartCount: int32(p.restarts)}
+		cs := corev1.ContainerStatus{Name: "etcd", RestartCount: int32(p.restarts), Ready: ready == corev1.ConditionTrue}
 		switch {
 		case w.unschedulable[ord]:
 			pod.Status.Phase = corev1.PodPending
@@ -384,6 +387,7 @@ func (w *simWorld) observe() Observed {
 			pod.Status.Phase = corev1.PodPending
 		}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
+		nodeStoppedReporting(p, &pod)
 		if p.terminating {
 			ts := metav1.NewTime(w.now)
 			pod.DeletionTimestamp = &ts

@@ -27,6 +27,7 @@ const (
 	ReasonQuorumLost               = "QuorumLost"
 	ReasonQuorumUnconfirmed        = "QuorumUnconfirmed"
 	ReasonMemberUnanswered         = "MemberUnanswered"
+	ReasonNodeNotReporting         = "NodeNotReporting"
 	ReasonMemberUnhealthy          = "MemberUnhealthy"
 	ReasonPodCannotStart           = "PodCannotStart"
 	ReasonJobFailing               = "JobFailing"
