@@ -26,8 +26,12 @@ func checkInvariants(v *view, s step) error {
 
 	if s.job != nil {
 		changes++
-		if len(s.keep) > 0 {
-			return fmt.Errorf("new %s Job while Job %s is outstanding", s.job.verb, s.keep[0].Name)
+		// A backup outstanding changes no membership: a fix may start beside it, never a
+		// second backup.
+		for _, j := range s.keep {
+			if j.Labels[LabelAction] != verbBackup || s.job.verb == verbBackup {
+				return fmt.Errorf("new %s Job while Job %s is outstanding", s.job.verb, j.Name)
+			}
 		}
 		ord, _ := Ordinal(v.c.Name, s.job.member)
 		m := v.byOrd[ord]

@@ -37,6 +37,9 @@ type planner struct {
 	recovery    *v1alpha1.RecoveryStatus
 	// backup, when set, is status.backup as this sync leaves it (backup.go).
 	backup *v1alpha1.BackupStatus
+	// backupWait, when set, waits for a backup Job still outstanding: it defers the phases
+	// from 7f on, never a fix (backup.go).
+	backupWait *step
 }
 
 // step is what phases 6 to 11 decided.
@@ -87,18 +90,20 @@ func (p *planner) decideStep() step {
 		s.keep = p.keep
 		return s
 	}
-	// Nothing is outstanding here, so p.keep is empty.
+	// Nothing is outstanding here but a backup, which p.keep holds.
 	s := p.change()
 	if j := p.exhausted; j != nil && (s.job != nil && s.job.verb == j.Labels[LabelAction] && s.job.member == j.Labels[LabelMember] || slices.Contains(s.keep, j)) {
 		s = p.exhaustedHold(j)
 		s.keep = []*batchv1.Job{j}
 	}
+	s.keep = append(s.keep, p.keep...)
 	return s
 }
 
-// change runs phases 7 to 11; the first that decides wins.
+// change runs phases 7 to 11; the first that decides wins. A backup Job still outstanding
+// defers the normal phases (8 on), never a fix.
 func (p *planner) change() step {
-	phases := []func() (step, bool){
+	fixes := []func() (step, bool){
 		p.quorumLost,       // 7a
 		p.staleAlarm,       // 7b
 		p.noSpace,          // 7b
@@ -108,14 +113,24 @@ func (p *planner) change() step {
 		p.podWithoutMember, // 7e
 		p.backupDue,        // 7f (backup.go)
 		p.failedMember,     // 7g
-		p.configDrift,      // 8
-		p.scaleOut,         // 9
-		p.scaleIn,          // 10
-		p.upgrade,          // 11
-		p.defragment,       // 12
-		p.tlsWaiting,       // 13 (tls.go)
 	}
-	for _, phase := range phases {
+	normal := []func() (step, bool){
+		p.configDrift, // 8
+		p.scaleOut,    // 9
+		p.scaleIn,     // 10
+		p.upgrade,     // 11
+		p.defragment,  // 12
+		p.tlsWaiting,  // 13 (tls.go)
+	}
+	for _, phase := range fixes {
+		if s, ok := phase(); ok {
+			return s
+		}
+	}
+	if p.backupWait != nil {
+		return *p.backupWait
+	}
+	for _, phase := range normal {
 		if s, ok := phase(); ok {
 			return s
 		}
@@ -132,11 +147,12 @@ func (p *planner) memberJob() (step, bool) {
 	for _, j := range p.jobs {
 		verb, who := j.Labels[LabelAction], j.Labels[LabelMember]
 		if verb == verbBackup {
-			// A backup's outcome goes into status.backup, not into a retry (backup.go).
+			// A backup's outcome goes into status.backup, not into a retry (backup.go). One
+			// outstanding is kept, and waited for only by what a fix does not need.
 			if s, keep := p.backupJob(j); keep {
 				p.keep = append(p.keep, j)
-				if waiting == nil {
-					waiting = &s
+				if p.backupWait == nil {
+					p.backupWait = &s
 				}
 			}
 			continue

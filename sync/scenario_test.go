@@ -69,6 +69,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	bad-image VERSION                    pods of that etcd version cannot pull their image
 //	allow-quorum-loss                    the story breaks quorum on purpose
 //	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
+//	slow-backups N                       backup Jobs run N ticks before they finish
 //	etcd unreachable|inconsistent|stranger|without POD|foreign-peer POD|unhealthy POD,...  the next
 //	                                     observation of etcd; foreign-peer: POD's member advertises
 //	                                     another host; unhealthy: the PODs' members answer "no leader"
@@ -406,6 +407,8 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w.failJobs, _ = strconv.Atoi(arg(0))
 	case "hide-jobs":
 		w.hideJobs = true
+	case "slow-backups":
+		w.backupTicks, _ = strconv.Atoi(arg(0))
 	case "etcd":
 		switch arg(0) {
 		case "unreachable":

@@ -129,6 +129,8 @@ type simJob struct {
 	state      jobState
 	at         time.Time
 	failNow    bool
+	// ticks it has run without finishing (sim_slowbackup_test.go).
+	ticks int
 }
 
 type simStats struct {
@@ -193,6 +195,9 @@ type simWorld struct {
 	// lost counts voters whose volumes a story lost for good: fewer voters hold the data,
 	// until a quorum recovery makes a cluster of the survivor.
 	lost int
+	// backupTicks: a backup Job runs this many ticks before it finishes
+	// (sim_slowbackup_test.go).
+	backupTicks int
 	// onTick, when set, runs at the end of every tick: a fault that heals on a condition.
 	onTick func()
 	log    []string
@@ -657,6 +662,9 @@ func (w *simWorld) tick() {
 }
 
 func (w *simWorld) runJob(j *simJob) {
+	if w.backupStillRuns(j) {
+		return
+	}
 	j.at = w.now
 	fail := func() { j.state = jobFailed; w.stats.jobFailures++ }
 	if j.failNow || !w.hasQuorum() || !w.jobReaches(j) {
@@ -727,7 +735,7 @@ func (w *simWorld) runJob(j *simJob) {
 	case verbDisarm:
 		w.disarm(j.alarm, j.id)
 	case verbBackup:
-		if !w.backup() {
+		if !w.backup(j.ticks > 0) {
 			fail()
 			return
 		}
@@ -1216,17 +1224,11 @@ func encodeDecision(t testing.TB, d Decision) string {
 
 // backup is a backup Job's snapshot: never while a membership change is under way (a learner
 // joins, a member was added without its pod, a pod waits for its member), and only from a
-// healthy voter. false: no member could give one.
-func (w *simWorld) backup() bool {
-	for _, m := range w.members {
-		if m.learner || !m.started {
-			w.t.Fatalf("a backup runs during a membership change:\n%s", w.describe())
-		}
-	}
-	for _, ord := range sortedInts(w.pods) {
-		if w.memberAt(ord) == nil && w.sts != nil && ord < w.sts.replicas {
-			w.t.Fatalf("a backup runs while pod %s waits for its member:\n%s", w.podName(ord), w.describe())
-		}
+// healthy voter. false: no member could give one. One that started earlier (a slow backup)
+// was checked then: a change after its start does not touch the snapshot it streams.
+func (w *simWorld) backup(startedEarlier bool) bool {
+	if !startedEarlier {
+		w.checkBackupStart()
 	}
 	// A follower first, as the member tool reads from one.
 	var from *simMember
@@ -1240,6 +1242,20 @@ func (w *simWorld) backup() bool {
 	}
 	w.backups = append(w.backups, simBackup{revision: from.raft, live: from.live, member: from.id})
 	return true
+}
+
+// checkBackupStart fails the test when a backup starts during a membership change.
+func (w *simWorld) checkBackupStart() {
+	for _, m := range w.members {
+		if m.learner || !m.started {
+			w.t.Fatalf("a backup runs during a membership change:\n%s", w.describe())
+		}
+	}
+	for _, ord := range sortedInts(w.pods) {
+		if w.memberAt(ord) == nil && w.sts != nil && ord < w.sts.replicas {
+			w.t.Fatalf("a backup runs while pod %s waits for its member:\n%s", w.podName(ord), w.describe())
+		}
+	}
 }
 
 // backupPods are the pods of finished backup Jobs, with the report the member tool writes
