@@ -144,6 +144,17 @@ func (p *planner) change() step {
 // often as allowed waits for a person, but only if its step is still wanted (see decide).
 func (p *planner) memberJob() (step, bool) {
 	var waiting *step
+	for _, j := range p.foreignJobs {
+		// Not a Job this hook names, so what it does is unknown: one that may still run may be
+		// changing membership and is waited for like any member Job; a finished one goes.
+		if state, _ := stateOf(j); state == jobRunning {
+			p.keep = append(p.keep, j)
+			if waiting == nil {
+				s := p.wait("", "Job "+j.Name+" was not started by this hook's naming and may still act on the cluster: waiting for it to finish", resyncSoon)
+				waiting = &s
+			}
+		}
+	}
 	for _, j := range p.jobs {
 		verb, who := j.Labels[LabelAction], j.Labels[LabelMember]
 		if verb == verbBackup {

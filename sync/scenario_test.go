@@ -70,6 +70,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	allow-quorum-loss                    the story breaks quorum on purpose
 //	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
 //	slow-backups N                       backup Jobs run N ticks before they finish
+//	foreign-children                     a ConfigMap, Service, budget and StatefulSet of names
+//	                                     this hook does not render (sim_foreign_test.go)
+//	foreign-job NAME running|done        a Job without a member Job's labels
 //	etcd unreachable|inconsistent|stranger|without POD|foreign-peer POD|unhealthy POD,...  the next
 //	                                     observation of etcd; foreign-peer: POD's member advertises
 //	                                     another host; unhealthy: the PODs' members answer "no leader"
@@ -407,6 +410,10 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w.failJobs, _ = strconv.Atoi(arg(0))
 	case "hide-jobs":
 		w.hideJobs = true
+	case "foreign-children":
+		w.addForeignChildren()
+	case "foreign-job":
+		w.foreignJob(arg(0), arg(1) == "done")
 	case "slow-backups":
 		w.backupTicks, _ = strconv.Atoi(arg(0))
 	case "etcd":
@@ -566,6 +573,9 @@ func decisionText(t *testing.T, d Decision) string {
 			t.Fatal(err)
 		}
 		names = append(names, c.Kind+"/"+c.Name)
+		if c.Kind != "Job" && !ownChild("etcd", c.Kind, c.Name) {
+			continue // another hook's child, kept as it is (every scenario's cluster is etcd)
+		}
 		switch c.Kind {
 		case "StatefulSet":
 			var s appsv1.StatefulSet

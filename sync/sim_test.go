@@ -555,12 +555,14 @@ func (w *simWorld) apply(d Decision) {
 		if _, ok := desired[key]; !ok && !conflict[key] {
 			kind, name, _ := strings.Cut(key, "/")
 			delete(w.applied, key)
-			switch kind {
-			case "Job":
+			switch {
+			case kind == "Job":
 				delete(w.jobs, name)
-			case "StatefulSet":
+			case !ownChild(w.cluster.Name, kind, name):
+				// Another hook's child: the world keeps no state of it (sim_foreign_test.go).
+			case kind == "StatefulSet":
 				w.sts = nil
-			case "ConfigMap":
+			case kind == "ConfigMap":
 				w.join = nil
 			}
 		}
@@ -571,6 +573,9 @@ func (w *simWorld) apply(d Decision) {
 		}
 		kind, name, _ := strings.Cut(key, "/")
 		w.applied[key] = b
+		if kind != "Job" && !ownChild(w.cluster.Name, kind, name) || kind == "Job" && foreignJob(b) {
+			continue
+		}
 		switch kind {
 		case "StatefulSet":
 			w.applySTS(b)

@@ -45,6 +45,9 @@ type view struct {
 	// ConfigMap); "" before etcd first answered.
 	clusterID string
 	jobs      []*batchv1.Job // the cluster's member Jobs
+	// foreignJobs are the observed Jobs without a member Job's labels (an older or a newer
+	// hook's naming).
+	foreignJobs []*batchv1.Job
 	// target is how many members the cluster runs: the size, and one more while a cluster of
 	// two rolls (see surging).
 	target int
@@ -118,6 +121,8 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 	for i := range obs.Children.Jobs {
 		if j := &obs.Children.Jobs[i]; j.Labels[LabelCluster] == c.Name && j.Labels[LabelAction] != "" {
 			v.jobs = append(v.jobs, j)
+		} else {
+			v.foreignJobs = append(v.foreignJobs, j)
 		}
 	}
 	sort.Slice(v.jobs, func(i, j int) bool { return v.jobs[i].Name < v.jobs[j].Name })
