@@ -6,7 +6,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
-	stdsync "sync"
+	gosync "sync"
 	"testing"
 	"time"
 
@@ -18,7 +18,7 @@ import (
 // recorder listens on addr and counts the connections it gets, handing each to serve.
 type recorder struct {
 	addr string
-	mu   stdsync.Mutex
+	mu   gosync.Mutex
 	n    int
 }
 

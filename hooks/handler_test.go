@@ -10,7 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	stdsync "sync"
+	gosync "sync"
 	"testing"
 	"time"
 
@@ -337,7 +337,7 @@ func TestBearerToken(t *testing.T) {
 }
 
 func TestReadiness(t *testing.T) {
-	var mu stdsync.Mutex
+	var mu gosync.Mutex
 	ready := false
 	srv := newServer(t, hooks.Deps{Etcd: offline(t), Ready: func() bool { mu.Lock(); defer mu.Unlock(); return ready }})
 	get := func() int {
@@ -381,7 +381,7 @@ func TestMetricsCountCallsAndDecisions(t *testing.T) {
 
 // lockedBuffer collects log lines written by the server's goroutines.
 type lockedBuffer struct {
-	mu  stdsync.Mutex
+	mu  gosync.Mutex
 	buf bytes.Buffer
 }
 

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"strings"
-	stdsync "sync"
+	gosync "sync"
 	"testing"
 	"time"
 
@@ -19,7 +19,7 @@ import (
 
 // clock is a hook clock the test moves.
 type clock struct {
-	mu  stdsync.Mutex
+	mu  gosync.Mutex
 	now time.Time
 }
 

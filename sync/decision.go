@@ -59,7 +59,7 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 		headlessService(v.c, v.labels),
 		clientService(v.c, v.labels),
 		joinConfigMap(v.c, v.labels, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID)),
-		podDisruptionBudget(v.c, v.labels, len(v.voters())),
+		podDisruptionBudget(v.c, v.labels, len(v.voters()), v.budgetClosed(s)),
 		statefulSet(v.c, v.labels, v.spec, s.replicas, s.partition),
 	}
 	for _, j := range s.keep {
@@ -138,7 +138,7 @@ func (v *view) heldChildren(s step) []Child {
 	for _, c := range children {
 		have[c.Kind+"/"+c.Name] = true
 	}
-	missing := []Child{headlessService(v.c, v.labels), clientService(v.c, v.labels), podDisruptionBudget(v.c, v.labels, v.size)}
+	missing := []Child{headlessService(v.c, v.labels), clientService(v.c, v.labels), podDisruptionBudget(v.c, v.labels, v.size, false)}
 	if v.join == nil {
 		missing = append(missing, joinConfigMap(v.c, v.labels, v.lastKnownJoinState(), v.ledger, v.clusterID))
 	}

@@ -38,19 +38,19 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		s                         serving
 		config, spec, statefulSet string
 	}{
-		{"plain", cluster(nil), serving{}, "93aff62b67", "724e450a4c", "3d2085cb1b2ba874"},
+		{"plain", cluster(nil), serving{}, "cc76f9f86a", "1c39e1042f", "d3436d1291104fb1"},
 		{"no storage, options", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec = nil
 			c.Spec.EtcdOptions = []string{"--quota-backend-bytes=4294967296", "--log-level=warn"}
-		}), serving{}, "322ad1fa08", "33a47f7c30", "43257ca76511f78b"},
+		}), serving{}, "921ce91d2e", "b5b7267bb5", "594177f15c1be4f0"},
 		{"storage class, limit, delete", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec.StorageClassName, c.Spec.StorageSpec.WhenDeleted = "fast", v1alpha1.PVCDelete
 			c.Spec.StorageSpec.VolumeSizeLimit = ptrTo(resource.MustParse("16Gi"))
-		}), serving{}, "93aff62b67", "724e450a4c", "8e43cdfeeba754fb"},
-		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "8e2ff002f9", "4775ebe6ca", "595add9072f24bd8"},
-		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "17893e1797", "983bd419cf", "3988afa97ece3cae"},
-		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "be58731491", "058a582b77", "b4aa2a21f04d15cc"},
-		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "5bbf606222", "f37ae03d38", "3eb3ef0dda2778ec"},
+		}), serving{}, "cc76f9f86a", "1c39e1042f", "93907ef6b3cf8069"},
+		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "197d8e7f2b", "f0d32e5bee", "d8c9d7dfc1d7da65"},
+		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "f45425a179", "4d70c7d6a4", "ec27b49f887bfc2f"},
+		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "37596d80d2", "828f097aa4", "394ff878f8fa0ec2"},
+		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "e3c2f75b7d", "ac4c093687", "e8222ca21e387dbe"},
 		{"user pod settings", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.PodTemplate = &v1alpha1.PodTemplate{
 				Metadata: &v1alpha1.PodMetadata{Labels: map[string]string{"team": "db", LabelCluster: "spoofed"}, Annotations: map[string]string{"a": "<&>"}},
@@ -67,13 +67,13 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 					}}}},
 				},
 			}
-		}), serving{}, "dae33364d9", "9e70464505", "072d42eda964ed30"},
+		}), serving{}, "51aff7b1c4", "26c65f2aec", "84463360f6779d93"},
 		{"restore from S3", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: s3, Name: "latest"}}
-		}), serving{}, "c010e3a259", "8b7dcd155e", "6abe770e65e9e936"},
+		}), serving{}, "62644ea4e8", "ae8f8f11e6", "2956571e495ddcda"},
 		{"restore from a claim, TLS", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: pvc, Name: "snap.db"}}
-		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "a1ba31aa0c", "93a73fe709", "bc8cd2aad5d053f8"},
+		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "4a0e722f64", "dc7f016904", "fc7beb908b62d146"},
 	} {
 		ps := renderPodSpec(simConfig, tc.c, tc.s)
 		sts := digest(t, statefulSet(tc.c, labelsOf(tc.c), ps, 3, 1).Object)

@@ -210,7 +210,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		headlessService(c, v.labels),
 		clientService(c, v.labels),
 		joinConfigMap(c, v.labels, state, ledger{seed: {}}, ""),
-		podDisruptionBudget(c, v.labels, 1),
+		podDisruptionBudget(c, v.labels, 1, false),
 		statefulSet(c, v.labels, v.spec, 1, partition),
 	}
 	sortChildren(children)

@@ -95,10 +95,15 @@ func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.Stat
 }
 
 // podDisruptionBudget lets voluntary disruptions take down only as many pods as the voters
-// can lose without losing quorum.
-func podDisruptionBudget(c *v1alpha1.EtcdCluster, lb childLabels, voters int) Child {
+// can lose without losing quorum, and none while the operator's own step takes a member down
+// (disruption.go).
+func podDisruptionBudget(c *v1alpha1.EtcdCluster, lb childLabels, voters int, disrupting bool) Child {
+	spare := max(0, voters-etcdstate.Quorum(voters))
+	if disrupting {
+		spare = 0
+	}
 	return child("policy/v1", "PodDisruptionBudget", metadata(c, PDBName(c.Name), lb.common), pdbSpec{
-		MaxUnavailable: max(0, voters-etcdstate.Quorum(voters)),
+		MaxUnavailable: spare,
 		Selector:       labelSelector{MatchLabels: lb.selector},
 	})
 }

@@ -131,6 +131,9 @@ type simJob struct {
 	failNow    bool
 	// ticks it has run without finishing (sim_slowbackup_test.go).
 	ticks int
+
+	// timeout is the member tool's --timeout.
+	timeout time.Duration
 }
 
 type simStats struct {
@@ -207,6 +210,9 @@ type simWorld struct {
 	// badCerts those whose certificate members would reject, and why.
 	secrets  map[string]string
 	badCerts map[string]string
+	// probes, when set, runs liveness probes and lets defragmentations take time
+	// (sim_probes_test.go).
+	probes *simProbes
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -254,7 +260,14 @@ func (w *simWorld) podName(ord int) string { return PodName(w.cluster.Name, ord)
 // etcd answers until the pod is gone: it shuts down gracefully.
 func (w *simWorld) healthy(m *simMember) bool {
 	p := w.pods[m.ord]
-	return m.started && p != nil && p.running && !p.down && w.peerReachable(m)
+	return m.started && p != nil && p.running && !p.down && w.peerReachable(m) && !w.probes.holds(m.ord, w.now)
+}
+
+// ready is the kubelet's readiness of the pod at ord: its member's own health, which the
+// hook's reach plays no part in.
+func (w *simWorld) ready(ord int) bool {
+	m, p := w.memberAt(ord), w.pods[ord]
+	return m != nil && p != nil && w.healthy(m) && !p.slow && !w.anyCorrupt()
 }
 
 // anyCorrupt: a CORRUPT alarm stands; etcd then serves no reads or writes anywhere, and every
@@ -370,7 +383,7 @@ func (w *simWorld) observe() Observed {
 		// Ready is the kubelet's probe of the member's own health: the hook's reach plays no
 		// part in it.
 		ready := corev1.ConditionFalse
-		if m := w.memberAt(ord); m != nil && w.healthy(m) && !p.slow && !w.anyCorrupt() {
+		if w.ready(ord) {
 			ready = corev1.ConditionTrue
 		}
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
@@ -641,6 +654,9 @@ func (w *simWorld) newJob(b []byte) *simJob {
 		if v, ok := strings.CutPrefix(a, "--endpoints="); ok {
 			sj.endpoints = strings.Split(v, ",")
 		}
+		if v, ok := strings.CutPrefix(a, "--timeout="); ok {
+			sj.timeout, _ = time.ParseDuration(v)
+		}
 		sj.clientCert = sj.clientCert || strings.HasPrefix(a, "--cert=")
 	}
 	if w.failJobs > 0 {
@@ -672,6 +688,9 @@ func (w *simWorld) runJob(j *simJob) {
 	}
 	j.at = w.now
 	fail := func() { j.state = jobFailed; w.stats.jobFailures++ }
+	if j.verb == verbDefragment && w.probes != nil && w.slowDefragment(j, fail) {
+		return
+	}
 	if j.failNow || !w.hasQuorum() || !w.jobReaches(j) {
 		fail()
 		return
@@ -844,6 +863,11 @@ func (w *simWorld) kubelet() {
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
 		if p.terminating || p.noImage || w.unschedulable[ord] {
+			continue
+		}
+		if p.running && w.livenessRestarts(ord, p) {
+			p.running = false
+			p.restarts++
 			continue
 		}
 		m := w.memberAt(ord)

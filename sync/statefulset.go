@@ -84,14 +84,20 @@ func readinessProbe() probe {
 }
 
 // livenessProbe: etcd answers /livez (no alarm restarts it: a NOSPACE alarm must not become a
-// crash loop), and no quorum recovery waits for this member to restart (etcdops-member probe,
-// docs/architecture.md).
+// crash loop) or reports a defragmentation in flight, and no quorum recovery waits for this
+// member to restart (etcdops-member probe, docs/architecture.md). /livez is a read, which
+// waits while a defragmentation holds the backend: minutes on a large database, far beyond
+// the 80 s this probe's failures add up to. Restarting then would throw the work away, and the
+// Job's retry would start it over into the next restart. etcd's metrics answer meanwhile and
+// say so, which keeps the 80 s for an etcd that is hung rather than busy.
 func livenessProbe() probe {
+	metrics := "http://127.0.0.1:" + strconv.Itoa(MetricsPort)
 	return probe{
 		Exec: execAction{Command: []string{toolPath, "probe",
 			"--join-state=" + joinDir + "/" + joinstate.ConfigMapKey,
 			"--data-dir=" + dataDir,
-			"--health=http://127.0.0.1:" + strconv.Itoa(MetricsPort) + livenessPath}},
+			"--health=" + metrics + livenessPath,
+			"--defrag-metrics=" + metrics + "/metrics"}},
 		InitialDelaySeconds: 15, PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 8,
 	}
 }

@@ -34,6 +34,7 @@ func TestDayTwo(t *testing.T) {
 	onCluster(t, s,
 		scenario{name: "nospace", act: noSpace},
 		scenario{name: "scheduled-defragment", act: scheduledDefragment},
+		scenario{name: "slow-defragment", act: slowDefragment},
 		scenario{name: "corrupt-member", act: corruptMember,
 			expectPanic: "etcd v3.7.3 panics on a request to a member removed while still running (\"failed to find local ID in cluster members\"); the replaced member is wiped and rejoins as a learner",
 			panicSays:   "failed to find local ID in cluster members"},

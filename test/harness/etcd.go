@@ -48,6 +48,8 @@ type etcdProcess struct {
 	panicOnce gosync.Once
 	panicked  chan struct{} // closed when etcd panicked
 	panicMsg  string
+	// holds, when set, are the kubelet's HoldNextDefragment (defrag.go).
+	holds *defragHolds
 }
 
 // etcdConfig maps an etcd command line onto embed.Config the way etcd's own main does, and
@@ -100,8 +102,9 @@ func podURLs(us []url.URL, podIP string) []url.URL {
 }
 
 // startEtcd starts a member from its command line. It returns once the server is listening;
-// joining the cluster continues in the background, as with a real process.
-func startEtcd(args []string, podIP string) (*etcdProcess, error) {
+// joining the cluster continues in the background, as with a real process. holds, when not
+// nil, are the kubelet's HoldNextDefragment (defrag.go).
+func startEtcd(args []string, podIP string, holds *defragHolds) (*etcdProcess, error) {
 	cfg, err := etcdConfig(args, podIP)
 	if err != nil {
 		return nil, err
@@ -111,11 +114,11 @@ func startEtcd(args []string, podIP string) (*etcdProcess, error) {
 	if err := awaitRelease(cfg.Dir); err != nil {
 		return nil, err
 	}
-	p := &etcdProcess{exit: make(chan struct{}), closed: make(chan struct{}), panicked: make(chan struct{})}
+	p := &etcdProcess{exit: make(chan struct{}), closed: make(chan struct{}), panicked: make(chan struct{}), holds: holds}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(zapcore.NewNopCore(),
 		zap.WithPanicHook(crashHook{p}), zap.WithFatalHook(crashHook{p})))
 	cfg.GRPCAdditionalServerOptions = []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(p.unaryCrash),
+		grpc.ChainUnaryInterceptor(p.unaryCrash, p.holdDefragment),
 		grpc.ChainStreamInterceptor(p.streamCrash),
 	}
 	e, err := embed.StartEtcd(cfg)

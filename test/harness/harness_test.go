@@ -54,7 +54,7 @@ func TestEtcdFromCommandLineOnItsOwnAddress(t *testing.T) {
 		"--listen-peer-urls=http://0.0.0.0:2380", "--listen-client-urls=http://0.0.0.0:2379",
 		"--initial-advertise-peer-urls=" + peer, "--advertise-client-urls=http://" + host + ":2379",
 		"--initial-cluster=solo-0=" + peer, "--initial-cluster-state=new", "--initial-cluster-token=t",
-	}, ip)
+	}, ip, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,8 @@ type Kubelet struct {
 	pods    map[types.UID]*podRuntime
 	dnsKeys map[string]bool
 	probe   *http.Client
+
+	defragHolds defragHolds // HoldNextDefragment (defrag.go)
 }
 
 // podRuntime is what the kubelet keeps of one pod incarnation.
@@ -80,6 +82,8 @@ type podRuntime struct {
 	stopping bool
 	liveFail int
 	started  time.Time
+	// nextReady and nextLive are when the readiness and liveness probes run next.
+	nextReady, nextLive time.Time
 }
 
 // NewKubelet returns a kubelet for the store's pods.
@@ -289,7 +293,7 @@ func (k *Kubelet) runContainer(ctx context.Context, p *corev1.Pod, rt *podRuntim
 	if err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
-	return startEtcd(etcdArgs, rt.ip)
+	return startEtcd(etcdArgs, rt.ip, &k.defragHolds)
 }
 
 // containerArgv is a command as the container runs it: $(VAR) expanded from the container's
@@ -454,8 +458,11 @@ func (k *Kubelet) projectVolumes(p *corev1.Pod, rt *podRuntime) error {
 	return nil
 }
 
-// probePod runs the container's readiness and liveness probes (HTTP GET on the pod's own
-// address), with periods scaled down.
+// probePod runs the container's readiness and liveness probes as the pod renders them, each
+// on its own schedule: the initial delay, then one probe per period, each bounded by the
+// probe's timeout, all scaled like the kubelet's other clocks; the container is killed once
+// its liveness probe failed failureThreshold times in a row. Probes run inline, so a probe that
+// hangs holds this pod's pass for at most its timeout.
 func (k *Kubelet) probePod(p *corev1.Pod, rt *podRuntime) {
 	k.mu.Lock()
 	proc, started := rt.proc, rt.started
@@ -464,33 +471,74 @@ func (k *Kubelet) probePod(p *corev1.Pod, rt *podRuntime) {
 	if proc == nil || proc.Exited() {
 		k.mu.Lock()
 		rt.ready = false
+		rt.nextReady, rt.nextLive = time.Time{}, time.Time{}
 		k.mu.Unlock()
 		return
 	}
-	ready := k.probeOK(p, rt, c.ReadinessProbe)
-	live := true
-	if lp := c.LivenessProbe; lp != nil && time.Since(started) > k.scaled(time.Duration(lp.InitialDelaySeconds)*time.Second) {
-		live = k.probeOK(p, rt, lp)
+	now := time.Now()
+	if k.due(c.ReadinessProbe, started, &rt.nextReady, now) {
+		ready := k.probeOK(p, rt, c.ReadinessProbe)
+		k.mu.Lock()
+		rt.ready = ready
+		k.mu.Unlock()
 	}
+	lp := c.LivenessProbe
+	if lp == nil || !k.due(lp, started, &rt.nextLive, now) {
+		return
+	}
+	live := k.probeOK(p, rt, lp)
 	k.mu.Lock()
-	rt.ready = ready
 	if live {
 		rt.liveFail = 0
 	} else {
 		rt.liveFail++
 	}
 	threshold := 3
-	if lp := c.LivenessProbe; lp != nil && lp.FailureThreshold > 0 {
+	if lp.FailureThreshold > 0 {
 		threshold = int(lp.FailureThreshold)
 	}
 	kill := rt.liveFail >= threshold
 	if kill {
 		rt.liveFail = 0
+		k.Logf("pod %s (%s): liveness probe failed %d times: killing etcd", rt.name, rt.ip, threshold)
 	}
 	k.mu.Unlock()
 	if kill {
 		proc.Kill()
 	}
+}
+
+// due reports whether probe pr of a container started at started runs now, and schedules the
+// next one; next is the pod's own record of it. A container without the probe passes it at
+// every pass, as with the kubelet.
+func (k *Kubelet) due(pr *corev1.Probe, started time.Time, next *time.Time, now time.Time) bool {
+	if pr == nil {
+		return true
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if next.IsZero() {
+		*next = started.Add(k.scaled(time.Duration(pr.InitialDelaySeconds) * time.Second))
+	}
+	if now.Before(*next) {
+		return false
+	}
+	period := pr.PeriodSeconds
+	if period <= 0 {
+		period = 10
+	}
+	*next = now.Add(k.scaled(time.Duration(period) * time.Second))
+	return true
+}
+
+// probeTimeout is the probe's timeoutSeconds (the kubelet's default is 1), scaled, and never
+// below the harness's floor for a request on a loaded machine.
+func (k *Kubelet) probeTimeout(pr *corev1.Probe) time.Duration {
+	secs := pr.TimeoutSeconds
+	if secs <= 0 {
+		secs = 1
+	}
+	return max(k.scaled(time.Duration(secs)*time.Second), k.probe.Timeout)
 }
 
 // probeOK runs one probe: an HTTP GET on the pod's address, or an exec of the member tool
@@ -508,7 +556,7 @@ func (k *Kubelet) probeOK(p *corev1.Pod, rt *podRuntime, pr *corev1.Probe) bool 
 		for i, a := range args {
 			args[i] = strings.Replace(a, "//127.0.0.1:", "//"+rt.ip+":", 1)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), k.probe.Timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), k.probeTimeout(pr))
 		defer cancel()
 		_, err = k.Tools.Member(ctx, args)
 		return err == nil
@@ -521,7 +569,13 @@ func (k *Kubelet) probeOK(p *corev1.Pod, rt *podRuntime, pr *corev1.Probe) bool 
 		scheme = "http"
 	}
 	url := fmt.Sprintf("%s://%s:%s%s", scheme, rt.ip, pr.HTTPGet.Port.String(), pr.HTTPGet.Path)
-	resp, err := k.probe.Get(url)
+	ctx, cancel := context.WithTimeout(context.Background(), k.probeTimeout(pr))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := k.probe.Do(req)
 	if err != nil {
 		return false
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"etcdops.dev/etcdops/internal/defraghold"
 	"etcdops.dev/etcdops/internal/etcdtest"
 	"etcdops.dev/etcdops/joinstate"
 	"etcdops.dev/etcdops/launcher"
@@ -166,6 +168,54 @@ func TestProbe(t *testing.T) {
 	}
 	if code, _, _ := run("probe", "--join-state="+joinFile); code != ExitUsage {
 		t.Errorf("probe without --health: exit %d", code)
+	}
+}
+
+// TestProbeDuringDefragmentation runs the liveness probe against a real member whose backend
+// is held as a defragmentation holds it (defraghold: a real one of a test-sized database ends
+// in milliseconds): /livez does not answer, so the probe fails, unless it is told where etcd's
+// metrics are, which report the defragmentation. A member whose /livez fails with no
+// defragmentation in flight still fails the probe.
+func TestProbeDuringDefragmentation(t *testing.T) {
+	metrics := etcdtest.FreeURL(t)
+	cfg := etcdtest.Config("e-0", t.TempDir(), etcdtest.FreeURL(t), etcdtest.FreeURL(t))
+	cfg.ListenMetricsUrls = []url.URL{metrics}
+	e := etcdtest.Start(t, cfg)
+	missing := filepath.Join(t.TempDir(), "no-join-state.json")
+	probe := func(base string, extra ...string) (int, string) {
+		args := append([]string{"probe", "--join-state=" + missing, "--data-dir=" + t.TempDir(), "--name=e-0", "--health=" + base + "/livez", "--timeout=1s"}, extra...)
+		code, _, errOut := run(args...)
+		return code, errOut
+	}
+	if code, errOut := probe(metrics.String()); code != ExitOK {
+		t.Fatalf("before the defragmentation: exit %d: %s", code, errOut)
+	}
+	release, err := defraghold.Hold(e.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := probe(metrics.String()); code != ExitRetryable {
+		t.Errorf("defragmenting, without --defrag-metrics: exit %d, want the failure a restart follows", code)
+	}
+	code, errOut := probe(metrics.String(), "--defrag-metrics="+metrics.String()+"/metrics")
+	if code != ExitOK || !strings.Contains(errOut, "defragmenting") {
+		t.Errorf("defragmenting, with --defrag-metrics: exit %d (%q), want alive", code, errOut)
+	}
+	release()
+	if code, errOut := probe(metrics.String(), "--defrag-metrics="+metrics.String()+"/metrics"); code != ExitOK {
+		t.Errorf("after the defragmentation: exit %d: %s", code, errOut)
+	}
+
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			fmt.Fprintln(w, "# TYPE etcd_disk_defrag_inflight gauge\netcd_disk_defrag_inflight 0")
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(hung.Close)
+	if code, _ := probe(hung.URL, "--defrag-metrics="+hung.URL+"/metrics"); code != ExitRetryable {
+		t.Errorf("unhealthy with no defragmentation in flight: exit %d, want a failure", code)
 	}
 }
 
