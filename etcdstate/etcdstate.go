@@ -19,9 +19,13 @@ type Snapshot struct {
 	Members []Member `json:"members,omitempty"`
 	// Complete is true when every member in the list answered Status.
 	Complete bool `json:"complete"`
-	// Inconsistent is set when members disagree (e.g. two leaders in the same term, or a
-	// member reports a different cluster ID); the planner holds on it.
+	// Inconsistent is set when members disagree (e.g. two leaders, a member that reports a
+	// different cluster ID or a member ID the list lacks); the planner holds on it.
 	Inconsistent string `json:"inconsistent,omitempty"`
+	// Forked names the endpoints (pod names) whose answers say that a second membership is
+	// alive: another cluster ID, a member ID the member list lacks, or a second member that
+	// reports itself leader. Inconsistent says what each answered.
+	Forked []string `json:"forked,omitempty"`
 	// Alarms are the cluster's active alarms, also those of members no longer in the list.
 	Alarms []Alarm `json:"alarms,omitempty"`
 }

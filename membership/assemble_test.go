@@ -51,21 +51,26 @@ func TestAssemble(t *testing.T) {
 		leader       uint64 // 0: none
 		inconsistent string // substring; empty: consistent
 		err          string // substring of Snapshot.Err; empty: none
+		forked       string // Snapshot.Forked, comma-separated
 	}{
 		{"all answer, e-0 leads",
-			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5)}, true, 1, "", ""},
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5)}, true, 1, "", "", ""},
 		{"e-2 is down: partial, its error kept on the member",
-			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), down}, false, 1, "", ""},
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), down}, false, 1, "", "", ""},
 		{"e-0 and e-1 both lead term 5: raft allows one",
-			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 2, 5), said(testClusterID, 3, 1, 5)}, true, 1, "both lead term 5", ""},
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 2, 5), said(testClusterID, 3, 1, 5)}, true, 1, "e-0 (term 5), e-1 (term 5) each report themselves leader", "", "e-0,e-1"},
+		{"e-0 leads term 5 and e-2 term 9: two memberships",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 3, 9)}, true, 1, "e-0 (term 5), e-2 (term 9) each report themselves leader", "", "e-0,e-2"},
 		{"e-2's address reaches a member of another cluster",
-			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(99, 3, 3, 1)}, false, 1, "cluster 63", ""},
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(99, 3, 3, 1)}, false, 1, "cluster 63", "", "e-2"},
 		{"two pods answer as the same member",
-			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 1, 1, 5), said(testClusterID, 3, 1, 5)}, false, 1, "both answer as member 1", ""},
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 1, 1, 5), said(testClusterID, 3, 1, 5)}, false, 1, "both answer as member 1", "", ""},
 		{"e-1's pod answers as e-2",
-			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 3, 1, 5), down}, false, 1, "endpoint of e-1 answers as member e-2", ""},
-		{"a pod whose member was removed still answers",
-			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 1, 5)}, true, 1, "", "not in the member list"},
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 3, 1, 5), down}, false, 1, "endpoint of e-1 answers as member e-2", "", ""},
+		{"a pod answers as a member the list lacks (removed, or started on its own)",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 1, 5)}, true, 1, "e-3 answers as member 9, which is not in the member list", "", "e-3"},
+		{"a pod outside the list leads as well",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 9, 6)}, true, 1, "e-0 (term 5), e-3 (outside the member list) each report themselves leader", "", "e-0,e-3"},
 	} {
 		names := []string{"e-0", "e-1", "e-2", "e-3"}[:len(tc.statuses)]
 		snap := assemble(endpoints(names...), tc.statuses, threeMembers())
@@ -81,6 +86,8 @@ func TestAssemble(t *testing.T) {
 			t.Errorf("%s: inconsistent %q, want %q", tc.story, snap.Inconsistent, tc.inconsistent)
 		case (tc.err == "") != (snap.Err == "") || !strings.Contains(snap.Err, tc.err):
 			t.Errorf("%s: err %q, want %q", tc.story, snap.Err, tc.err)
+		case strings.Join(snap.Forked, ",") != tc.forked:
+			t.Errorf("%s: forked %q, want %q", tc.story, snap.Forked, tc.forked)
 		}
 	}
 }

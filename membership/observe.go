@@ -396,7 +396,10 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 	}
 
 	var notes, conflicts []string
+	// forked are the endpoints whose answers say a second membership is alive.
+	forked := map[string]bool{}
 	answeredBy := map[uint64]string{}
+	var foreignLeaders []string
 	alarms := map[uint64][]string{} // by member ID, as any member's Status lists them
 	for i, mc := range members {
 		ep, res := mc.endpoint, statuses[i]
@@ -411,11 +414,19 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 		st := res.status
 		if st.Header.ClusterId != snap.ClusterID {
 			conflicts = append(conflicts, fmt.Sprintf("%s answers for cluster %x, the member list for %x", ep.Member, st.Header.ClusterId, snap.ClusterID))
+			forked[ep.Member] = true
 			continue
 		}
 		j, ok := byID[st.Header.MemberId]
 		if !ok {
-			notes = append(notes, fmt.Sprintf("%s answers as member %x, which is not in the member list", ep.Member, st.Header.MemberId))
+			// A member removed from this list, or one started on its own (a forced new
+			// cluster, a copied volume), that still serves: it is not in the membership the
+			// hook acts on, and may take writes that membership never sees.
+			conflicts = append(conflicts, fmt.Sprintf("%s answers as member %x, which is not in the member list", ep.Member, st.Header.MemberId))
+			forked[ep.Member] = true
+			if isSelfLeader(st) {
+				foreignLeaders = append(foreignLeaders, ep.Member)
+			}
 			continue
 		}
 		if other, dup := answeredBy[st.Header.MemberId]; dup {
@@ -472,9 +483,16 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 	for _, m := range snap.Members {
 		snap.Complete = snap.Complete && m.Reachable
 	}
-	conflicts = append(conflicts, leaderConflicts(snap.Members)...)
 	sort.Slice(snap.Members, func(a, b int) bool { return snap.Members[a].ID < snap.Members[b].ID })
+	leaders, conflict := leaderConflict(snap.Members, foreignLeaders)
+	if conflict != "" {
+		conflicts = append(conflicts, conflict)
+		for _, l := range leaders {
+			forked[l] = true
+		}
+	}
 	snap.Inconsistent = strings.Join(conflicts, "; ")
+	snap.Forked = slices.Sorted(maps.Keys(forked))
 	snap.Err = strings.Join(notes, "; ")
 	return snap
 }
@@ -502,22 +520,27 @@ func parseAlarm(s string) (memberID uint64, alarm string, ok bool) {
 	return memberID, alarm, true
 }
 
-// leaderConflicts reports two members that both claim leadership in the same term; raft
-// allows at most one leader per term, so the observation cannot be trusted.
-func leaderConflicts(members []etcdstate.Member) []string {
-	leaderOfTerm := map[uint64]string{}
-	var out []string
+// leaderConflict reports two or more members that each report themselves leader, in any
+// terms, with foreign the endpoints that lead outside the member list. Within one membership
+// a leader of an older term steps down as soon as it hears of the newer one (etcd checks
+// quorum), so two at once are two memberships, or one seen mid-election: the observation
+// cannot be trusted either way. leaders are the members (or endpoints) involved.
+func leaderConflict(members []etcdstate.Member, foreign []string) (leaders []string, conflict string) {
+	var claims []string
 	for _, m := range members {
-		if !m.IsLeader {
-			continue
+		if m.IsLeader {
+			leaders = append(leaders, m.Name)
+			claims = append(claims, fmt.Sprintf("%s (term %d)", m.Name, m.RaftTerm))
 		}
-		if other, ok := leaderOfTerm[m.RaftTerm]; ok {
-			out = append(out, fmt.Sprintf("%s and %s both lead term %d", other, m.Name, m.RaftTerm))
-			continue
-		}
-		leaderOfTerm[m.RaftTerm] = m.Name
 	}
-	return out
+	leaders = append(leaders, foreign...)
+	for _, f := range foreign {
+		claims = append(claims, f+" (outside the member list)")
+	}
+	if len(leaders) < 2 {
+		return nil, ""
+	}
+	return leaders, strings.Join(claims, ", ") + " each report themselves leader"
 }
 
 // endpointErrors lists why endpoints did not answer, for a snapshot that could not be taken.

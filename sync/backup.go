@@ -120,15 +120,17 @@ func latestTick(next func(time.Time) time.Time, from, now time.Time) (time.Time,
 }
 
 // 7f. A backup that is due is taken before a failed member is replaced and before anything
-// normal (a roll, a scale) goes on: those wait for the one Job, and a roll of many pods does
-// not put the backup off. Only the fixes come first, so no backup runs while a learner
-// joins, a member lacks its pod or a pod its member. A member down does not stop it: the
-// snapshot is read from another.
+// normal (a roll, a scale) goes on: the normal phases wait for the one Job, and a roll of many
+// pods does not put the backup off. Only the fixes come first, so no backup starts while a
+// learner joins, a member lacks its pod or a pod its member. A member down does not stop it:
+// the snapshot is read from another. A backup running does not hold up a fix either (quorum
+// recovery, NOSPACE, a failed member and the learner that replaces it): a repair matters more
+// than one snapshot, which at worst fails and is taken at the next schedule time.
 func (p *planner) backupDue() (step, bool) {
 	t, ok := p.dueBackup()
-	if !ok || p.retry != "" || p.exhausted != nil {
+	if !ok || p.retry != "" || p.exhausted != nil || p.backupWait != nil {
 		// A failed step due for its retry, or out of retries, goes first: a backup in between
-		// would lose its count of attempts.
+		// would lose its count of attempts. One backup at a time.
 		return step{}, false
 	}
 	// The endpoints are every voter's, highest ordinal first, so that the Job stays the same

@@ -24,7 +24,7 @@ func (v *view) decision(s step) Decision {
 		children = v.heldChildren(s)
 	} else {
 		children, l = v.children(s, job)
-		if missing := missingChildren(v.obs.Children, children); missing != "" {
+		if missing := missingChildren(v.obs.Children, children, v.c.Name); missing != "" {
 			s = v.hold("internal: desired children lack observed "+missing, "internal: desired children lack observed "+missing)
 			children, l, job = v.heldChildren(s), v.ledger, nil
 		}
@@ -68,7 +68,49 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 	if job != nil {
 		children = append(children, *job)
 	}
-	return children, l
+	return append(children, adopted(v.obs.Children, v.c.Name)...), l
+}
+
+// ownChild: the planner renders a child of this kind and name for cluster.
+func ownChild(cluster, kind, name string) bool {
+	switch kind {
+	case "ConfigMap":
+		return name == JoinConfigMapName(cluster)
+	case "Service":
+		return name == HeadlessServiceName(cluster) || name == ClientServiceName(cluster)
+	case "PodDisruptionBudget":
+		return name == PDBName(cluster)
+	case "StatefulSet":
+		return name == StatefulSetName(cluster)
+	}
+	return false
+}
+
+// adopted are the observed ConfigMaps, Services and StatefulSets of names the planner does
+// not render (an older or a newer hook's): returned unchanged, never updated and never
+// deleted by the operator. Deleting them could break what still uses them: pods of an older
+// template mount a ConfigMap, clients dial a Service, and an older StatefulSet owns pods that
+// may be members (its deletion takes them down). A PodDisruptionBudget of another name is
+// left out, so it goes: a second budget over the same pods makes every eviction fail, and a
+// budget holds no data.
+func adopted(observed Children, cluster string) []Child {
+	var out []Child
+	for i := range observed.ConfigMaps {
+		if o := &observed.ConfigMaps[i]; !ownChild(cluster, "ConfigMap", o.Name) {
+			out = append(out, unchanged("v1", "ConfigMap", o.ObjectMeta, o))
+		}
+	}
+	for i := range observed.Services {
+		if o := &observed.Services[i]; !ownChild(cluster, "Service", o.Name) {
+			out = append(out, unchanged("v1", "Service", o.ObjectMeta, o))
+		}
+	}
+	for i := range observed.StatefulSets {
+		if o := &observed.StatefulSets[i]; !ownChild(cluster, "StatefulSet", o.Name) {
+			out = append(out, unchanged("apps/v1", "StatefulSet", o.ObjectMeta, o))
+		}
+	}
+	return out
 }
 
 // rebaseline: etcd answers with a cluster ID other than the one on record, which only gets
@@ -127,15 +169,16 @@ func (v *view) lastKnownReplicas() int {
 	return n
 }
 
-// missingChildren names an observed child, other than a Job, that the desired set lacks:
-// Metacontroller would delete it. Of several, the first in the children's order (kind, then
-// name).
-func missingChildren(observed Children, desired []Child) string {
+// missingChildren names an observed child of a name the planner renders for cluster, other
+// than a Job, that the desired set lacks: Metacontroller would delete it. Of several, the
+// first in the children's order (kind, then name). Children of other names are adopted or
+// left to go (adopted).
+func missingChildren(observed Children, desired []Child, cluster string) string {
 	for _, missing := range []string{
-		firstMissing("ConfigMap", observed.ConfigMaps, desired),
-		firstMissing("PodDisruptionBudget", observed.PDBs, desired),
-		firstMissing("Service", observed.Services, desired),
-		firstMissing("StatefulSet", observed.StatefulSets, desired),
+		firstMissing("ConfigMap", observed.ConfigMaps, desired, cluster),
+		firstMissing("PodDisruptionBudget", observed.PDBs, desired, cluster),
+		firstMissing("Service", observed.Services, desired, cluster),
+		firstMissing("StatefulSet", observed.StatefulSets, desired, cluster),
 	} {
 		if missing != "" {
 			return missing
@@ -144,16 +187,16 @@ func missingChildren(observed Children, desired []Child) string {
 	return ""
 }
 
-// firstMissing is "kind name" of the lowest-named object of objs that desired lacks, "" when
-// it lacks none.
+// firstMissing is "kind name" of the lowest-named object of objs of a name the planner
+// renders that desired lacks, "" when it lacks none.
 func firstMissing[T any, P interface {
 	*T
 	GetName() string
-}](kind string, objs []T, desired []Child) string {
+}](kind string, objs []T, desired []Child, cluster string) string {
 	first, found := "", false
 	for i := range objs {
 		name := P(&objs[i]).GetName()
-		if (!found || name < first) && !slices.ContainsFunc(desired, func(c Child) bool { return c.Kind == kind && c.Name == name }) {
+		if ownChild(cluster, kind, name) && (!found || name < first) && !slices.ContainsFunc(desired, func(c Child) bool { return c.Kind == kind && c.Name == name }) {
 			first, found = name, true
 		}
 	}

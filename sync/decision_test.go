@@ -10,8 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestMissingChildren: an observed child the desired set lacks is named, the first in the
-// children's order; Jobs are left to the planner, which drops finished ones on purpose.
+// TestMissingChildren: an observed child of a name the planner renders that the desired set
+// lacks is named, the first in the children's order; Jobs are left to the planner, which
+// drops finished ones on purpose, and children of other names to adopted.
 func TestMissingChildren(t *testing.T) {
 	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }
 	desired := []Child{{Kind: "Service", Name: "etcd"}, {Kind: "StatefulSet", Name: "etcd"}, {Kind: "ConfigMap", Name: "etcd-join"}}
@@ -27,9 +28,12 @@ func TestMissingChildren(t *testing.T) {
 			StatefulSets: []appsv1.StatefulSet{{ObjectMeta: meta("other")}},
 			Services:     []corev1.Service{{ObjectMeta: meta("etcd")}, {ObjectMeta: meta("zz")}, {ObjectMeta: meta("etcd-client")}},
 		}, "Service etcd-client"},
-		{"first by name", Children{ConfigMaps: []corev1.ConfigMap{{ObjectMeta: meta("b")}, {ObjectMeta: meta("etcd-join")}, {ObjectMeta: meta("a")}}}, "ConfigMap a"},
+		{"names no hook of this version renders", Children{
+			ConfigMaps: []corev1.ConfigMap{{ObjectMeta: meta("b")}, {ObjectMeta: meta("etcd-join")}, {ObjectMeta: meta("a")}},
+			PDBs:       []policyv1.PodDisruptionBudget{{ObjectMeta: meta("etcd-pdb")}},
+		}, ""},
 	} {
-		if got := missingChildren(tc.observed, desired); got != tc.want {
+		if got := missingChildren(tc.observed, desired, "etcd"); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.story, got, tc.want)
 		}
 	}

@@ -24,8 +24,9 @@
 // sync observes the result before anything else happens. Membership is never changed here:
 // Jobs running etcdops-member do it, and each of their operations is idempotent.
 //
-// A backup (backup.go) is a member Job too: one at a time with the others, and never while a
-// learner joins or a member and its pod are apart.
+// A backup (backup.go) is a member Job too: one at a time, and never started while a learner
+// joins or a member and its pod are apart. It changes no membership, so while it runs only the
+// normal phases wait for it; a repair does not.
 //
 // Member Jobs are named after their content and never change under a name; a Job in flight
 // is returned unchanged and waited for, a succeeded one is dropped once membership shows its
@@ -45,11 +46,14 @@
 // replacing the leader's pod while another voter could lead.
 // Teardown and bootstrap have checks of their own. A violation becomes a hold whose reason
 // starts with "internal:".
-// When etcd's state is unknown (not asked, inconsistent, a stranger in the member list,
-// another cluster ID) the observed children are returned unchanged, with any that are missing
-// rendered again; only when no pod is Ready may one outdated pod be recreated (nothing serves,
-// no quorum is left to lose). A member that does not answer the hook while its pod is Ready is
-// unknown, not failed: it is never removed or replaced on the hook's view alone.
+// When etcd's state is unknown (not asked, inconsistent, a second membership answering, a
+// stranger in the member list, another cluster ID) the observed children are returned
+// unchanged, with any that are missing rendered again; only when no pod may serve may one
+// outdated pod be recreated (nothing serves, no quorum is left to lose). A member that does
+// not answer the hook while its pod is Ready, or marked not Ready only by the node controller,
+// is unknown, not failed: it is never removed or replaced on that view alone. Children of
+// names the planner does not render are kept as they are, or go when keeping them would harm
+// (a second disruption budget, a finished Job).
 //
 // The join state (ConfigMap <cluster>-join) lists every member as etcd's membership has it,
 // with an incarnation per member name that changes whenever the name is reused by a new member

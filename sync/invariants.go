@@ -26,8 +26,12 @@ func checkInvariants(v *view, s step) error {
 
 	if s.job != nil {
 		changes++
-		if len(s.keep) > 0 {
-			return fmt.Errorf("new %s Job while Job %s is outstanding", s.job.verb, s.keep[0].Name)
+		// A backup outstanding changes no membership: a fix may start beside it, never a
+		// second backup.
+		for _, j := range s.keep {
+			if j.Labels[LabelAction] != verbBackup || s.job.verb == verbBackup {
+				return fmt.Errorf("new %s Job while Job %s is outstanding", s.job.verb, j.Name)
+			}
 		}
 		ord, _ := Ordinal(v.c.Name, s.job.member)
 		m := v.byOrd[ord]
@@ -156,8 +160,8 @@ func checkRollForward(v *view, s step) error {
 	}
 	exposed := 0
 	for ord, p := range v.pods {
-		if isReady(p) {
-			return fmt.Errorf("rolling forward while %s is Ready", p.Name)
+		if isReady(p) || nodeNotReporting(p) {
+			return fmt.Errorf("rolling forward while %s may serve", p.Name)
 		}
 		if ord >= s.partition && !isTerminating(p) && v.outdated(p) {
 			exposed++

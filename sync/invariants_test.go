@@ -192,7 +192,8 @@ func TestRollForwardInvariants(t *testing.T) {
 		setup func(w *simWorld)
 		want  string
 	}{
-		{"a pod is Ready", func(w *simWorld) {}, "rolling forward while etcd-0 is Ready"},
+		{"a pod is Ready", func(w *simWorld) {}, "rolling forward while etcd-0 may serve"},
+		{"a pod only the node controller marked not Ready", func(w *simWorld) { w.loseNode(w.pods[0]) }, "rolling forward while etcd-0 may serve"},
 		{"no volumes", func(w *simWorld) { w.cluster.Spec.StorageSpec = nil }, "rolling forward without volumes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -270,6 +271,9 @@ func unknownStateReason(v *view) (reason, degradedBy string) {
 	switch {
 	case !e.Asked:
 		return "etcd not reachable: " + e.Err, ReasonEtcdUnreachable
+	case len(e.Forked) > 0:
+		return fmt.Sprintf("etcd answers as more than one membership (%s): %s; no membership change until a person resolves it (docs/runbooks.md, two memberships answer)",
+			strings.Join(e.Forked, ", "), e.Inconsistent), ReasonEtcdForked
 	case e.Inconsistent != "":
 		return "etcd answers inconsistently: " + e.Inconsistent, ReasonEtcdInconsistent
 	case v.stranger != "":
@@ -286,7 +290,8 @@ func unknownStateReason(v *view) (reason, degradedBy string) {
 
 // rollForward is the one change a hold may make: when etcd cannot be reached and no pod of the
 // cluster is Ready, nothing serves and no quorum is left to lose, so the highest outdated pod
-// may be recreated from the current spec, one at a time. That is how a cluster, typically of
+// may be recreated from the current spec, one at a time. A pod only the node controller marked
+// not Ready may still serve: it counts as Ready. That is how a cluster, typically of
 // one member, comes back after a change that stopped its pods and was then reverted: holding
 // on would keep the pods on the change that broke them. Only with volumes (a pod's data
 // survives its recreation) and only when etcd was simply not reached (not when it answered in
@@ -296,7 +301,7 @@ func (v *view) rollForward(reason string) (step, bool) {
 		return step{}, false
 	}
 	for _, p := range v.pods {
-		if isReady(p) || isTerminating(p) {
+		if mayServe(p) || isTerminating(p) {
 			return step{}, false
 		}
 	}

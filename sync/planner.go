@@ -37,6 +37,9 @@ type planner struct {
 	recovery    *v1alpha1.RecoveryStatus
 	// backup, when set, is status.backup as this sync leaves it (backup.go).
 	backup *v1alpha1.BackupStatus
+	// backupWait, when set, waits for a backup Job still outstanding: it defers the phases
+	// from 7f on, never a fix (backup.go).
+	backupWait *step
 }
 
 // step is what phases 6 to 11 decided.
@@ -87,18 +90,20 @@ func (p *planner) decideStep() step {
 		s.keep = p.keep
 		return s
 	}
-	// Nothing is outstanding here, so p.keep is empty.
+	// Nothing is outstanding here but a backup, which p.keep holds.
 	s := p.change()
 	if j := p.exhausted; j != nil && (s.job != nil && s.job.verb == j.Labels[LabelAction] && s.job.member == j.Labels[LabelMember] || slices.Contains(s.keep, j)) {
 		s = p.exhaustedHold(j)
 		s.keep = []*batchv1.Job{j}
 	}
+	s.keep = append(s.keep, p.keep...)
 	return s
 }
 
-// change runs phases 7 to 11; the first that decides wins.
+// change runs phases 7 to 11; the first that decides wins. A backup Job still outstanding
+// defers the normal phases (8 on), never a fix.
 func (p *planner) change() step {
-	phases := []func() (step, bool){
+	fixes := []func() (step, bool){
 		p.quorumLost,       // 7a
 		p.staleAlarm,       // 7b
 		p.noSpace,          // 7b
@@ -108,14 +113,24 @@ func (p *planner) change() step {
 		p.podWithoutMember, // 7e
 		p.backupDue,        // 7f (backup.go)
 		p.failedMember,     // 7g
-		p.configDrift,      // 8
-		p.scaleOut,         // 9
-		p.scaleIn,          // 10
-		p.upgrade,          // 11
-		p.defragment,       // 12
-		p.tlsWaiting,       // 13 (tls.go)
 	}
-	for _, phase := range phases {
+	normal := []func() (step, bool){
+		p.configDrift, // 8
+		p.scaleOut,    // 9
+		p.scaleIn,     // 10
+		p.upgrade,     // 11
+		p.defragment,  // 12
+		p.tlsWaiting,  // 13 (tls.go)
+	}
+	for _, phase := range fixes {
+		if s, ok := phase(); ok {
+			return s
+		}
+	}
+	if p.backupWait != nil {
+		return *p.backupWait
+	}
+	for _, phase := range normal {
 		if s, ok := phase(); ok {
 			return s
 		}
@@ -129,14 +144,26 @@ func (p *planner) change() step {
 // often as allowed waits for a person, but only if its step is still wanted (see decide).
 func (p *planner) memberJob() (step, bool) {
 	var waiting *step
+	for _, j := range p.foreignJobs {
+		// Not a Job this hook names, so what it does is unknown: one that may still run may be
+		// changing membership and is waited for like any member Job; a finished one goes.
+		if state, _ := stateOf(j); state == jobRunning {
+			p.keep = append(p.keep, j)
+			if waiting == nil {
+				s := p.wait("", "Job "+j.Name+" was not started by this hook's naming and may still act on the cluster: waiting for it to finish", resyncSoon)
+				waiting = &s
+			}
+		}
+	}
 	for _, j := range p.jobs {
 		verb, who := j.Labels[LabelAction], j.Labels[LabelMember]
 		if verb == verbBackup {
-			// A backup's outcome goes into status.backup, not into a retry (backup.go).
+			// A backup's outcome goes into status.backup, not into a retry (backup.go). One
+			// outstanding is kept, and waited for only by what a fix does not need.
 			if s, keep := p.backupJob(j); keep {
 				p.keep = append(p.keep, j)
-				if waiting == nil {
-					waiting = &s
+				if p.backupWait == nil {
+					p.backupWait = &s
 				}
 			}
 			continue
@@ -248,8 +275,12 @@ func (p *planner) quorumLost() (step, bool) {
 		return step{}, false
 	}
 	if silent := p.unansweredVoters(); etcdstate.HasQuorum(voters, healthy+len(silent)) {
-		reason := fmt.Sprintf("quorum not confirmed: %d of %d voters answered healthy; %s did not answer the hook, but their pods are Ready; nothing is changed until they answer",
-			healthy, voters, memberNames(silent))
+		pods := "their pods are Ready"
+		if slices.ContainsFunc(silent, func(m *member) bool { return nodeNotReporting(m.pod) }) {
+			pods = "their pods are Ready or marked not Ready only by the node controller"
+		}
+		reason := fmt.Sprintf("quorum not confirmed: %d of %d voters answered healthy; %s did not answer the hook, but %s; nothing is changed until they answer",
+			healthy, voters, memberNames(silent), pods)
 		s := p.hold(reason, reason)
 		s.degradedBy = ReasonQuorumUnconfirmed
 		return s, true
@@ -303,9 +334,14 @@ func (p *planner) learner() (step, bool) {
 		return p.runJob(memberJob{verb: verbPromote, member: l.name, id: l.ID}, PromoteLearner, "learner "+l.name+" caught up with the leader"), true
 	}
 	if l.unanswered() {
-		reason := fmt.Sprintf("learner %s has not answered the hook since %s, though its pod is Ready: it is kept, not removed on the hook's view alone",
-			l.name, p.unansweredSince(l).UTC().Format(time.RFC3339))
-		return p.blocked(l.name, reason, ReasonMemberUnanswered), true
+		why, by := l.unansweredWhy()
+		view := "the hook's"
+		if by == ReasonNodeNotReporting {
+			view = "the node controller's"
+		}
+		reason := fmt.Sprintf("learner %s has not answered the hook since %s, though %s: it is kept, not removed on %s view alone",
+			l.name, p.unansweredSince(l).UTC().Format(time.RFC3339), why, view)
+		return p.blocked(l.name, reason, by), true
 	}
 	if l.pod != nil {
 		if why := podStartFailure(l.pod); why != "" {
@@ -390,9 +426,14 @@ func (p *planner) failedMember() (step, bool) {
 		}
 		if m.unanswered() && !hasAlarm(m.Member, "CORRUPT") {
 			if waiting == nil {
-				reason := fmt.Sprintf("member %s has not answered the hook since %s, though its pod is Ready: it is not replaced on the hook's view alone; check the network between the hook and the pod",
-					m.name, p.unansweredSince(m).UTC().Format(time.RFC3339))
-				s := p.blocked(m.name, reason, ReasonMemberUnanswered)
+				why, by := m.unansweredWhy()
+				reason := fmt.Sprintf("member %s has not answered the hook since %s, though %s: it is not replaced on the hook's view alone; check the network between the hook and the pod",
+					m.name, p.unansweredSince(m).UTC().Format(time.RFC3339), why)
+				if by == ReasonNodeNotReporting {
+					reason = fmt.Sprintf("member %s has not answered the hook since %s, though %s: it is not replaced on the node controller's view alone; check the node",
+						m.name, p.unansweredSince(m).UTC().Format(time.RFC3339), why)
+				}
+				s := p.blocked(m.name, reason, by)
 				waiting = &s
 			}
 			continue

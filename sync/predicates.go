@@ -55,6 +55,24 @@ func isReady(p *corev1.Pod) bool {
 	return false
 }
 
+// nodeNotReporting: the pod's Ready condition is False while the kubelet's last report of its
+// etcd container says it runs and is ready. The kubelet writes both together; the node
+// lifecycle controller, once the node stops reporting, sets only the pod's Ready condition
+// to False (MarkPodsNotReady: the condition's reason stays the kubelet's, an event
+// NodeNotReady goes on the pod) and leaves the container statuses as they were. So nothing
+// on the node said etcd stopped: it may still run and serve its peers, and the pod is as
+// unknown as a member only the hook cannot reach.
+func nodeNotReporting(p *corev1.Pod) bool {
+	cs := etcdStatus(p)
+	return !isReady(p) && cs != nil && cs.Ready && cs.State.Running != nil
+}
+
+// mayServe: the pod is not going away and, as far as anything on its node last said, its etcd
+// runs: Ready, or marked not Ready by the node controller alone.
+func mayServe(p *corev1.Pod) bool {
+	return p != nil && !isTerminating(p) && (isReady(p) || nodeNotReporting(p))
+}
+
 // isCrashLooping: the etcd container is in crash-loop back-off after restarting again and
 // again; waiting longer will not help.
 func isCrashLooping(p *corev1.Pod) bool {

@@ -42,7 +42,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	spec size=N | version=V | options=A,B | paused | unpaused | delete | recovery=POLICY |
 //	     nospace=POLICY | defragment     (defragment: spec.maintenance.defragment, defaults)
 //	leader POD                           make POD's member the leader
-//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|heal
+//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|
+//	     node-lost|forked-cluster|forked-member|heal
 //	                                     unreachable: the hook alone cannot reach it, etcd and
 //	                                     the kubelet see it healthy; slow: it keeps its raft role
 //	                                     but fails health checks; lost: its volume is gone for
@@ -51,7 +52,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     answering, the pod is evicted and stays terminating with
 //	                                     its etcd last reported running; force-deleted: a
 //	                                     terminating pod goes, and its replacement's etcd is down
-//	                                     until healed
+//	                                     until healed; node-lost: its node stops reporting, the
+//	                                     node controller marks the pod not Ready, its etcd runs
+//	                                     on cut off (sim_node_test.go); forked-*: a second
+//	                                     membership answers at its address (sim_fork_test.go)
 //	unschedulable POD | schedulable POD  the pod at that ordinal cannot be scheduled (any template)
 //	delete statefulset [orphan] | configmap | services | pdb   a child deleted behind the planner's back
 //	leader-returns N                     leadership goes back after each of the next N leader moves
@@ -65,6 +69,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	bad-image VERSION                    pods of that etcd version cannot pull their image
 //	allow-quorum-loss                    the story breaks quorum on purpose
 //	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
+//	slow-backups N                       backup Jobs run N ticks before they finish
+//	foreign-children                     a ConfigMap, Service, budget and StatefulSet of names
+//	                                     this hook does not render (sim_foreign_test.go)
+//	foreign-job NAME running|done        a Job without a member Job's labels
 //	etcd unreachable|inconsistent|stranger|without POD|foreign-peer POD|unhealthy POD,...  the next
 //	                                     observation of etcd; foreign-peer: POD's member advertises
 //	                                     another host; unhealthy: the PODs' members answer "no leader"
@@ -311,8 +319,12 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			p.blind = true
 		case "slow":
 			p.slow = true
+		case "node-lost":
+			w.loseNode(p)
+		case simForkCluster, simForkMember:
+			w.fork(p, arg(1))
 		case "heal":
-			p.crash, p.down, p.blind, p.slow, p.stuck = false, false, false, false, false
+			p.crash, p.down, p.blind, p.slow, p.stuck, p.forked, p.nodeLost = false, false, false, false, false, "", false
 			delete(w.startDown, ord)
 			if m != nil {
 				w.disarm("CORRUPT", m.id)
@@ -401,6 +413,12 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w.failJobs, _ = strconv.Atoi(arg(0))
 	case "hide-jobs":
 		w.hideJobs = true
+	case "foreign-children":
+		w.addForeignChildren()
+	case "foreign-job":
+		w.foreignJob(arg(0), arg(1) == "done")
+	case "slow-backups":
+		w.backupTicks, _ = strconv.Atoi(arg(0))
 	case "etcd":
 		switch arg(0) {
 		case "unreachable":
@@ -562,6 +580,9 @@ func decisionText(t *testing.T, d Decision) string {
 			t.Fatal(err)
 		}
 		names = append(names, c.Kind+"/"+c.Name)
+		if c.Kind != "Job" && !ownChild("etcd", c.Kind, c.Name) {
+			continue // another hook's child, kept as it is (every scenario's cluster is etcd)
+		}
 		switch c.Kind {
 		case "StatefulSet":
 			var s appsv1.StatefulSet

@@ -273,8 +273,8 @@ func TestScenariosWithLaggingCaches(t *testing.T) {
 	}
 }
 
-// TestRandomSingleFaults runs scale and rolling changes while single members crash or hang
-// at random moments and recover later. A fault may strike right after a pod was taken down
+// TestRandomSingleFaults runs scale and rolling changes while single members crash, hang or
+// lose their node (it stops reporting) at random moments and recover later. A fault may strike right after a pod was taken down
 // on purpose, so availability may dip; the data must survive every step, and the cluster
 // must converge once the fault heals.
 func TestRandomSingleFaults(t *testing.T) {
@@ -298,24 +298,27 @@ func TestRandomSingleFaults(t *testing.T) {
 					if faulted < 0 && rng.Intn(8) == 0 {
 						if ords := sortedInts(w.pods); len(ords) > 0 {
 							faulted = ords[rng.Intn(len(ords))]
-							if rng.Intn(2) == 0 {
+							switch rng.Intn(3) {
+							case 0:
 								w.pods[faulted].crash = true
-							} else {
+							case 1:
 								w.pods[faulted].down = true
+							default: // its node stops reporting (sim_node_test.go)
+								w.loseNode(w.pods[faulted])
 							}
 							healAt = i + 3 + rng.Intn(10)
 						}
 					}
 					if faulted >= 0 && i == healAt {
 						if p := w.pods[faulted]; p != nil {
-							p.crash, p.down = false, false
+							p.crash, p.down, p.nodeLost, p.blind = false, false, false, false
 						}
 						faulted = -1
 					}
 					w.step()
 				}
 				if faulted >= 0 && w.pods[faulted] != nil {
-					w.pods[faulted].crash, w.pods[faulted].down = false, false
+					w.pods[faulted].crash, w.pods[faulted].down, w.pods[faulted].nodeLost, w.pods[faulted].blind = false, false, false, false
 				}
 				w.run(400)
 			}
@@ -349,7 +352,7 @@ func TestEmptyDirRollStartsEachMemberOnce(t *testing.T) {
 // checks, children deleted behind the planner's back (the StatefulSet with or without its
 // pods, the join ConfigMap), leadership that moves back, a learner's pod that cannot be
 // scheduled, a cluster that suddenly answers with another cluster ID (accepted a little later,
-// as after a restore), a database filled to NOSPACE, a member found CORRUPT. Every step keeps the invariants, and the cluster converges once the
+// as after a restore), a database filled to NOSPACE, a member found CORRUPT, a second membership answering at a pod's address. Every step keeps the invariants, and the cluster converges once the
 // world heals.
 func TestRandomPartialKnowledge(t *testing.T) {
 	for seed := int64(1); seed <= 8; seed++ {
@@ -417,6 +420,7 @@ func TestRandomPartialKnowledge(t *testing.T) {
 						w.raise(ms[rng.Intn(len(ms))].id, "CORRUPT")
 					}
 				},
+				func() { w.randomFork(rng, &heal) }, // a second membership answers (sim_fork_test.go)
 				func() {
 					w.newCluster()
 					id := fmt.Sprintf("%x", w.clusterID)

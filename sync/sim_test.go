@@ -98,6 +98,12 @@ type simPod struct {
 	// stuck: its node stopped answering, so the pod was evicted and stays terminating with
 	// the status its kubelet last reported, until the node is back.
 	stuck bool
+	// nodeLost: its node stopped reporting; the node controller marked the pod not Ready
+	// and the kubelet's last report stands (sim_node_test.go).
+	nodeLost bool
+	// forked: what else answers at this pod's address (simForkCluster, simForkMember;
+	// sim_fork_test.go), "" for its own member.
+	forked string
 	// why its etcd last failed to start, for describe; refusal, the termination message a
 	// refusing launcher left.
 	why, refusal string
@@ -132,6 +138,8 @@ type simJob struct {
 	state      jobState
 	at         time.Time
 	failNow    bool
+	// ticks it has run without finishing (sim_slowbackup_test.go).
+	ticks int
 
 	// timeout is the member tool's --timeout.
 	timeout time.Duration
@@ -202,6 +210,9 @@ type simWorld struct {
 	// lost counts voters whose volumes a story lost for good: fewer voters hold the data,
 	// until a quorum recovery makes a cluster of the survivor.
 	lost int
+	// backupTicks: a backup Job runs this many ticks before it finishes
+	// (sim_slowbackup_test.go).
+	backupTicks int
 	// onTick, when set, runs at the end of every tick: a fault that heals on a condition.
 	onTick func()
 	log    []string
@@ -391,7 +402,7 @@ func (w *simWorld) observe() Observed {
 		}
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
 		pod.Status.Phase = corev1.PodRunning
-		cs := corev1.ContainerStatus{Name: "etcd", RestartCount: int32(p.restarts)}
+		cs := corev1.ContainerStatus{Name: "etcd", RestartCount: int32(p.restarts), Ready: ready == corev1.ConditionTrue}
 		switch {
 		case w.unschedulable[ord]:
 			pod.Status.Phase = corev1.PodPending
@@ -411,6 +422,7 @@ func (w *simWorld) observe() Observed {
 			pod.Status.Phase = corev1.PodPending
 		}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
+		nodeStoppedReporting(p, &pod)
 		if p.terminating {
 			ts := metav1.NewTime(w.now)
 			pod.DeletionTimestamp = &ts
@@ -428,6 +440,7 @@ func (w *simWorld) observe() Observed {
 		obs.CertProblems[n] = p
 	}
 	obs.Etcd = w.snapshot(obs.Pods)
+	w.forkedAnswers(&obs.Etcd)
 	if w.etcdOverride != nil {
 		w.etcdOverride(&obs.Etcd)
 		w.etcdOverride = nil
@@ -572,12 +585,14 @@ func (w *simWorld) apply(d Decision) {
 		if _, ok := desired[key]; !ok && !conflict[key] {
 			kind, name, _ := strings.Cut(key, "/")
 			delete(w.applied, key)
-			switch kind {
-			case "Job":
+			switch {
+			case kind == "Job":
 				delete(w.jobs, name)
-			case "StatefulSet":
+			case !ownChild(w.cluster.Name, kind, name):
+				// Another hook's child: the world keeps no state of it (sim_foreign_test.go).
+			case kind == "StatefulSet":
 				w.deleteStatefulSet(false)
-			case "ConfigMap":
+			case kind == "ConfigMap":
 				w.join = nil
 			}
 		}
@@ -588,6 +603,9 @@ func (w *simWorld) apply(d Decision) {
 		}
 		kind, name, _ := strings.Cut(key, "/")
 		w.applied[key] = b
+		if kind != "Job" && !ownChild(w.cluster.Name, kind, name) || kind == "Job" && foreignJob(b) {
+			continue
+		}
 		switch kind {
 		case "StatefulSet":
 			w.applySTS(b)
@@ -685,6 +703,9 @@ func (w *simWorld) tick() {
 }
 
 func (w *simWorld) runJob(j *simJob) {
+	if w.backupStillRuns(j) {
+		return
+	}
 	j.at = w.now
 	fail := func() { j.state = jobFailed; w.stats.jobFailures++ }
 	if j.verb == verbDefragment && w.probes != nil && w.slowDefragment(j, fail) {
@@ -758,7 +779,7 @@ func (w *simWorld) runJob(j *simJob) {
 	case verbDisarm:
 		w.disarm(j.alarm, j.id)
 	case verbBackup:
-		if !w.backup() {
+		if !w.backup(j.ticks > 0) {
 			fail()
 			return
 		}
@@ -1263,17 +1284,11 @@ func encodeDecision(t testing.TB, d Decision) string {
 
 // backup is a backup Job's snapshot: never while a membership change is under way (a learner
 // joins, a member was added without its pod, a pod waits for its member), and only from a
-// healthy voter. false: no member could give one.
-func (w *simWorld) backup() bool {
-	for _, m := range w.members {
-		if m.learner || !m.started {
-			w.t.Fatalf("a backup runs during a membership change:\n%s", w.describe())
-		}
-	}
-	for _, ord := range sortedInts(w.pods) {
-		if w.memberAt(ord) == nil && w.sts != nil && ord < w.sts.replicas {
-			w.t.Fatalf("a backup runs while pod %s waits for its member:\n%s", w.podName(ord), w.describe())
-		}
+// healthy voter. false: no member could give one. One that started earlier (a slow backup)
+// was checked then: a change after its start does not touch the snapshot it streams.
+func (w *simWorld) backup(startedEarlier bool) bool {
+	if !startedEarlier {
+		w.checkBackupStart()
 	}
 	// A follower first, as the member tool reads from one.
 	var from *simMember
@@ -1287,6 +1302,20 @@ func (w *simWorld) backup() bool {
 	}
 	w.backups = append(w.backups, simBackup{revision: from.raft, live: from.live, member: from.id})
 	return true
+}
+
+// checkBackupStart fails the test when a backup starts during a membership change.
+func (w *simWorld) checkBackupStart() {
+	for _, m := range w.members {
+		if m.learner || !m.started {
+			w.t.Fatalf("a backup runs during a membership change:\n%s", w.describe())
+		}
+	}
+	for _, ord := range sortedInts(w.pods) {
+		if w.memberAt(ord) == nil && w.sts != nil && ord < w.sts.replicas {
+			w.t.Fatalf("a backup runs while pod %s waits for its member:\n%s", w.podName(ord), w.describe())
+		}
+	}
 }
 
 // backupPods are the pods of finished backup Jobs, with the report the member tool writes

@@ -45,6 +45,9 @@ type view struct {
 	// ConfigMap); "" before etcd first answered.
 	clusterID string
 	jobs      []*batchv1.Job // the cluster's member Jobs
+	// foreignJobs are the observed Jobs without a member Job's labels (an older or a newer
+	// hook's naming).
+	foreignJobs []*batchv1.Job
 	// target is how many members the cluster runs: the size, and one more while a cluster of
 	// two rolls (see surging).
 	target int
@@ -118,6 +121,8 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 	for i := range obs.Children.Jobs {
 		if j := &obs.Children.Jobs[i]; j.Labels[LabelCluster] == c.Name && j.Labels[LabelAction] != "" {
 			v.jobs = append(v.jobs, j)
+		} else {
+			v.foreignJobs = append(v.foreignJobs, j)
 		}
 	}
 	sort.Slice(v.jobs, func(i, j int) bool { return v.jobs[i].Name < v.jobs[j].Name })
@@ -186,16 +191,25 @@ func (v *view) healthyVoters() int {
 	return len(v.filter(func(m *member) bool { return !m.IsLearner && m.Healthy }))
 }
 
-// unansweredVoters are the voters the hook could not reach whose pods are Ready.
+// unansweredVoters are the voters the hook could not reach whose pods may serve.
 func (v *view) unansweredVoters() []*member {
 	return v.filter(func(m *member) bool { return !m.IsLearner && m.unanswered() })
 }
 
 // unanswered: the member did not answer the hook, but its pod is Ready, so the kubelet's
-// probe of its own health passes. Only the hook's view says something is wrong: the member is
+// probe of its own health passes, or only the node controller marked it not Ready
+// (nodeNotReporting). Nothing from etcd or the kubelet says something is wrong: the member is
 // unknown, not failed, and is never removed or replaced on that view alone.
 func (m *member) unanswered() bool {
-	return !m.Reachable && m.pod != nil && !isTerminating(m.pod) && isReady(m.pod)
+	return !m.Reachable && mayServe(m.pod)
+}
+
+// unansweredWhy says why an unanswered member may still serve, and the Degraded reason for it.
+func (m *member) unansweredWhy() (why, degradedBy string) {
+	if nodeNotReporting(m.pod) {
+		return "its node stopped reporting (the node controller marked its pod not Ready; its etcd was last seen running)", ReasonNodeNotReporting
+	}
+	return "its pod is Ready", ReasonMemberUnanswered
 }
 
 func (v *view) filter(keep func(*member) bool) []*member {

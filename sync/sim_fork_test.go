@@ -1,0 +1,168 @@
+package sync
+
+import (
+	"fmt"
+	"math/rand"
+	"slices"
+	"strings"
+	"testing"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
+)
+
+// The observation-level fork: at a pod's address a second membership answers, and the
+// member the list has there is gone from the cluster. What the observer makes of such
+// answers (membership.assemble, tested there on real etcd) is modelled here: the snapshot
+// is inconsistent and names the pods involved.
+const (
+	// simForkCluster: the pod answers for another cluster ID (another cluster's member on
+	// its address, or a cluster restored beside this one).
+	simForkCluster = "forked-cluster"
+	// simForkMember: the pod answers under the cluster's ID but a member ID the list lacks,
+	// and leads a membership of its own (a copy of a volume forced into a new cluster).
+	simForkMember = "forked-member"
+)
+
+// simForeignMemberID is the member ID a forked copy answers under.
+const simForeignMemberID = 0xf0f0
+
+// fork makes a second membership answer at p's address; its own member is down.
+func (w *simWorld) fork(p *simPod, kind string) {
+	p.forked, p.down = kind, true
+}
+
+// forkedAnswers turns the snapshot into what the observer reads when forked pods answer.
+func (w *simWorld) forkedAnswers(s *etcdstate.Snapshot) {
+	if !s.Asked {
+		return
+	}
+	var conflicts []string
+	forked := s.Forked
+	for _, ord := range sortedInts(w.pods) {
+		kind := w.pods[ord].forked
+		if kind == "" {
+			continue
+		}
+		name := w.podName(ord)
+		for i := range s.Members {
+			if m := &s.Members[i]; m.Name == name {
+				m.Reachable, m.Healthy, m.IsLeader = false, false, false
+				m.Errors = append(m.Errors, "its address answers as another membership")
+				s.Complete = false
+			}
+		}
+		forked = append(forked, name)
+		if kind == simForkCluster {
+			conflicts = append(conflicts, fmt.Sprintf("%s answers for cluster %x, the member list for %x", name, s.ClusterID+1, s.ClusterID))
+			continue
+		}
+		conflicts = append(conflicts, fmt.Sprintf("%s answers as member %x, which is not in the member list", name, simForeignMemberID))
+		if l, ok := s.Leader(); ok {
+			conflicts = append(conflicts, fmt.Sprintf("%s (term %d), %s (outside the member list) each report themselves leader", l.Name, l.RaftTerm, name))
+			forked = append(forked, l.Name)
+		}
+	}
+	if len(conflicts) == 0 {
+		return
+	}
+	if s.Inconsistent != "" {
+		conflicts = append([]string{s.Inconsistent}, conflicts...)
+	}
+	s.Inconsistent = strings.Join(conflicts, "; ")
+	slices.Sort(forked)
+	s.Forked = slices.Compact(forked)
+}
+
+// randomFork forks a random pod, of either kind, and adds its healing to heal.
+func (w *simWorld) randomFork(rng *rand.Rand, heal *[]func()) {
+	p := w.randomPod(rng)
+	if p == nil {
+		return
+	}
+	w.fork(p, []string{simForkCluster, simForkMember}[rng.Intn(2)])
+	*heal = append(*heal, func() { p.forked, p.down = "", false })
+}
+
+// TestForkHoldsEveryChange: while a second membership answers, during scale and rolling
+// changes with volumes and without, no sync starts a member Job, changes the StatefulSet
+// or the join state, and each says EtcdForked with the pods named; once the fork is gone
+// the cluster converges.
+func TestForkHoldsEveryChange(t *testing.T) {
+	for seed := int64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			w, _ := created(t, 3, seed%2 == 1)
+			w.faulty = true
+			changes := []func(){
+				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },
+				func() { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} },
+				func() { w.cluster.Spec.Version = "v3.6.17" },
+				func() { w.cluster.Spec.Size = ptrTo(int32(3)) },
+			}
+			for _, change := range changes {
+				change()
+				w.cluster.Generation++
+				var heal []func()
+				healAt, forks := -1, 0
+				for i := 0; i < 60; i++ {
+					if healAt < 0 && rng.Intn(5) == 0 {
+						w.randomFork(rng, &heal)
+						healAt = i + 2 + rng.Intn(8)
+					}
+					if i == healAt {
+						for _, h := range heal {
+							h()
+						}
+						heal, healAt = nil, -1
+					}
+					if w.forkedStep(t) {
+						forks++
+					}
+				}
+				for _, h := range heal {
+					h()
+				}
+				if testing.Verbose() {
+					t.Logf("%d syncs saw a fork", forks)
+				}
+				w.run(400)
+			}
+		})
+	}
+}
+
+// forkedStep is one step; when the sync saw a fork it checks that the sync changed nothing
+// and reports true.
+func (w *simWorld) forkedStep(t *testing.T) bool {
+	t.Helper()
+	forked := ""
+	for _, ord := range sortedInts(w.pods) {
+		if w.pods[ord].forked != "" {
+			forked = w.podName(ord)
+			break
+		}
+	}
+	before := map[string]string{}
+	for k, v := range w.applied {
+		before[k] = string(v)
+	}
+	seen := w.observe().Etcd
+	d := w.sync()
+	if len(seen.Forked) > 0 {
+		cond := apimeta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionDegraded)
+		if d.Action.Type != Hold || cond == nil || cond.Reason != ReasonEtcdForked || !strings.Contains(cond.Message, forked) {
+			t.Fatalf("%s forked: want a hold, Degraded %s naming it; got %v: %s (condition %+v)", forked, ReasonEtcdForked, d.Action.Type, d.Action.Reason, cond)
+		}
+		for k, v := range w.applied {
+			if kind, _, _ := strings.Cut(k, "/"); kind != "Service" && kind != "PodDisruptionBudget" && before[k] != string(v) {
+				t.Fatalf("%s forked: the hold changed %s", forked, k)
+			}
+		}
+	}
+	w.tick()
+	w.checkWorld()
+	return forked != ""
+}
