@@ -42,7 +42,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	spec size=N | version=V | options=A,B | paused | unpaused | delete | recovery=POLICY |
 //	     nospace=POLICY | defragment     (defragment: spec.maintenance.defragment, defaults)
 //	leader POD                           make POD's member the leader
-//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|heal
+//	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|node-lost|cut-off|heal
 //	                                     unreachable: the hook alone cannot reach it, etcd and
 //	                                     the kubelet see it healthy; slow: it keeps its raft role
 //	                                     but fails health checks; lost: its volume is gone for
@@ -51,7 +51,12 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     answering, the pod is evicted and stays terminating with
 //	                                     its etcd last reported running; force-deleted: a
 //	                                     terminating pod goes, and its replacement's etcd is down
-//	                                     until healed
+//	                                     until healed; node-lost: a terminating pod goes, and its
+//	                                     replacement waits for its volume, etcd not started,
+//	                                     until healed; cut-off: its etcd runs on but answers
+//	                                     neither the hook nor its peers, its pod still running
+//	mount-delay BASE STEP                mounted ConfigMaps reach pod 0 BASE late, each higher
+//	                                     ordinal STEP later still; a new pod mounts them fresh
 //	unschedulable POD | schedulable POD  the pod at that ordinal cannot be scheduled (any template)
 //	delete statefulset [orphan] | configmap | services | pdb   a child deleted behind the planner's back
 //	leader-returns N                     leadership goes back after each of the next N leader moves
@@ -304,6 +309,15 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			// down while its volume is still attached to the node it left.
 			p.stuck, p.terminating = false, true
 			w.startDown[ord] = true
+		case "cut-off":
+			// Its etcd runs on, paused or behind a partition: it answers neither the hook nor
+			// its peers, and its pod's last status (running) stands.
+			p.down, p.blind, p.stuck = true, true, true
+		case "node-lost":
+			// Its node is gone and the pod force-deleted: the replacement waits for the
+			// volume to attach, its etcd not started, until healed.
+			p.stuck, p.terminating = false, true
+			w.attaching[ord] = true
 		case "unreachable":
 			p.blind = true
 		case "slow":
@@ -311,6 +325,7 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		case "heal":
 			p.crash, p.down, p.blind, p.slow, p.stuck = false, false, false, false, false
 			delete(w.startDown, ord)
+			delete(w.attaching, ord)
 			if m != nil {
 				w.disarm("CORRUPT", m.id)
 				w.disarm("NOSPACE", m.id)
@@ -465,6 +480,13 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w.cluster.UID = "uid-2"
 		w.backups = backups
 		w.cluster.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: from}
+	case "mount-delay":
+		base, err1 := time.ParseDuration(arg(0))
+		step, err2 := time.ParseDuration(arg(1))
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%q: want two durations", line)
+		}
+		w.withMountDelays(base, step)
 	case "age":
 		d, err := time.ParseDuration(arg(0))
 		if err != nil {
@@ -581,7 +603,13 @@ func decisionText(t *testing.T, d Decision) string {
 				if m.Established {
 					s += "+"
 				}
+				if m.Fenced {
+					s += "(fenced)"
+				}
 				ms = append(ms, s)
+			}
+			if r := st.Recovery; r != nil {
+				ms = append(ms, "force="+r.Survivor)
 			}
 			if r := st.Restore; r != nil {
 				ms = append(ms, "restore="+r.Member+"/"+r.Backup)
