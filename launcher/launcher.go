@@ -59,8 +59,9 @@ type Input struct {
 	Name    string // the pod name, which is the member name
 	DataDir string
 	Volume  Volume
-	// Answering are the other members of the join state heard on their peer URLs, asked only
-	// before a quorum recovery would force a new cluster (Prepare's AnswersFor).
+	// Answering are the other established members of the join state heard on their peer
+	// URLs, asked only before a quorum recovery would force a new cluster (Prepare's
+	// AnswersFor).
 	Answering []string
 }
 
@@ -97,7 +98,7 @@ var OwnedFlags = []string{"name", "data-dir", "initial-cluster", "initial-cluste
 //     snapshot, then start; data restored for this cluster → restart with it; any other
 //     data → refuse (a restore never lands on a volume that holds a cluster already)
 //  8. the survivor of a quorum recovery not yet applied to this volume → wait while another
-//     member answers on its peer URL (it runs on the old membership, and two of them could
+//     established member answers on its peer URL (it runs on the old membership, and two of them could
 //     keep a quorum of it beside the recovered cluster); else start once with
 //     --force-new-cluster, recording the recovery's token first
 //  9. otherwise start; wipe the data first when an older incarnation wrote it.

@@ -196,9 +196,10 @@ func ownedFlagIn(args []string) string {
 // by then does not answer.
 const peerDialTimeout = 2 * time.Second
 
-// PeersAnswering dials the peer URL of every member of join but name, all at once, each within
-// peerDialTimeout, and returns the names of those that accepted a connection: an etcd listens
-// on its peer URL for as long as it runs, also while it is paused or has no quorum.
+// PeersAnswering dials the peer URL of every established member of join but name, all at
+// once, each within peerDialTimeout, and returns the names of those that accepted a
+// connection: an etcd listens on its peer URL for as long as it runs, also while it is paused
+// or has no quorum. A member never seen as a voter cannot be part of a quorum.
 func PeersAnswering(ctx context.Context, join joinstate.State, name string) []string {
 	var (
 		mu       gosync.Mutex
@@ -207,7 +208,7 @@ func PeersAnswering(ctx context.Context, join joinstate.State, name string) []st
 	)
 	for _, m := range join.Members {
 		u, err := url.Parse(m.PeerURL)
-		if m.Name == name || err != nil || u.Host == "" {
+		if m.Name == name || !m.Established || err != nil || u.Host == "" {
 			continue
 		}
 		wg.Add(1)

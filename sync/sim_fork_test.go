@@ -10,9 +10,10 @@ import (
 // Forks in the simulator. A member forced into a new cluster does not end the old one: every
 // other member's data still holds the old membership, and an etcd started on it (or never
 // stopped) runs as a member of that membership, beside the forced cluster, under the same
-// name. Such a process takes no part in the forced cluster and does not answer the hook as one
-// of its members. If enough of them run to be a quorum of the old membership, two clusters
-// serve: checkFork fails the run.
+// name, until it reaches the survivor and is told it was removed (a tick after it can; never
+// while cut off). Such a process takes no part in the forced cluster and does not answer the hook as
+// one of its members. If enough of them run to be a quorum of the old membership, even for a
+// tick, two clusters serve: checkFork fails the run.
 
 // simFork is the membership a quorum recovery forced the survivor out of.
 type simFork struct {

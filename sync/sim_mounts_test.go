@@ -86,11 +86,15 @@ func (w *simWorld) mountedJoin(p *simPod) *joinstate.State {
 	return st
 }
 
-// peersAnswering are the members other than the one at ord whose etcd accepts connections on
-// its peer URL: its process runs, also when paused, but not across a partition.
-func (w *simWorld) peersAnswering(ord int) []string {
+// peersAnswering are the established members of join, other than the one at ord, whose etcd
+// accepts connections on its peer URL: its process runs, also when paused, but not across a
+// partition.
+func (w *simWorld) peersAnswering(ord int, join joinstate.State) []string {
 	var names []string
 	for _, o := range sortedInts(w.pods) {
+		if m, ok := join.Find(w.podName(o)); !ok || !m.Established {
+			continue
+		}
 		if p := w.pods[o]; o != ord && p.running && !p.stuck {
 			names = append(names, w.podName(o))
 		}
@@ -102,7 +106,7 @@ func (w *simWorld) peersAnswering(ord int) []string {
 func (w *simWorld) launchInput(p *simPod, join joinstate.State) launcher.Input {
 	in := launcher.Input{Join: join, Name: w.podName(p.ord), DataDir: "/var/lib/etcd/data", Volume: volumeOf(w.data[p.ord])}
 	if launcher.RecoveryPending(join, in.Name, in.Volume) {
-		in.Answering = w.peersAnswering(p.ord)
+		in.Answering = w.peersAnswering(p.ord, join)
 	}
 	return in
 }

@@ -2,9 +2,13 @@ package sync
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
@@ -145,4 +149,106 @@ func TestRecoveryCountsAMissingPodAsRunning(t *testing.T) {
 	if d.Status.Recovery != nil || !strings.Contains(d.Action.Reason, "etcd-2 has no pod") {
 		t.Errorf("%v: %s (recovery %+v), want a hold naming etcd-2's missing pod", d.Action.Type, d.Action.Reason, d.Status.Recovery)
 	}
+}
+
+// TestRandomRecoveries mixes quorum recoveries with the faults that make them dangerous, on a
+// kubelet as slow as a real one (each pod's mounted files a minute or more late, by its own
+// delay). Each round takes two members down at once, each in its own way: a crash loop, a
+// hang, an etcd that runs on cut off while its pod still reports it running, a node
+// partitioned and later declared lost (its pod replaced, waiting for its volume), a volume lost
+// for good. Meanwhile the hook loses a member, the join ConfigMap is deleted, etcd cannot be
+// reached for a sync, time jumps, and a person names a survivor at any moment or takes the
+// annotation back; automatic recovery is on for half the seeds. Every invariant holds at every
+// step, and no two clusters ever both have a quorum under the name (checkFork). Once the world
+// heals, the cluster converges to three healthy members.
+func TestRandomRecoveries(t *testing.T) {
+	forced := 0
+	for seed := int64(1); seed <= 12; seed++ {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			w, _ := created(t, 3, true)
+			w.withMountDelays(time.Duration(60+rng.Intn(30))*time.Second, time.Duration(15+rng.Intn(30))*time.Second)
+			w.faulty = true
+			if seed%2 == 0 {
+				w.cluster.Spec.Recovery = &v1alpha1.RecoverySpec{QuorumLoss: v1alpha1.QuorumLossForceNewCluster, After: &metav1.Duration{Duration: time.Minute}}
+			}
+			var heal []func()
+			downs := []func(ord int, p *simPod){
+				func(_ int, p *simPod) { p.crash = true; heal = append(heal, func() { p.crash = false }) },
+				func(_ int, p *simPod) { p.down = true; heal = append(heal, func() { p.down = false }) },
+				func(_ int, p *simPod) { // cut off, its etcd running on
+					p.down, p.blind, p.stuck = true, true, true
+					heal = append(heal, func() { p.down, p.blind, p.stuck = false, false, false })
+				},
+				func(_ int, p *simPod) { // partitioned: evicted, stuck terminating
+					p.down, p.terminating, p.stuck = true, true, true
+					heal = append(heal, func() { p.down, p.stuck = false, false })
+				},
+				func(ord int, p *simPod) { // its volume lost for good; at most one, to leave data
+					if m := w.memberAt(ord); m != nil && !m.learner && w.data[ord] != nil && w.lost == 0 {
+						delete(w.data, ord)
+						p.running = false
+						w.lost++
+					}
+				},
+			}
+			others := []func(){
+				func() { // a node declared lost: its stuck pods are force-deleted
+					for ord, p := range w.pods {
+						if p.stuck && p.terminating {
+							p.stuck = false
+							w.attaching[ord] = true
+							heal = append(heal, func() { delete(w.attaching, ord) })
+						}
+					}
+				},
+				func() {
+					if p := w.randomPod(rng); p != nil {
+						p.blind = true
+						heal = append(heal, func() { p.blind = false })
+					}
+				},
+				func() {
+					if ords := sortedInts(w.pods); len(ords) > 0 {
+						w.cluster.Annotations = map[string]string{v1alpha1.AnnotationForceNewClusterFrom: w.podName(ords[rng.Intn(len(ords))])}
+					}
+				},
+				func() { w.cluster.Annotations = nil },
+				func() { w.now = w.now.Add(time.Duration(1+rng.Intn(4)) * time.Minute) },
+				func() { w.deleteChild("configmap", false) },
+				func() {
+					w.etcdOverride = func(s *etcdstate.Snapshot) { *s = etcdstate.Snapshot{Err: "context deadline exceeded"} }
+				},
+			}
+			for round := 0; round < 5; round++ {
+				for _, ord := range rng.Perm(3)[:2] {
+					if p := w.pods[ord]; p != nil {
+						f := rng.Intn(len(downs))
+						w.log = append(w.log, fmt.Sprintf("down %d on %s", f, w.podName(ord)))
+						downs[f](ord, p)
+					}
+				}
+				for i := 0; i < 60; i++ {
+					if rng.Intn(5) == 0 {
+						f := rng.Intn(len(others))
+						w.log = append(w.log, fmt.Sprintf("fault %d", f))
+						others[f]()
+					}
+					w.step()
+				}
+				for _, h := range heal {
+					h()
+				}
+				heal = nil
+				for i := 0; i < 20; i++ {
+					w.step()
+				}
+			}
+			w.cluster.Annotations = nil
+			w.cluster.Spec.Recovery = &v1alpha1.RecoverySpec{QuorumLoss: v1alpha1.QuorumLossForceNewCluster, After: &metav1.Duration{Duration: time.Minute}}
+			w.run(800)
+			forced += w.stats.forced
+		})
+	}
+	t.Logf("%d new clusters forced", forced)
 }

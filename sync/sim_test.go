@@ -98,6 +98,9 @@ type simPod struct {
 	// old: its etcd runs as a member of a membership a quorum recovery forced the survivor
 	// out of (sim_fork_test.go).
 	old bool
+	// told: it runs for the old membership and has reached the survivor, which answers that
+	// it was removed: its etcd stops.
+	told bool
 	// why its etcd last failed to start, for describe.
 	why string
 	// created is when the StatefulSet created it.
@@ -839,8 +842,10 @@ func (w *simWorld) kubelet() {
 		if p.terminating || p.noImage || w.unschedulable[ord] || w.attaching[ord] {
 			continue
 		}
-		if p.running && p.old && !p.crash {
-			// It runs for the old membership, which never removed it.
+		if p.running && p.old && (p.stuck || !p.told) {
+			// It runs for the old membership: cut off from the survivor that would tell it
+			// it was removed, or for the tick that telling takes; then it stops below.
+			p.told = !p.stuck
 			continue
 		}
 		m := w.memberAt(ord)
@@ -873,7 +878,7 @@ func (w *simWorld) kubelet() {
 // wiped first, is the launcher's own decision (launcher.Decide) on the join state and what the
 // volume holds; what etcd then makes of the data dir is modelled here.
 func (w *simWorld) launch(p *simPod, m *simMember) string {
-	p.old = false
+	p.old, p.told = false, false
 	if p.crash {
 		return "crashes"
 	}
