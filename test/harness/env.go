@@ -33,7 +33,10 @@ type Options struct {
 	Domain    string
 	// TimeScale shrinks Kubernetes-side durations (resync periods, probe periods, crash-loop
 	// and Job back-off, Job TTLs) so that scenarios finish in seconds; 1 is real time.
-	TimeScale  float64
+	TimeScale float64
+	// MountDelay makes the kubelet refresh mounted ConfigMaps and Secrets late, pod by pod
+	// (Kubelet.MountDelay); zero refreshes them on its next pass.
+	MountDelay time.Duration
 	Tools      Tools
 	Hook       HookStarter
 	Controller Controller
@@ -126,6 +129,7 @@ func Start(opts Options) (*Env, error) {
 	e.STS = NewStatefulSets(e.Store, filepath.Join(opts.Root, "volumes"))
 	e.Kubelet = NewKubelet(e.Store, e.STS, dns, opts.Tools, opts.Domain, opts.Root, opts.TimeScale)
 	e.Kubelet.Logf = opts.Logf
+	e.Kubelet.MountDelay = opts.MountDelay
 	e.Kubelet.OnPanic = func(pod, msg string) {
 		e.Monitor.mu.Lock()
 		e.Monitor.counts.Panics++

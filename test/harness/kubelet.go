@@ -56,6 +56,10 @@ type Kubelet struct {
 	Logf func(format string, args ...any)
 	// OnPanic hears of every etcd member that panicked, with etcd's message.
 	OnPanic func(pod, msg string)
+	// MountDelay, when set, is how seldom the kubelet refreshes the mounted ConfigMaps and
+	// Secrets of the pod of ordinal 0 (scaled by TimeScale); each higher ordinal waits a
+	// quarter of it longer. A new pod mounts them as they are. Zero refreshes on every pass.
+	MountDelay time.Duration
 
 	mu      gosync.Mutex
 	closed  bool
@@ -80,6 +84,8 @@ type podRuntime struct {
 	stopping bool
 	liveFail int
 	started  time.Time
+	// refreshed is when each projected volume was last written from its source.
+	refreshed map[string]time.Time
 }
 
 // NewKubelet returns a kubelet for the store's pods.
@@ -410,9 +416,17 @@ func (k *Kubelet) mounts(p *corev1.Pod, rt *podRuntime, c corev1.Container) (map
 }
 
 // projectVolumes writes ConfigMap and Secret volumes, refreshing them when their source
-// changes. The real kubelet takes up to about a minute; the harness refreshes on its next pass.
+// changes: on every pass, or with MountDelay no sooner than the pod's delay after the last
+// refresh, as a real kubelet does on its sync period (a minute or two, pod by pod).
 func (k *Kubelet) projectVolumes(p *corev1.Pod, rt *podRuntime) error {
+	delay := k.mountDelay(p.Name)
 	for _, v := range p.Spec.Volumes {
+		if v.ConfigMap == nil && v.Secret == nil {
+			continue
+		}
+		if last, ok := rt.refreshed[v.Name]; ok && time.Since(last) < delay {
+			continue
+		}
 		var data map[string][]byte
 		switch {
 		case v.ConfigMap != nil:
@@ -450,8 +464,25 @@ func (k *Kubelet) projectVolumes(p *corev1.Pod, rt *podRuntime) error {
 				return err
 			}
 		}
+		if rt.refreshed == nil {
+			rt.refreshed = map[string]time.Time{}
+		}
+		rt.refreshed[v.Name] = time.Now()
 	}
 	return nil
+}
+
+// mountDelay is how seldom the kubelet refreshes the mounted files of pod: MountDelay for
+// ordinal 0, a quarter more for each higher ordinal, scaled; 0 without MountDelay.
+func (k *Kubelet) mountDelay(pod string) time.Duration {
+	if k.MountDelay <= 0 {
+		return 0
+	}
+	ord := 0
+	if i := strings.LastIndex(pod, "-"); i >= 0 {
+		fmt.Sscanf(pod[i+1:], "%d", &ord)
+	}
+	return k.scaled(k.MountDelay + time.Duration(ord)*k.MountDelay/4)
 }
 
 // probePod runs the container's readiness and liveness probes (HTTP GET on the pod's own
