@@ -58,7 +58,9 @@ type Kubelet struct {
 	OnPanic func(pod, msg string)
 	// MountDelay, when set, is how seldom the kubelet refreshes the mounted ConfigMaps and
 	// Secrets of the pod of ordinal 0 (scaled by TimeScale); each higher ordinal waits a
-	// quarter of it longer. A new pod mounts them as they are. Zero refreshes on every pass.
+	// quarter of it longer. A new pod mounts them as they are; a pod whose node is cut off is
+	// not refreshed, and one whose node comes back is refreshed a delay later. Zero refreshes
+	// on every pass. Set it before Run, or with SetMountDelay.
 	MountDelay time.Duration
 
 	mu      gosync.Mutex
@@ -419,12 +421,21 @@ func (k *Kubelet) mounts(p *corev1.Pod, rt *podRuntime, c corev1.Container) (map
 // changes: on every pass, or with MountDelay no sooner than the pod's delay after the last
 // refresh, as a real kubelet does on its sync period (a minute or two, pod by pod).
 func (k *Kubelet) projectVolumes(p *corev1.Pod, rt *podRuntime) error {
-	delay := k.mountDelay(p.Name)
+	k.mu.Lock()
+	delay, held := k.mountDelay(p.Name), rt.held
+	k.mu.Unlock()
+	if held && delay > 0 {
+		// Its node cannot reach the API server.
+		return nil
+	}
 	for _, v := range p.Spec.Volumes {
 		if v.ConfigMap == nil && v.Secret == nil {
 			continue
 		}
-		if last, ok := rt.refreshed[v.Name]; ok && time.Since(last) < delay {
+		k.mu.Lock()
+		last, ok := rt.refreshed[v.Name]
+		k.mu.Unlock()
+		if ok && time.Since(last) < delay {
 			continue
 		}
 		var data map[string][]byte
@@ -464,16 +475,26 @@ func (k *Kubelet) projectVolumes(p *corev1.Pod, rt *podRuntime) error {
 				return err
 			}
 		}
+		k.mu.Lock()
 		if rt.refreshed == nil {
 			rt.refreshed = map[string]time.Time{}
 		}
 		rt.refreshed[v.Name] = time.Now()
+		k.mu.Unlock()
 	}
 	return nil
 }
 
+// SetMountDelay changes MountDelay while the kubelet runs.
+func (k *Kubelet) SetMountDelay(d time.Duration) {
+	k.mu.Lock()
+	k.MountDelay = d
+	k.mu.Unlock()
+}
+
 // mountDelay is how seldom the kubelet refreshes the mounted files of pod: MountDelay for
-// ordinal 0, a quarter more for each higher ordinal, scaled; 0 without MountDelay.
+// ordinal 0, a quarter more for each higher ordinal, scaled; 0 without MountDelay. Called with
+// k.mu held.
 func (k *Kubelet) mountDelay(pod string) time.Duration {
 	if k.MountDelay <= 0 {
 		return 0
@@ -728,6 +749,11 @@ func (k *Kubelet) Heal(pod string) {
 	if rt := k.runtimeLocked(pod); rt != nil {
 		rt.held = false
 		rt.next = time.Time{}
+		// The node's kubelet starts the container on the files it has, and refreshes them
+		// on its next sync period.
+		for v := range rt.refreshed {
+			rt.refreshed[v] = time.Now()
+		}
 	}
 	k.mu.Unlock()
 	k.Store.touch()

@@ -21,7 +21,10 @@ func TestKubeletRefreshesMountsLate(t *testing.T) {
 	}
 	k := NewKubelet(s, nil, nil, Tools{}, "cluster.local", t.TempDir(), 0.01)
 	k.MountDelay = 40 * time.Second // 400ms for ordinal 0, 500ms for ordinal 1
-	if got := []time.Duration{k.mountDelay("e-0"), k.mountDelay("e-1")}; got[0] != 400*time.Millisecond || got[1] != 500*time.Millisecond {
+	k.mu.Lock()
+	got := []time.Duration{k.mountDelay("e-0"), k.mountDelay("e-1")}
+	k.mu.Unlock()
+	if got[0] != 400*time.Millisecond || got[1] != 500*time.Millisecond {
 		t.Fatalf("delays %v, want 400ms and 500ms", got)
 	}
 	pods := map[string]*podRuntime{}
