@@ -62,6 +62,10 @@ type Input struct {
 	Name    string // the pod name, which is the member name
 	DataDir string
 	Volume  Volume
+	// Answering are the other established members of the join state heard on their peer
+	// URLs, asked only before a quorum recovery would force a new cluster (Prepare's
+	// AnswersFor).
+	Answering []string
 }
 
 // Decision is how the pod starts, or why it does not.
@@ -102,7 +106,9 @@ var OwnedFlags = []string{"name", "data-dir", "initial-cluster", "initial-cluste
 //  8. the seed of a new cluster bootstrapped from a snapshot: an empty volume → restore the
 //     snapshot, then start; data restored for this cluster → restart with it; any other
 //     data → refuse (a restore never lands on a volume that holds a cluster already)
-//  9. the survivor of a quorum recovery not yet applied to this volume → start once with
+//  9. the survivor of a quorum recovery not yet applied to this volume → wait while another
+//     established member answers on its peer URL (it runs on the old membership, and two of them could
+//     keep a quorum of it beside the recovered cluster); else start once with
 //     --force-new-cluster, recording the recovery's token first
 //  10. otherwise start; wipe the data first when an older incarnation wrote it.
 //
@@ -160,6 +166,9 @@ func Decide(in Input) Decision {
 	}
 	if RecoveryPending(in.Join, in.Name, v) && v.HasData && !stale {
 		r := in.Join.Recovery
+		if len(in.Answering) > 0 {
+			return Decision{Kind: Wait, Reason: fmt.Sprintf("not forcing a new cluster (recovery %s) while %s still answer(s) on the peer URL: the old membership may still have a quorum", r.Token, strings.Join(in.Answering, ", "))}
+		}
 		d.Reason = fmt.Sprintf("recover quorum: start once with --force-new-cluster from the data of incarnation %d (recovery %s)", me.Incarnation, r.Token)
 		d.Recovered = r.Token
 		d.Args = append(d.Args, "--force-new-cluster")

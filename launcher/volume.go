@@ -1,13 +1,19 @@
 package launcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	gosync "sync"
+	"time"
 
 	"etcdops.dev/etcdops/internal/atomicfile"
 	"etcdops.dev/etcdops/joinstate"
@@ -69,6 +75,10 @@ type Options struct {
 	// Restore writes a data dir from a snapshot; nil when the pod has no snapshot to
 	// restore from (no --restore-* flags).
 	Restore func(RestoreTarget) error
+	// AnswersFor asks the other members of the join state on their peer URLs before a
+	// quorum recovery forces a new cluster, and returns those that answered; nil asks with
+	// PeersAnswering.
+	AnswersFor func(ctx context.Context, join joinstate.State, name string) []string
 }
 
 // Prepare reads the join state, inspects the volume and decides. When the decision is to
@@ -100,7 +110,15 @@ func Prepare(o Options) (argv []string, d Decision, err error) {
 	if err != nil {
 		return nil, Decision{}, err
 	}
-	d = Decide(Input{Join: join, Name: o.Name, DataDir: dataDir, Volume: vol})
+	in := Input{Join: join, Name: o.Name, DataDir: dataDir, Volume: vol}
+	if RecoveryPending(join, o.Name, vol) {
+		answers := o.AnswersFor
+		if answers == nil {
+			answers = PeersAnswering
+		}
+		in.Answering = answers(context.Background(), join, o.Name)
+	}
+	d = Decide(in)
 	if d.Kind != Start {
 		return nil, d, nil
 	}
@@ -187,6 +205,57 @@ func ownedFlagIn(args []string) string {
 		}
 	}
 	return ""
+}
+
+// peerDialTimeout bounds each dial of a peer URL: a member that does not accept a connection
+// by then does not answer.
+const peerDialTimeout = 2 * time.Second
+
+// PeersAnswering dials the peer URL of every established member of join but name, all at
+// once, each within peerDialTimeout, and returns the names of those that accepted a
+// connection: an etcd listens on its peer URL for as long as it runs, also while it is paused
+// or has no quorum. A member never seen as a voter cannot be part of a quorum.
+func PeersAnswering(ctx context.Context, join joinstate.State, name string) []string {
+	var (
+		mu       gosync.Mutex
+		wg       gosync.WaitGroup
+		answered []string
+	)
+	for _, m := range join.Members {
+		u, err := url.Parse(m.PeerURL)
+		if m.Name == name || !m.Established || err != nil || u.Host == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dctx, cancel := context.WithTimeout(ctx, peerDialTimeout)
+			defer cancel()
+			conn, err := (&net.Dialer{}).DialContext(dctx, "tcp", hostPort(u))
+			if err != nil {
+				return
+			}
+			conn.Close()
+			mu.Lock()
+			answered = append(answered, m.Name)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	sort.Strings(answered)
+	return answered
+}
+
+// hostPort is the address a URL names, with the scheme's default port when it has none.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }
 
 // Inspect reports whether dataDir holds data, which incarnation its marker records and which

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -270,5 +271,40 @@ func TestPrepareRecordsTheTokenOnAVolumeOfBefore(t *testing.T) {
 	p.mount(other)
 	if _, d, err := p.launch("e-0"); err != nil || d.Kind != Refuse {
 		t.Fatalf("another cluster after the token was recorded: got %+v %v", d, err)
+	}
+}
+
+// TestPrepareRefusesToForceWhileAPeerAnswers: a fenced member whose etcd still runs (its
+// process paused, or started on a mount older than the fence) listens on its peer URL. The
+// survivor must not force a new cluster then: the old membership may keep a quorum beside it.
+// A real listener on loopback stands for that member's etcd.
+func TestPrepareRefusesToForceWhileAPeerAnswers(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p := newPod(t)
+	p.mount(join("new", member("e-0", 1, false)))
+	if _, d, err := p.launch("e-0"); err != nil || d.Kind != Start {
+		t.Fatalf("seed: %+v %v", d, err)
+	}
+	p.etcdWrites()
+	alive := fenced(member("e-1", 1, true))
+	alive.PeerURL = "http://" + l.Addr().String()
+	recovering := join("existing", member("e-0", 1, true), alive, fenced(member("e-2", 1, true)))
+	recovering.Recovery = &joinstate.Recovery{Survivor: "e-0", Token: "r1"}
+	p.mount(recovering)
+	argv, d, err := p.launch("e-0")
+	if err != nil || d.Kind != Wait || argv != nil || !strings.Contains(d.Reason, "e-1") {
+		t.Fatalf("survivor while e-1 answers: got %q %+v %v", argv, d, err)
+	}
+	if v, _ := Inspect(p.dataDir); v.Recovered != "" {
+		t.Fatalf("the recovery was recorded though etcd did not force: %+v", v)
+	}
+	l.Close()
+	argv, d, err = p.launch("e-0")
+	if err != nil || d.Kind != Start || argv[len(argv)-1] != "--force-new-cluster" {
+		t.Fatalf("survivor once e-1 is gone: got %q %+v %v", argv, d, err)
 	}
 }

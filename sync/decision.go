@@ -3,6 +3,9 @@ package sync
 import (
 	"fmt"
 	"slices"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/joinstate"
 )
 
 // decision renders a step: the complete children, the status and the resync, after checking
@@ -49,12 +52,7 @@ func (v *view) decision(s step) Decision {
 // step's rendered Job if any, and returns the ledger the join ConfigMap now carries.
 func (v *view) children(s step, job *Child) ([]Child, ledger) {
 	state, l := v.joinState(v.rebaseline())
-	if r := s.recoveryJoin; r != nil {
-		state.Recovery = r
-		for i := range state.Members {
-			state.Members[i].Fenced = state.Members[i].Name != r.Survivor
-		}
-	}
+	applyRecovery(&state, v.recoveryAfter(s))
 	children := []Child{
 		headlessService(v.c, v.labels),
 		clientService(v.c, v.labels),
@@ -140,7 +138,20 @@ func (v *view) heldChildren(s step) []Child {
 	}
 	missing := []Child{headlessService(v.c, v.labels), clientService(v.c, v.labels), podDisruptionBudget(v.c, v.labels, v.size, false)}
 	if v.join == nil {
-		missing = append(missing, joinConfigMap(v.c, v.labels, v.lastKnownJoinState(), v.ledger, v.clusterID))
+		state := v.lastKnownJoinState()
+		applyRecovery(&state, v.recoveryAfter(s))
+		missing = append(missing, joinConfigMap(v.c, v.labels, state, v.ledger, v.clusterID))
+	} else if state, ok := v.observedJoinState(); ok {
+		// A hold changes nothing, but a quorum recovery's fences and force follow status.
+		want := withoutRecovery(state)
+		applyRecovery(&want, v.recoveryAfter(s))
+		if joinstate.Encode(want) != joinstate.Encode(state) {
+			for i, c := range children {
+				if c.Kind == "ConfigMap" && c.Name == v.join.Name {
+					children[i] = joinConfigMap(v.c, v.labels, want, v.ledger, v.join.Annotations[AnnotationClusterID])
+				}
+			}
+		}
 	}
 	if v.sts == nil {
 		missing = append(missing, statefulSet(v.c, v.labels, v.spec, v.lastKnownReplicas(), v.protectivePartition()))
@@ -151,6 +162,24 @@ func (v *view) heldChildren(s step) []Child {
 		}
 	}
 	return children
+}
+
+// recoveryAfter is the quorum recovery as status records it after step s.
+func (v *view) recoveryAfter(s step) *v1alpha1.RecoveryStatus {
+	if s.recovery != nil {
+		return s.recovery
+	}
+	return v.obs.Cluster.Status.Recovery
+}
+
+// withoutRecovery is st with no quorum recovery and no fences.
+func withoutRecovery(st joinstate.State) joinstate.State {
+	st.Recovery = nil
+	st.Members = slices.Clone(st.Members)
+	for i := range st.Members {
+		st.Members[i].Fenced = false
+	}
+	return st
 }
 
 // lastKnownReplicas is how many pods the members status last recorded and the pods still

@@ -2,13 +2,16 @@ package sync
 
 import (
 	"testing"
+	"time"
 
 	"etcdops.dev/etcdops/etcdstate"
 )
 
-// FuzzPlanner lets the fuzzer write the story: each byte of the input is one thing happening
-// to a simulated cluster (a sync and a tick, a fault, a fault healed, a spec change, TLS on or
-// off, a new CA, a child deleted, an observation of etcd that cannot be trusted, status lost).
+// FuzzPlanner lets the fuzzer write the story: the first byte picks the size, volumes (bit 7
+// clear) and mounted files a minute or more late (bit 6); each byte after it is one thing
+// happening to a simulated cluster (a sync and a tick, a fault, a fault healed, a spec change,
+// TLS on or off, a new CA, a child deleted, an observation of etcd that cannot be trusted,
+// status lost).
 // Every sync must plan without panicking and pass the invariant check (a violation is fatal
 // here, not a hold), the same observation must plan to the same bytes, and the simulator's
 // world checks (no second learner, no member Jobs at once, data kept by a quorum of voters, no
@@ -20,12 +23,17 @@ func FuzzPlanner(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 13, 0, 0, 0, 0, 12, 0, 0, 0, 0, 0, 0, 0, 15, 0, 0, 0, 0})
 	f.Add([]byte{0x85, 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 7, 0, 0, 0, 9, 11, 0, 0, 0, 14, 0, 0, 0, 0})
 	f.Add([]byte{2, 0, 0, 0, 0, 0, 12, 12, 0, 0, 0, 8, 0, 0, 16, 0, 0, 17, 0, 0, 0, 0, 0})
+	f.Add([]byte{0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 0, 0, 14, 0, 6, 26, 0, 0, 9, 0, 10, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, script []byte) {
 		if len(script) == 0 || len(script) > 300 {
 			return
 		}
 		w := newSimWorld(t, int32(1+script[0]%5), script[0]&0x80 == 0)
 		w.faulty = true // faults may take quorum away; the data must survive regardless
+		if script[0]&0x40 != 0 {
+			// Mounted files reach each pod a minute or more late, as from a real kubelet.
+			w.withMountDelays(60*time.Second, 20*time.Second)
+		}
 		var healers []func()
 		for i, b := range script[1:] {
 			pick := func() *simPod {

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
 )
@@ -117,14 +118,9 @@ func checkInvariants(v *view, s step) error {
 		}
 	}
 
-	if r := s.recoveryJoin; r != nil {
-		prev := v.obs.Cluster.Status.Recovery
-		switch {
-		case etcdstate.HasQuorum(voters, healthy):
-			return errors.New("forcing a new cluster while quorum holds")
-		case prev == nil || prev.Survivor != r.Survivor || prev.Token != r.Token || prev.Phase != recoveryChosen && prev.Phase != recoveryForcing:
-			return fmt.Errorf("forcing a new cluster from %s before status recorded the choice", r.Survivor)
-		}
+	if forcing, err := checkRecoveryStep(v, s.recovery); err != nil {
+		return err
+	} else if forcing {
 		changes++
 	}
 	if changes > 1 {
@@ -250,4 +246,41 @@ func ownPods(obs *Observed) []int {
 		}
 	}
 	return out
+}
+
+// checkRecoveryStep checks how a step moves a quorum recovery on from what status recorded;
+// forcing says it tells the survivor to force a new cluster. The survivor is told only once
+// quorum is lost and the fences have reached every other voter; once told, the fences stand
+// until etcd lists the survivor alone or the force has been out of the join ConfigMap long
+// enough that no pod can still read it.
+func checkRecoveryStep(v *view, next *v1alpha1.RecoveryStatus) (forcing bool, err error) {
+	prev := v.obs.Cluster.Status.Recovery
+	if next == nil || next == prev {
+		return false, nil
+	}
+	from := ""
+	if prev != nil {
+		from = prev.Phase
+	}
+	vs := v.voters()
+	alone := len(vs) == 1 && vs[0].name == next.Survivor && etcdstate.HasQuorum(1, v.healthyVoters())
+	switch {
+	case next.Phase == recoveryForcing && from != recoveryForcing:
+		switch {
+		case etcdstate.HasQuorum(len(vs), v.healthyVoters()):
+			return false, errors.New("forcing a new cluster while quorum holds")
+		case from != recoveryFencing || prev.Survivor != next.Survivor || prev.Token != next.Token:
+			return false, fmt.Errorf("forcing a new cluster from %s before status recorded its fences", next.Survivor)
+		}
+		if why, _ := v.fenceUnreached(prev); why != "" {
+			return false, fmt.Errorf("forcing a new cluster from %s before its fences reached the others: %s", next.Survivor, why)
+		}
+		return true, nil
+	case from == recoveryForcing && next.Phase != recoveryForcing && next.Phase != recoveryWithdrawing && !(next.Phase == recoveryDone && alone):
+		return false, fmt.Errorf("recovery from %s leaves Forcing for %s: its volume may still force a new cluster", next.Survivor, next.Phase)
+	case from == recoveryWithdrawing && next.Phase != recoveryWithdrawing && !(next.Phase == recoveryDone && alone) &&
+		(v.observedForce(prev) || v.obs.Now.Before(prev.Since.Add(fenceMountDelay))):
+		return false, fmt.Errorf("recovery from %s leaves Withdrawing for %s while its pod may still read the force", prev.Survivor, next.Phase)
+	}
+	return false, nil
 }

@@ -11,7 +11,6 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
-	"etcdops.dev/etcdops/joinstate"
 )
 
 // TestInvariantsCatchUnsafeSteps feeds hand-made unsafe steps to the checker: each must be
@@ -20,7 +19,7 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 	// The join state of a quorum recovery from etcd-0 under token t.
 	forceFromEtcd0 := func(p *planner) step {
 		s := p.wait("etcd-0", "", resyncSoon)
-		s.recoveryJoin = &joinstate.Recovery{Survivor: "etcd-0", Token: "t"}
+		s.recovery = &v1alpha1.RecoveryStatus{Survivor: "etcd-0", Token: "t", Phase: recoveryForcing}
 		return s
 	}
 	for _, tc := range []struct {
@@ -144,7 +143,40 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 			"forcing a new cluster before status recorded the choice",
 			func(w *simWorld) { w.pods[1].down, w.pods[2].down = true, true },
 			forceFromEtcd0,
-			"forcing a new cluster from etcd-0 before status recorded the choice",
+			"forcing a new cluster from etcd-0 before status recorded its fences",
+		},
+		{
+			"forcing a new cluster before the fences reached the others",
+			func(w *simWorld) {
+				w.pods[1].down, w.pods[2].down = true, true
+				w.cluster.Status.Recovery = &v1alpha1.RecoveryStatus{Survivor: "etcd-0", Token: "t", Phase: recoveryFencing, Since: metav1.NewTime(w.now)}
+			},
+			forceFromEtcd0,
+			"forcing a new cluster from etcd-0 before its fences reached the others: etcd-1 answers",
+		},
+		{
+			"a recovery leaving Forcing unfenced while the survivor may still force",
+			func(w *simWorld) {
+				w.cluster.Status.Recovery = &v1alpha1.RecoveryStatus{Survivor: "etcd-0", Token: "t", Phase: recoveryForcing, Since: metav1.NewTime(w.now)}
+			},
+			func(p *planner) step {
+				s := p.wait("etcd-0", "", resyncSoon)
+				s.recovery = &v1alpha1.RecoveryStatus{Survivor: "etcd-0", Token: "t", Phase: recoveryCancelled}
+				return s
+			},
+			"recovery from etcd-0 leaves Forcing for Cancelled: its volume may still force a new cluster",
+		},
+		{
+			"a withdrawal ended while the survivor's pod may still read the force",
+			func(w *simWorld) {
+				w.cluster.Status.Recovery = &v1alpha1.RecoveryStatus{Survivor: "etcd-0", Token: "t", Phase: recoveryWithdrawing, Since: metav1.NewTime(w.now.Add(-time.Minute))}
+			},
+			func(p *planner) step {
+				s := p.wait("etcd-0", "", resyncSoon)
+				s.recovery = &v1alpha1.RecoveryStatus{Survivor: "etcd-0", Token: "t", Phase: recoveryCancelled}
+				return s
+			},
+			"recovery from etcd-0 leaves Withdrawing for Cancelled while its pod may still read the force",
 		},
 		{
 			"replacing the leader's pod while another voter could lead",

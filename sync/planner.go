@@ -12,7 +12,6 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
-	"etcdops.dev/etcdops/joinstate"
 )
 
 // planner runs phases 6 to 11 over one view.
@@ -63,9 +62,6 @@ type step struct {
 	// maintenance and recovery, when set, replace what status records of them.
 	maintenance *v1alpha1.MaintenanceStatus
 	recovery    *v1alpha1.RecoveryStatus
-	// recoveryJoin, when set, is the quorum recovery the join state carries: the survivor
-	// told to force a new cluster, every other member fenced.
-	recoveryJoin *joinstate.Recovery
 	// backup, when set, replaces status.backup.
 	backup *v1alpha1.BackupStatus
 }

@@ -43,7 +43,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	     nospace=POLICY | defragment     (defragment: spec.maintenance.defragment, defaults)
 //	leader POD                           make POD's member the leader
 //	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|
-//	     node-lost|forked-cluster|forked-member|heal
+//	     node-lost|node-gone|cut-off|forked-cluster|forked-member|heal
 //	                                     unreachable: the hook alone cannot reach it, etcd and
 //	                                     the kubelet see it healthy; slow: it keeps its raft role
 //	                                     but fails health checks; lost: its volume is gone for
@@ -54,8 +54,14 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     terminating pod goes, and its replacement's etcd is down
 //	                                     until healed; node-lost: its node stops reporting, the
 //	                                     node controller marks the pod not Ready, its etcd runs
-//	                                     on cut off (sim_node_test.go); forked-*: a second
-//	                                     membership answers at its address (sim_fork_test.go)
+//	                                     on cut off (sim_node_test.go); node-gone: a terminating
+//	                                     pod goes, and its replacement waits for its volume, etcd
+//	                                     not started, until healed; cut-off: its etcd runs on but
+//	                                     answers neither the hook nor its peers, its pod still
+//	                                     running; forked-*: a second membership answers at its
+//	                                     address (sim_fork_test.go)
+//	mount-delay BASE STEP                mounted ConfigMaps reach pod 0 BASE late, each higher
+//	                                     ordinal STEP later still; a new pod mounts them fresh
 //	unschedulable POD | schedulable POD  the pod at that ordinal cannot be scheduled (any template)
 //	delete statefulset [orphan] | configmap | services | pdb   a child deleted behind the planner's back
 //	leader-returns N                     leadership goes back after each of the next N leader moves
@@ -315,6 +321,15 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			// down while its volume is still attached to the node it left.
 			p.stuck, p.terminating = false, true
 			w.startDown[ord] = true
+		case "cut-off":
+			// Its etcd runs on, paused or behind a partition: it answers neither the hook nor
+			// its peers, and its pod's last status (running) stands.
+			p.down, p.blind, p.stuck = true, true, true
+		case "node-gone":
+			// Its node is gone and the pod force-deleted: the replacement waits for the
+			// volume to attach, its etcd not started, until healed.
+			p.stuck, p.terminating = false, true
+			w.attaching[ord] = true
 		case "unreachable":
 			p.blind = true
 		case "slow":
@@ -326,6 +341,7 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		case "heal":
 			p.crash, p.down, p.blind, p.slow, p.stuck, p.forked, p.nodeLost = false, false, false, false, false, "", false
 			delete(w.startDown, ord)
+			delete(w.attaching, ord)
 			if m != nil {
 				w.disarm("CORRUPT", m.id)
 				w.disarm("NOSPACE", m.id)
@@ -490,6 +506,13 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w = w.recreated()
 	case "pending", "catch-up":
 		w.paceCommand(t, cmd, args)
+	case "mount-delay":
+		base, err1 := time.ParseDuration(arg(0))
+		step, err2 := time.ParseDuration(arg(1))
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%q: want two durations", line)
+		}
+		w.withMountDelays(base, step)
 	case "age":
 		d, err := time.ParseDuration(arg(0))
 		if err != nil {
@@ -609,7 +632,13 @@ func decisionText(t *testing.T, d Decision) string {
 				if m.Established {
 					s += "+"
 				}
+				if m.Fenced {
+					s += "(fenced)"
+				}
 				ms = append(ms, s)
+			}
+			if r := st.Recovery; r != nil {
+				ms = append(ms, "force="+r.Survivor)
 			}
 			if r := st.Restore; r != nil {
 				ms = append(ms, "restore="+r.Member+"/"+r.Backup)

@@ -104,6 +104,12 @@ type simPod struct {
 	// forked: what else answers at this pod's address (simForkCluster, simForkMember;
 	// sim_fork_test.go), "" for its own member.
 	forked string
+	// old: its etcd runs as a member of a membership a quorum recovery forced the survivor
+	// out of (sim_oldquorum_test.go).
+	old bool
+	// told: it runs for the old membership and has reached the survivor, which answers that
+	// it was removed: its etcd stops.
+	told bool
 	// why its etcd last failed to start, for describe; refusal, the termination message a
 	// refusing launcher left.
 	why, refusal string
@@ -227,6 +233,14 @@ type simWorld struct {
 	probes *simProbes
 	// pace, when set, makes nodes slow (sim_pending_test.go).
 	pace *simPace
+	// mounts, when set, makes mounted ConfigMaps reach each pod late (sim_mounts_test.go).
+	mounts *simMounts
+	// attaching ordinals: their next pod waits for its volume to attach, its etcd not started,
+	// until healed.
+	attaching map[int]bool
+	// forks are the memberships quorum recoveries forced survivors out of
+	// (sim_oldquorum_test.go).
+	forks []*simFork
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -242,7 +256,7 @@ func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 	return &simWorld{
 		t: t, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
 		pods: map[int]*simPod{}, data: map[int]*simData{}, applied: map[string][]byte{}, jobs: map[string]*simJob{},
-		lag: simLag, unschedulable: map[int]bool{}, startDown: map[int]bool{},
+		lag: simLag, unschedulable: map[int]bool{}, startDown: map[int]bool{}, attaching: map[int]bool{},
 		secrets:  map[string]string{simServerSecret: "ca-1", simPeerSecret: "ca-1", simClientSecret: "ca-1"},
 		badCerts: map[string]string{},
 	}
@@ -274,7 +288,7 @@ func (w *simWorld) podName(ord int) string { return PodName(w.cluster.Name, ord)
 // etcd answers until the pod is gone: it shuts down gracefully.
 func (w *simWorld) healthy(m *simMember) bool {
 	p := w.pods[m.ord]
-	return m.started && p != nil && p.running && !p.down && w.peerReachable(m) && !w.probes.holds(m.ord, w.now)
+	return m.started && p != nil && p.running && !p.down && !p.old && w.peerReachable(m) && !w.probes.holds(m.ord, w.now)
 }
 
 // ready is the kubelet's readiness of the pod at ord: its member's own health, which the
@@ -408,6 +422,9 @@ func (w *simWorld) observe() Observed {
 			pod.Status.Phase = corev1.PodPending
 			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 				Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules"})
+		case w.attaching[ord]:
+			pod.Status.Phase = corev1.PodPending
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
 		case p.running:
 			cs.State.Running = &corev1.ContainerStateRunning{}
 		case p.noImage:
@@ -477,7 +494,7 @@ func (w *simWorld) snapshot(pods []corev1.Pod) etcdstate.Snapshot {
 			em.Name = w.podName(m.ord)
 		}
 		p := w.pods[m.ord]
-		if m.started && p != nil && p.running && !p.blind && asked[m.ord] {
+		if m.started && p != nil && p.running && !p.blind && !p.old && asked[m.ord] {
 			em.Reachable = true
 			em.RaftIndex, em.RaftAppliedIndex = m.raft, m.raft
 			em.Version = strings.TrimPrefix(p.version, "v")
@@ -625,6 +642,7 @@ func (w *simWorld) apply(d Decision) {
 	}
 	w.cluster.Status = d.Status
 	w.finalized = d.Finalized
+	w.recordJoin()
 }
 
 func sameJSON(a, b []byte) bool {
@@ -883,7 +901,13 @@ func (w *simWorld) statefulSetController() {
 func (w *simWorld) kubelet() {
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
-		if p.terminating || p.noImage || w.unschedulable[ord] || w.now.Before(p.pendingUntil) {
+		if p.terminating || p.noImage || w.unschedulable[ord] || w.attaching[ord] || w.now.Before(p.pendingUntil) {
+			continue
+		}
+		if p.running && p.old && (p.stuck || !p.told) {
+			// It runs for the old membership: cut off from the survivor that would tell it
+			// it was removed, or for the tick that telling takes; then it stops below.
+			p.told = !p.stuck
 			continue
 		}
 		if p.running && w.livenessRestarts(ord, p) {
@@ -898,7 +922,7 @@ func (w *simWorld) kubelet() {
 			p.restarts++
 			continue
 		}
-		if p.running && w.join != nil && launcher.RecoveryPending(*w.join, w.podName(ord), volumeOf(w.data[ord])) {
+		if js := w.mountedJoin(p); p.running && js != nil && launcher.RecoveryPending(*js, w.podName(ord), volumeOf(w.data[ord])) {
 			// The liveness probe fails while a quorum recovery waits for this member: the
 			// kubelet restarts its etcd through the launcher.
 			p.running = false
@@ -921,14 +945,16 @@ func (w *simWorld) kubelet() {
 // wiped first, is the launcher's own decision (launcher.Decide) on the join state and what the
 // volume holds; what etcd then makes of the data dir is modelled here.
 func (w *simWorld) launch(p *simPod, m *simMember) string {
+	p.old, p.told = false, false
 	if p.crash {
 		return "crashes"
 	}
-	if w.join == nil {
+	join := w.mountedJoin(p)
+	if join == nil {
 		return "no join state" // the kubelet cannot mount a missing ConfigMap
 	}
 	d := w.data[p.ord]
-	dec := launcher.Decide(launcher.Input{Join: *w.join, Name: w.podName(p.ord), DataDir: "/var/lib/etcd/data", Volume: volumeOf(d)})
+	dec := launcher.Decide(w.launchInput(p, *join))
 	if dec.Kind == launcher.Refuse {
 		p.refusal = joinstate.Refused + dec.Reason
 	}
@@ -952,15 +978,19 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 			w.forceNewCluster(p.ord, d)
 		}
 		if m := w.memberAt(p.ord); m == nil || d.id != m.id {
+			if w.oldData(d) {
+				p.old = true
+				return ""
+			}
 			return "member removed from the cluster"
 		}
 		return ""
 	}
-	if w.join.ClusterState == joinstate.StateNew {
+	if join.ClusterState == joinstate.StateNew {
 		if len(w.members) > 0 {
 			w.t.Fatalf("%s formed a second cluster with state new", w.podName(p.ord))
 		}
-		m = &simMember{id: w.nextID, ord: p.ord, started: true, peerURL: w.join.Members[0].PeerURL}
+		m = &simMember{id: w.nextID, ord: p.ord, started: true, peerURL: join.Members[0].PeerURL}
 		w.nextID++
 		w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id, token: dec.Token}
 		if dec.Restore {
@@ -970,7 +1000,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 			}
 			b := w.backups[len(w.backups)-1]
 			m.raft, m.live, m.file = b.revision, b.live, b.live
-			w.data[p.ord].restored = w.join.Token
+			w.data[p.ord].restored = join.Token
 			w.clusterID++
 		}
 		w.members = append(w.members, m)
@@ -1015,11 +1045,17 @@ func (w *simWorld) forceNewCluster(ord int, d *simData) {
 	if m == nil {
 		w.t.Fatalf("%s forces a new cluster from data of a member that is gone", w.podName(ord))
 	}
+	w.recordFork(m.id)
 	w.members = []*simMember{m}
 	m.learner = false
 	w.leader = m.id
 	w.stats.forced++
 	w.lost = 0
+	for o, p := range w.pods {
+		if o != ord && p.running && w.oldData(w.data[o]) {
+			p.old = true
+		}
+	}
 }
 
 // raft moves the leader's index on and lets healthy members follow; a learner needs one
@@ -1118,6 +1154,7 @@ func (w *simWorld) checkWorld() {
 		w.t.Fatalf("%d learners", learners)
 	}
 	w.checkTLSWorld()
+	w.checkFork()
 	// A one-member cluster has no redundancy: recreating its pod is a planned outage.
 	if v, _ := w.voters(); v > 1 && !w.faulty && !w.hasQuorum() {
 		v, h := w.voters()
@@ -1236,6 +1273,9 @@ func (w *simWorld) describe() string {
 		}
 		if p.terminating {
 			s += "(terminating)"
+		}
+		if p.old {
+			s += "(old membership)"
 		}
 		ps = append(ps, s)
 	}

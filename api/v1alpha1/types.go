@@ -524,9 +524,12 @@ type RecoveryStatus struct {
 	RaftIndex uint64 `json:"raftIndex"`
 	// Trigger: Automatic (spec.recovery) or Annotation.
 	Trigger string `json:"trigger"`
-	// Phase: Chosen (recorded, nothing done yet), Forcing (the survivor is told to restart
-	// with --force-new-cluster; the others are fenced), Done (the survivor leads a cluster of
-	// one; the others are rebuilt through the normal path).
+	// Phase: Chosen (recorded; the others are fenced in the join state), Fencing (waiting
+	// until every other voter's etcd is reported stopped and the fences have stood long enough
+	// for every kubelet to mount them), Forcing (the survivor is told to restart with
+	// --force-new-cluster), Done (the survivor leads a cluster of one; the others are rebuilt
+	// through the normal path), Withdrawing (quorum came back after the survivor was told; the
+	// fences stay until its mount cannot still carry the force), Cancelled.
 	Phase string `json:"phase"`
 	// Token identifies this recovery in the join state and on the survivor's volume, so that
 	// --force-new-cluster is used once.

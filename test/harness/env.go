@@ -37,6 +37,9 @@ type Options struct {
 	// PendingFor, when set, is how long each new pod stays Pending before its container starts
 	// (Kubelet.PendingFor), in real time.
 	PendingFor func(pod string) time.Duration
+	// MountDelay makes the kubelet refresh mounted ConfigMaps and Secrets late, pod by pod
+	// (Kubelet.MountDelay); zero refreshes them on its next pass.
+	MountDelay time.Duration
 	Tools      Tools
 	Hook       HookStarter
 	Controller Controller
@@ -130,6 +133,7 @@ func Start(opts Options) (*Env, error) {
 	e.Kubelet = NewKubelet(e.Store, e.STS, dns, opts.Tools, opts.Domain, opts.Root, opts.TimeScale)
 	e.Kubelet.PendingFor = opts.PendingFor
 	e.Kubelet.Logf = opts.Logf
+	e.Kubelet.MountDelay = opts.MountDelay
 	e.Kubelet.OnPanic = func(pod, msg string) {
 		e.Monitor.mu.Lock()
 		e.Monitor.counts.Panics++

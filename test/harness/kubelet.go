@@ -59,6 +59,12 @@ type Kubelet struct {
 	// PendingFor, when set, is how long a new pod stays Pending before its container starts
 	// (its image pulling, its volume attaching), by pod name; each incarnation asks again.
 	PendingFor func(pod string) time.Duration
+	// MountDelay, when set, is how seldom the kubelet refreshes the mounted ConfigMaps and
+	// Secrets of the pod of ordinal 0 (scaled by TimeScale); each higher ordinal waits a
+	// quarter of it longer. A new pod mounts them as they are; a pod whose node is cut off is
+	// not refreshed, and one whose node comes back is refreshed a delay later. Zero refreshes
+	// on every pass. Set it before Run, or with SetMountDelay.
+	MountDelay time.Duration
 
 	mu      gosync.Mutex
 	closed  bool
@@ -89,6 +95,8 @@ type podRuntime struct {
 	nextReady, nextLive time.Time
 	// pendingUntil: the pod is Pending (image pull, volume attach) until then.
 	pendingUntil time.Time
+	// refreshed is when each projected volume was last written from its source.
+	refreshed map[string]time.Time
 }
 
 // NewKubelet returns a kubelet for the store's pods.
@@ -423,9 +431,26 @@ func (k *Kubelet) mounts(p *corev1.Pod, rt *podRuntime, c corev1.Container) (map
 }
 
 // projectVolumes writes ConfigMap and Secret volumes, refreshing them when their source
-// changes. The real kubelet takes up to about a minute; the harness refreshes on its next pass.
+// changes: on every pass, or with MountDelay no sooner than the pod's delay after the last
+// refresh, as a real kubelet does on its sync period (a minute or two, pod by pod).
 func (k *Kubelet) projectVolumes(p *corev1.Pod, rt *podRuntime) error {
+	k.mu.Lock()
+	delay, held := k.mountDelay(p.Name), rt.held
+	k.mu.Unlock()
+	if held && delay > 0 {
+		// Its node cannot reach the API server.
+		return nil
+	}
 	for _, v := range p.Spec.Volumes {
+		if v.ConfigMap == nil && v.Secret == nil {
+			continue
+		}
+		k.mu.Lock()
+		last, ok := rt.refreshed[v.Name]
+		k.mu.Unlock()
+		if ok && time.Since(last) < delay {
+			continue
+		}
 		var data map[string][]byte
 		switch {
 		case v.ConfigMap != nil:
@@ -463,8 +488,35 @@ func (k *Kubelet) projectVolumes(p *corev1.Pod, rt *podRuntime) error {
 				return err
 			}
 		}
+		k.mu.Lock()
+		if rt.refreshed == nil {
+			rt.refreshed = map[string]time.Time{}
+		}
+		rt.refreshed[v.Name] = time.Now()
+		k.mu.Unlock()
 	}
 	return nil
+}
+
+// SetMountDelay changes MountDelay while the kubelet runs.
+func (k *Kubelet) SetMountDelay(d time.Duration) {
+	k.mu.Lock()
+	k.MountDelay = d
+	k.mu.Unlock()
+}
+
+// mountDelay is how seldom the kubelet refreshes the mounted files of pod: MountDelay for
+// ordinal 0, a quarter more for each higher ordinal, scaled; 0 without MountDelay. Called with
+// k.mu held.
+func (k *Kubelet) mountDelay(pod string) time.Duration {
+	if k.MountDelay <= 0 {
+		return 0
+	}
+	ord := 0
+	if i := strings.LastIndex(pod, "-"); i >= 0 {
+		fmt.Sscanf(pod[i+1:], "%d", &ord)
+	}
+	return k.scaled(k.MountDelay + time.Duration(ord)*k.MountDelay/4)
 }
 
 // probePod runs the container's readiness and liveness probes as the pod renders them, each
@@ -789,6 +841,11 @@ func (k *Kubelet) Heal(pod string) {
 	if rt := k.runtimeLocked(pod); rt != nil {
 		rt.held = false
 		rt.next = time.Time{}
+		// The node's kubelet starts the container on the files it has, and refreshes them
+		// on its next sync period.
+		for v := range rt.refreshed {
+			rt.refreshed[v] = time.Now()
+		}
 	}
 	k.mu.Unlock()
 	k.Store.touch()
