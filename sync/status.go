@@ -31,6 +31,7 @@ const (
 	ReasonJobFailing               = "JobFailing"
 	ReasonJobAttemptsExhausted     = "JobAttemptsExhausted"
 	ReasonNoSpace                  = "NoSpace"
+	ReasonUnplacedAlarm            = "UnplacedAlarm"
 	ReasonNoVolumeToRoll           = "NoVolumeToRoll"
 	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
 	ReasonTLSSecretMissing         = "TLSSecretMissing"
