@@ -14,9 +14,10 @@ import (
 )
 
 // Database maintenance: an alarm of no member reported and left alone (7b), alarms of members
-// that are gone disarmed (7b), a NOSPACE alarm remediated in the fix stage (7b), and scheduled defragmentation once everything else is done
-// (12). Each is one Job at a time, and status.maintenance records where a remediation
-// stands, so that a sync picks it up where the last one left it.
+// that are gone disarmed (7b), a NOSPACE alarm remediated in the fix stage (7b), and scheduled
+// defragmentation once everything else is done (12). Each is one Job at a time, and
+// status.maintenance records where a remediation stands, so that a sync picks it up where the
+// last one left it.
 
 // Maintenance operations and phases, as status.maintenance records them.
 const (
