@@ -26,7 +26,8 @@ type Snapshot struct {
 	// alive: another cluster ID, a member ID the member list lacks, or a second member that
 	// reports itself leader. Inconsistent says what each answered.
 	Forked []string `json:"forked,omitempty"`
-	// Alarms are the cluster's active alarms, also those of members no longer in the list.
+	// Alarms are the cluster's active alarms, also those of members no longer in the list,
+	// and those of member ID 0, which etcd raises when it cannot tell which member is at fault.
 	Alarms []Alarm `json:"alarms,omitempty"`
 }
 
@@ -56,6 +57,7 @@ type Member struct {
 	Version          string   `json:"version,omitempty"`
 	DBSize           int64    `json:"dbSize,omitempty"`
 	DBSizeInUse      int64    `json:"dbSizeInUse,omitempty"` // logically in use; the rest is free pages
+	DBSizeQuota      int64    `json:"dbSizeQuota,omitempty"` // the backend quota it reports running with (3.6 on); 0 from 3.5
 	Alarms           []string `json:"alarms,omitempty"`      // e.g. NOSPACE, CORRUPT
 	Errors           []string `json:"errors,omitempty"`      // Status errors and why it was unreachable
 }

@@ -130,6 +130,10 @@ func TestParseAlarm(t *testing.T) {
 	}{
 		{"memberID:12345 alarm:NOSPACE", 12345, "NOSPACE", true},
 		{"memberID:1  alarm:CORRUPT", 1, "CORRUPT", true},
+		// Member ID 0, left out of the text form: etcd could not place the corruption.
+		{"alarm:CORRUPT", 0, "CORRUPT", true},
+		{"alarm:", 0, "", false},
+		{"memberID:1 alarm:CORRUPT extra", 0, "", false},
 		{"etcdserver: no leader", 0, "", false},
 		{"memberID:x alarm:NOSPACE", 0, "", false},
 	} {

@@ -52,12 +52,17 @@ func (o *Operator) Defragment(ctx context.Context, name string, id uint64) (Outc
 	return Done, nil
 }
 
-// Disarm disarms alarm (NOSPACE, CORRUPT) of member id, or of every member when id is 0.
-// No such alarm active is done.
+// Disarm disarms alarm (NOSPACE, CORRUPT) of member id. No such alarm active is done. An
+// alarm is disarmed only for a member named: member ID 0 is refused, because etcd raises a
+// CORRUPT alarm of member 0 when the members' hashes disagree without a majority, and
+// clearing it would hide a corruption nobody has placed yet.
 func (o *Operator) Disarm(ctx context.Context, alarm string, id uint64) (Outcome, error) {
 	typ, ok := etcdserverpb.AlarmType_value[alarm]
 	if !ok || typ == int32(etcdserverpb.AlarmType_NONE) {
 		return 0, refused("unknown alarm %q", alarm)
+	}
+	if id == 0 {
+		return 0, refused("disarm %s without a member: an alarm of member 0 is etcd saying it cannot tell which member is at fault; find that member first (docs/runbooks.md)", alarm)
 	}
 	resp, err := o.cli.AlarmList(ctx)
 	if err != nil {
@@ -65,7 +70,7 @@ func (o *Operator) Disarm(ctx context.Context, alarm string, id uint64) (Outcome
 	}
 	out := AlreadyDone
 	for _, a := range resp.Alarms {
-		if a.Alarm != etcdserverpb.AlarmType(typ) || id != 0 && a.MemberID != id {
+		if a.Alarm != etcdserverpb.AlarmType(typ) || a.MemberID != id {
 			continue
 		}
 		if _, err := o.cli.AlarmDisarm(ctx, (*clientv3.AlarmMember)(a)); err != nil {

@@ -53,9 +53,9 @@ func TestNoSpaceRemediation(t *testing.T) {
 	}
 	t.Logf("database file %d bytes → %d (in use %d)", before.DbSize, after.DbSize, after.DbSizeInUse)
 
-	out, err = op.Disarm(ctx, "NOSPACE", 0)
+	out, err = op.Disarm(ctx, "NOSPACE", m.id())
 	wantOutcome(t, "disarm", out, err, Done)
-	out, err = op.Disarm(ctx, "NOSPACE", 0)
+	out, err = op.Disarm(ctx, "NOSPACE", m.id())
 	wantOutcome(t, "disarm again", out, err, AlreadyDone)
 	if _, err := op.cli.Put(ctx, "k", "small"); err != nil {
 		t.Errorf("a write after the disarm: %v", err)
@@ -77,7 +77,8 @@ func TestDefragmentOnlyTheMemberMeant(t *testing.T) {
 }
 
 // TestDisarmCorrupt: a CORRUPT alarm (raised through etcd's own Alarm API) stops every write;
-// the disarm of that member's alarm clears it and nothing else.
+// the disarm of that member's alarm clears it and nothing else. A disarm without a member
+// (ID 0) is refused and clears nothing.
 func TestDisarmCorrupt(t *testing.T) {
 	c := newTestCluster(t, 3, nil)
 	ctx := opContext(t)
@@ -92,6 +93,9 @@ func TestDisarmCorrupt(t *testing.T) {
 	}
 	raise(victim.id(), etcdserverpb.AlarmType_CORRUPT)
 	raise(other.id(), etcdserverpb.AlarmType_NOSPACE)
+	if _, err := op.Disarm(ctx, "CORRUPT", 0); !errors.Is(err, ErrRefused) {
+		t.Errorf("disarm of member 0: %v, want a refusal", err)
+	}
 	if _, err := op.cli.Put(ctx, "k", "v"); rpctypes.ErrorDesc(err) != rpctypes.ErrorDesc(rpctypes.ErrGRPCCorrupt) {
 		t.Errorf("a write under a CORRUPT alarm: %v", err)
 	}

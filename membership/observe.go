@@ -445,7 +445,7 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 		m.RaftAppliedIndex = st.RaftAppliedIndex
 		m.RaftTerm = st.RaftTerm
 		m.Version = st.Version
-		m.DBSize, m.DBSizeInUse = st.DbSize, st.DbSizeInUse
+		m.DBSize, m.DBSizeInUse, m.DBSizeQuota = st.DbSize, st.DbSizeInUse, st.DbSizeQuota
 		m.Errors = append(m.Errors, st.Errors...)
 		// Every member's Status lists the cluster's alarms: they are the alarmed members'
 		// state, not this member's, which is judged by its other errors and its read.
@@ -499,22 +499,25 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 
 // parseAlarm reads an alarm as etcd lists it in Status errors: every member's Status carries
 // the cluster's active alarms, each as the protobuf text form of an AlarmMember, whose
-// spacing protobuf varies on purpose.
+// spacing protobuf varies on purpose. The text form leaves out a field at its zero value: a
+// CORRUPT alarm etcd could not place on a member (member ID 0) reads "alarm:CORRUPT".
 func parseAlarm(s string) (memberID uint64, alarm string, ok bool) {
 	fields := strings.Fields(s)
-	if len(fields) != 2 {
+	if len(fields) == 0 || len(fields) > 2 {
 		return 0, "", false
 	}
-	id, ok := strings.CutPrefix(fields[0], "memberID:")
-	if !ok {
-		return 0, "", false
+	if len(fields) == 2 {
+		id, ok := strings.CutPrefix(fields[0], "memberID:")
+		if !ok {
+			return 0, "", false
+		}
+		var err error
+		if memberID, err = strconv.ParseUint(id, 10, 64); err != nil {
+			return 0, "", false
+		}
 	}
-	alarm, ok = strings.CutPrefix(fields[1], "alarm:")
+	alarm, ok = strings.CutPrefix(fields[len(fields)-1], "alarm:")
 	if !ok || alarm == "" {
-		return 0, "", false
-	}
-	memberID, err := strconv.ParseUint(id, 10, 64)
-	if err != nil {
 		return 0, "", false
 	}
 	return memberID, alarm, true

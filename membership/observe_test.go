@@ -11,6 +11,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"etcdops.dev/etcdops/etcdstate"
@@ -401,6 +402,55 @@ func TestObserveTakesAlarmsFromStatus(t *testing.T) {
 	}
 	if want := []etcdstate.Alarm{{MemberID: alarmed.id(), Type: "NOSPACE"}}; !slices.Equal(snap.Alarms, want) {
 		t.Errorf("snapshot alarms %v, want %v", snap.Alarms, want)
+	}
+}
+
+// TestObserveCorruptOfNoMember: when the members' hashes disagree and no majority says which
+// one is wrong, etcd raises CORRUPT with member ID 0 (server/etcdserver/corrupt.go); raised
+// here through etcd's own Alarm API, as that check does. Every member's Status then lists
+// "alarm:CORRUPT" (protobuf's text form leaves the zero ID out) and etcd refuses writes. The
+// snapshot says what etcd said: a CORRUPT alarm of member 0, no member named corrupt, every
+// member reading and voting, so the planner sees the alarm, not a lost quorum.
+func TestObserveCorruptOfNoMember(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.leader()
+	op := dialTest(t, c, c.members[0])
+	if _, err := pb.NewMaintenanceClient(op.cli.ActiveConnection()).Alarm(opContext(t), &pb.AlarmRequest{
+		Action: pb.AlarmRequest_ACTIVATE, MemberID: 0, Alarm: pb.AlarmType_CORRUPT,
+	}); err != nil {
+		t.Fatalf("etcd refused a CORRUPT alarm of member 0: %v", err)
+	}
+	if _, err := op.cli.Put(opContext(t), "k", "v"); rpctypes.ErrorDesc(err) != rpctypes.ErrorDesc(rpctypes.ErrGRPCCorrupt) {
+		t.Errorf("a write under a CORRUPT alarm of member 0: %v, want etcd's refusal", err)
+	}
+	var snap etcdstate.Snapshot
+	for range 50 {
+		if snap = observeTimed(t, newTestObserver(t), c.request()); snap.Complete && allAlarmed(snap) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if want := []etcdstate.Alarm{{MemberID: 0, Type: "CORRUPT"}}; !slices.Equal(snap.Alarms, want) {
+		t.Errorf("snapshot alarms %v, want %v", snap.Alarms, want)
+	}
+	for _, m := range snap.Members {
+		if !m.Healthy || len(m.Alarms) != 0 {
+			t.Errorf("member %s: healthy %v, alarms %v, errors %v: an alarm of member 0 is no member's own", m.Name, m.Healthy, m.Alarms, m.Errors)
+		}
+	}
+}
+
+// TestObserveReportsQuota: each member's Status carries the backend quota it runs with
+// (etcd 3.6 on), etcd's default when none is configured; the snapshot keeps it per member.
+func TestObserveReportsQuota(t *testing.T) {
+	for _, tc := range []struct {
+		configured, want int64
+	}{{5 << 20, 5 << 20}, {0, 2 << 30}} {
+		c := startTestCluster(t, clusterOptions{members: 1, quota: tc.configured})
+		snap := observeTimed(t, newTestObserver(t), c.request())
+		if len(snap.Members) != 1 || snap.Members[0].DBSizeQuota != tc.want {
+			t.Errorf("quota %d configured: snapshot %+v, want a reported quota of %d", tc.configured, snap.Members, tc.want)
+		}
 	}
 }
 

@@ -13,10 +13,11 @@ import (
 	"etcdops.dev/etcdops/etcdstate"
 )
 
-// Database maintenance: a NOSPACE alarm remediated in the fix stage (7b), alarms of members
-// that are gone disarmed (7b), and scheduled defragmentation once everything else is done
-// (12). Each is one Job at a time, and status.maintenance records where a remediation
-// stands, so that a sync picks it up where the last one left it.
+// Database maintenance: an alarm of no member reported and left alone (7b), alarms of members
+// that are gone disarmed (7b), a NOSPACE alarm remediated in the fix stage (7b), and scheduled
+// defragmentation once everything else is done (12). Each is one Job at a time, and
+// status.maintenance records where a remediation stands, so that a sync picks it up where the
+// last one left it.
 
 // Maintenance operations and phases, as status.maintenance records them.
 const (
@@ -43,12 +44,40 @@ const (
 	noSpaceMinFree = 1 << 20
 )
 
+// 7b. An alarm of member ID 0 names no member: etcd raises CORRUPT so when the members'
+// hashes disagree and no majority says which one is wrong, and every write is refused. The
+// operator cannot place it, so it acts on none of it: the alarm is reported, never disarmed,
+// no member is replaced on it, and no quorum is recovered from it (7a); a person finds the
+// odd member by its hash (docs/runbooks.md).
+func (p *planner) unplacedAlarm() (step, bool) {
+	types := p.unplacedAlarms()
+	if len(types) == 0 {
+		return step{}, false
+	}
+	reason := fmt.Sprintf("%s alarm of member 0: etcd cannot tell which member is at fault and refuses writes; it is not disarmed, and no member is replaced or recovered from on it: compare every member's hash at one revision (etcdctl endpoint hashkv --rev=N) to find the odd one (docs/runbooks.md)",
+		strings.Join(types, ", "))
+	return p.blocked("", reason, ReasonUnplacedAlarm), true
+}
+
+// unplacedAlarms are the types of the alarms of member ID 0, sorted.
+func (v *view) unplacedAlarms() []string {
+	var out []string
+	for _, a := range v.obs.Etcd.Alarms {
+		if a.MemberID == 0 && !slices.Contains(out, a.Type) {
+			out = append(out, a.Type)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // 7b. An alarm of a member no longer in the membership (a CORRUPT member that was removed to
 // be replaced) is disarmed: etcd keeps it, and a CORRUPT alarm keeps the whole cluster from
-// serving.
+// serving. unplacedAlarm has taken the alarms of member 0 before; a NOSPACE alarm is
+// disarmed by the remediation (noSpace), once the members that remain have room.
 func (p *planner) staleAlarm() (step, bool) {
 	for _, a := range p.obs.Etcd.Alarms {
-		if p.memberByID(a.MemberID) != nil {
+		if p.memberByID(a.MemberID) != nil || a.Type == "NOSPACE" {
 			continue
 		}
 		reason := fmt.Sprintf("%s alarm of member %x, which is no longer a member: disarming it", a.Type, a.MemberID)
@@ -59,14 +88,15 @@ func (p *planner) staleAlarm() (step, bool) {
 
 // 7b. A NOSPACE alarm stops every write. Remediated (spec.maintenance.noSpace, by default):
 // compact the key space at the current revision; then defragment the members one per sync,
-// the leader last; then disarm the alarm once every member's database is below
-// noSpaceDisarmBelowPercent of the quota. When that cannot be reached, say what to raise, and
-// let a roll that raises the quota go ahead. A new alarm soon after a disarm is only reported.
+// the leader last; then disarm the alarms, one member's per sync, once every member answered
+// and each one's database is below noSpaceDisarmBelowPercent of the quota it reports (the
+// spec's where it reports none). When that cannot be reached, say what to raise, and let a
+// roll that raises the quota go ahead. A new alarm soon after a disarm is only reported.
 func (p *planner) noSpace() (step, bool) {
-	alarmed := p.alarmed("NOSPACE")
+	alarmed, removed := p.alarmed("NOSPACE"), p.removedAlarms("NOSPACE")
 	prev := p.obs.Cluster.Status.Maintenance
 	ongoing := prev != nil && prev.Operation == opNoSpace && prev.Phase != phaseDone
-	if len(alarmed) == 0 {
+	if len(alarmed) == 0 && len(removed) == 0 {
 		if ongoing {
 			// Disarmed, by the remediation or by a person.
 			now := metav1.NewTime(p.obs.Now)
@@ -74,15 +104,27 @@ func (p *planner) noSpace() (step, bool) {
 		}
 		return step{}, false
 	}
-	names := memberNames(alarmed)
+	// The alarm of a member since removed is disarmed on the same terms: the others may be as
+	// full. A Job about it names the leader, the Hold the first member that raised one.
+	holders := make([]string, 0, len(alarmed)+len(removed))
+	for _, m := range alarmed {
+		holders = append(holders, m.name)
+	}
+	for _, id := range removed {
+		holders = append(holders, fmt.Sprintf("removed member %x", id))
+	}
+	names, holder := strings.Join(holders, ", "), p.leaderName()
+	if len(alarmed) > 0 {
+		holder = alarmed[0].name
+	}
 	if m := p.c.Spec.Maintenance; m != nil && m.NoSpace == v1alpha1.NoSpaceReport {
 		reason := "NOSPACE alarm raised by " + names + ": writes are refused; spec.maintenance.noSpace is Report: compact, defragment each member, then disarm the alarm (docs/runbooks.md)"
-		return p.blocked(alarmed[0].name, reason, ReasonNoSpace), true
+		return p.blocked(holder, reason, ReasonNoSpace), true
 	}
 	if !ongoing && prev != nil && prev.LastDisarmed != nil && p.obs.Now.Sub(prev.LastDisarmed.Time) < noSpaceThrottle {
 		reason := fmt.Sprintf("NOSPACE alarm raised by %s again within %s of the last remediation (%s): the data grows faster than compaction frees it; raise --quota-backend-bytes in spec.etcdOptions or compact more often",
 			names, noSpaceThrottle, prev.LastDisarmed.UTC().Format(time.RFC3339))
-		return p.blocked(alarmed[0].name, reason, ReasonNoSpace), true
+		return p.blocked(holder, reason, ReasonNoSpace), true
 	}
 	phase := phaseCompacting
 	if ongoing {
@@ -107,28 +149,88 @@ func (p *planner) noSpace() (step, bool) {
 	}
 	if m := p.nextToDefragment(due); m != nil {
 		why := "NOSPACE alarm raised by " + names + ": compacted"
-		return p.defragmentStep(m, opNoSpace, why, phase), true
+		return p.repairFirst(p.defragmentStep(m, opNoSpace, why, phase)), true
 	}
 	if p.anyDrifted() {
 		// A roll, which may raise the quota, goes first; the alarm is disarmed after it.
 		p.maintenance = p.record(opNoSpace, phaseStuck, "")
 		return step{}, false
 	}
-	quota := quotaBytes(p.c.Spec.EtcdOptions)
-	var full []string
+	// Disarmed only on a complete view: a member that did not answer may be the full one.
+	var silent, full []*member
 	for _, m := range p.members {
-		if m.DBSize*100 >= quota*noSpaceDisarmBelowPercent {
-			full = append(full, fmt.Sprintf("%s %s", m.name, bytesString(m.DBSize)))
+		switch {
+		case !m.Reachable:
+			silent = append(silent, m)
+		case m.DBSize*100 >= p.quotaOf(m)*noSpaceDisarmBelowPercent:
+			full = append(full, m)
 		}
 	}
+	if len(silent) > 0 {
+		reason := fmt.Sprintf("NOSPACE alarm raised by %s: %s did not answer, so whether every database is below its quota is not known: the alarm stays until every member answers",
+			names, memberNames(silent))
+		return p.repairFirst(p.maintaining(p.blocked(silent[0].name, reason, ReasonNoSpace), opNoSpace, phase, "")), true
+	}
 	if len(full) == 0 {
-		s := p.runJob(memberJob{verb: verbDisarm, member: p.leaderName(), alarm: "NOSPACE"}, DisarmAlarm,
-			fmt.Sprintf("NOSPACE: every member's database is below %d%% of its %s quota: disarming the alarm", noSpaceDisarmBelowPercent, bytesString(quota)))
+		j, whose := memberJob{verb: verbDisarm, member: p.leaderName(), alarm: "NOSPACE"}, ""
+		if len(alarmed) > 0 {
+			j.member, j.id, whose = alarmed[0].name, alarmed[0].ID, alarmed[0].name
+		} else {
+			j.id, whose = removed[0], fmt.Sprintf("removed member %x", removed[0])
+		}
+		s := p.runJob(j, DisarmAlarm,
+			fmt.Sprintf("NOSPACE: every member's database is below %d%% of its %s quota: disarming the alarm of %s", noSpaceDisarmBelowPercent, p.quotas(p.members), whose))
 		return p.maintaining(s, opNoSpace, phaseDisarming, ""), true
 	}
+	sizes := make([]string, len(full))
+	for i, m := range full {
+		sizes[i] = fmt.Sprintf("%s %s", m.name, bytesString(m.DBSize))
+	}
 	reason := fmt.Sprintf("NOSPACE: after compaction and defragmentation the database still fills %d%% or more of its %s quota (%s): the data in use needs the room; raise --quota-backend-bytes in spec.etcdOptions (the pods roll one at a time) or delete keys",
-		noSpaceDisarmBelowPercent, bytesString(quota), strings.Join(full, ", "))
-	return p.maintaining(p.blocked(alarmed[0].name, reason, ReasonNoSpace), opNoSpace, phaseStuck, ""), true
+		noSpaceDisarmBelowPercent, p.quotas(full), strings.Join(sizes, ", "))
+	return p.maintaining(p.blocked(holder, reason, ReasonNoSpace), opNoSpace, phaseStuck, ""), true
+}
+
+// repairFirst: while the remediation waits on a member (one that did not answer, or whose
+// pause would cost quorum), the repairs of phases 7c to 7g go first when they have a step to
+// take, as membership changes are allowed under NOSPACE: a failed or corrupt member replaced, a
+// learner or a pod without a member seen to. Otherwise the alarm, disarmed only once every
+// member answers, would wait for the repairs it keeps from running.
+func (p *planner) repairFirst(waiting step) step {
+	if waiting.job != nil || waiting.action.Type == ReplacePod {
+		return waiting
+	}
+	for _, repair := range []func() (step, bool){p.memberWithoutPod, p.learner, p.podWithoutMember, p.failedMember} {
+		if s, ok := repair(); ok && s.action.Type != Hold {
+			return s
+		}
+	}
+	return waiting
+}
+
+// quotaOf is the backend quota m reports it runs with (etcd 3.6 on), which a roll may not have
+// changed yet; the spec's where it reports none (3.5).
+func (p *planner) quotaOf(m *member) int64 {
+	if m.DBSizeQuota > 0 {
+		return m.DBSizeQuota
+	}
+	return quotaBytes(p.c.Spec.EtcdOptions)
+}
+
+// quotas says the quota of ms: one size when they share it, else each member's.
+func (p *planner) quotas(ms []*member) string {
+	same := true
+	for _, m := range ms {
+		same = same && p.quotaOf(m) == p.quotaOf(ms[0])
+	}
+	if same {
+		return bytesString(p.quotaOf(ms[0]))
+	}
+	each := make([]string, len(ms))
+	for i, m := range ms {
+		each[i] = fmt.Sprintf("%s %s", m.name, bytesString(p.quotaOf(m)))
+	}
+	return "own (" + strings.Join(each, ", ") + ")"
 }
 
 // 12. Scheduled defragmentation (spec.maintenance.defragment): a member whose database file
@@ -251,6 +353,17 @@ func (p *planner) finished(step string) bool {
 // alarmed are the members with the alarm, by ordinal.
 func (v *view) alarmed(alarm string) []*member {
 	return v.filter(func(m *member) bool { return hasAlarm(m.Member, alarm) })
+}
+
+// removedAlarms are the IDs of the members no longer in the membership with the alarm.
+func (v *view) removedAlarms(alarm string) []uint64 {
+	var out []uint64
+	for _, a := range v.obs.Etcd.Alarms {
+		if a.Type == alarm && a.MemberID != 0 && v.memberByID(a.MemberID) == nil {
+			out = append(out, a.MemberID)
+		}
+	}
+	return out
 }
 
 func (v *view) memberByID(id uint64) *member {

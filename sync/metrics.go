@@ -105,6 +105,12 @@ func Metrics(obs Observed, d Decision) ClusterMetrics {
 				}
 			}
 		}
+		// An alarm of member 0 is no member's, and the one that most needs a person.
+		for _, a := range obs.Etcd.Alarms {
+			if _, known := m.Alarms[a.Type]; known && a.MemberID == 0 {
+				m.Alarms[a.Type]++
+			}
+		}
 	}
 	return m
 }

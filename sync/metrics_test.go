@@ -60,6 +60,12 @@ func TestMetricsFollowTheDecision(t *testing.T) {
 		t.Errorf("member sizes by ordinal %v, want four, from 1000 to 4000", sizes)
 	}
 
+	// A CORRUPT alarm of member 0 is counted though no member raised it.
+	obs.Etcd.Alarms = append(obs.Etcd.Alarms, etcdstate.Alarm{MemberID: 0, Type: "CORRUPT"})
+	if m = Metrics(obs, Plan(simConfig, obs)); m.Alarms["CORRUPT"] != 1 || m.Alarms["NOSPACE"] != 1 {
+		t.Errorf("alarms %v with a CORRUPT alarm of member 0; want NOSPACE 1 CORRUPT 1", m.Alarms)
+	}
+
 	// A stranger in the member list: the answer is held on, membership is the last known,
 	// and nothing is claimed about health, leadership, sizes or alarms.
 	obs.Etcd.Members = append(obs.Etcd.Members, etcdstate.Member{ID: 0xbad, Name: "other-0", Reachable: true, Healthy: true, IsLeader: true,

@@ -101,6 +101,7 @@ func (p *planner) decideStep() step {
 func (p *planner) change() step {
 	fixes := []func() (step, bool){
 		p.quorumLost,       // 7a
+		p.unplacedAlarm,    // 7b
 		p.staleAlarm,       // 7b
 		p.noSpace,          // 7b
 		p.memberWithoutPod, // 7c
@@ -286,6 +287,11 @@ func (p *planner) quorumLost() (step, bool) {
 	}
 	reason := fmt.Sprintf("quorum lost: %d of %d voters healthy; no membership change can commit: restore from a snapshot, or recover from the most up-to-date member (annotation %s=<member>, or spec.recovery.quorumLoss: ForceNewCluster)",
 		healthy, voters, v1alpha1.AnnotationForceNewClusterFrom)
+	if types := p.unplacedAlarms(); len(types) > 0 {
+		// The most up-to-date member may be the corrupt one: forced, its data would stay.
+		reason = fmt.Sprintf("quorum lost: %d of %d voters healthy, under a %s alarm of member 0 (etcd cannot tell which member is at fault); no membership change can commit: find the member whose hash differs before anything is recovered (docs/runbooks.md)",
+			healthy, voters, strings.Join(types, ", "))
+	}
 	s := p.hold(reason, reason)
 	s.degradedBy = ReasonQuorumLost
 	return s, true

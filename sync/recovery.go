@@ -268,6 +268,10 @@ func (p *planner) recoveryWanted() (trigger string, survivor *member, why string
 	if r == nil || r.QuorumLoss != v1alpha1.QuorumLossForceNewCluster {
 		return "", nil, ""
 	}
+	if types := p.unplacedAlarms(); len(types) > 0 {
+		return "", nil, fmt.Sprintf("quorum lost under a %s alarm of member 0: not forcing a new cluster, which would keep the data of a member that may be the corrupt one; find the member whose hash differs first (docs/runbooks.md)",
+			strings.Join(types, ", "))
+	}
 	since := p.quorumLostSince()
 	if wait := r.After.Duration - p.obs.Now.Sub(since); wait > 0 {
 		return "", nil, fmt.Sprintf("quorum lost since %s; spec.recovery forces a new cluster after %s, at %s, if it stays lost",

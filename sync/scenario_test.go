@@ -67,6 +67,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	leader-returns N                     leadership goes back after each of the next N leader moves
 //	db [POD] live=S history=S [file=S]   database sizes (all members, or POD's)
 //	grow S                               a writer adds S of revisions per tick; NOSPACE at the quota
+//	quota POD S|none | alarm T 0 | disarm T 0   a member's own quota; an alarm of member 0
+//	                                     (sim_alarms_test.go)
 //	annotate KEY=VALUE                   an annotation on the EtcdCluster
 //	member-add POD                       a learner added behind the planner's back
 //	member-remove POD                    a member removed behind the planner's back
@@ -513,6 +515,8 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			t.Fatalf("%q: want two durations", line)
 		}
 		w.withMountDelays(base, step)
+	case "quota", "alarm", "disarm":
+		w.alarmCommand(line, cmd, args)
 	case "age":
 		d, err := time.ParseDuration(arg(0))
 		if err != nil {

@@ -241,6 +241,8 @@ type simWorld struct {
 	// forks are the memberships quorum recoveries forced survivors out of
 	// (sim_oldquorum_test.go).
 	forks []*simFork
+	// alarmSim: the members' quotas (sim_alarms_test.go).
+	alarmSim simAlarms
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -499,13 +501,14 @@ func (w *simWorld) snapshot(pods []corev1.Pod) etcdstate.Snapshot {
 			em.RaftIndex, em.RaftAppliedIndex = m.raft, m.raft
 			em.Version = strings.TrimPrefix(p.version, "v")
 			em.IsLeader = m.id == w.leader
-			for _, a := range w.alarms {
-				if a.MemberID == m.id {
-					em.Alarms = append(em.Alarms, a.Type)
-				}
-			}
-			em.DBSize, em.DBSizeInUse = m.file, m.live+m.history
+			em.DBSize, em.DBSizeInUse, em.DBSizeQuota = m.file, m.live+m.history, w.reportedQuota(m)
 			em.Healthy = w.healthy(m) && quorum && !p.slow && !w.hasAlarm(m.id, "CORRUPT")
+		}
+		// Every member's Status lists every alarm: also that of a member that does not answer.
+		for _, a := range w.alarms {
+			if a.MemberID == m.id {
+				em.Alarms = append(em.Alarms, a.Type)
+			}
 		}
 		s.Complete = s.Complete && em.Reachable
 		s.Members = append(s.Members, em)
@@ -554,6 +557,7 @@ func (w *simWorld) sync() Decision {
 	if strings.HasPrefix(d.Action.Reason, "internal:") {
 		w.t.Fatalf("sync %d: invariant violated: %s", w.stats.syncs, d.Action.Reason)
 	}
+	w.checkAlarmDecision(obs, d)
 	w.apply(d)
 	w.log = append(w.log, fmt.Sprintf("%s %s: %s", d.Action.Type, d.Action.Member, d.Action.Reason))
 	return d
@@ -1086,7 +1090,7 @@ func (w *simWorld) raft() {
 }
 
 // write adds w.growth of new revisions to every member while quorum holds, as a steady
-// writer would; the first member whose file reaches its quota raises NOSPACE, and from then
+// writer would; the first member whose file reaches the quota it enforces raises NOSPACE, and from then
 // on writes are refused.
 func (w *simWorld) write() {
 	if w.growth == 0 || !w.hasQuorum() {
@@ -1097,11 +1101,10 @@ func (w *simWorld) write() {
 			return
 		}
 	}
-	quota := quotaBytes(w.cluster.Spec.EtcdOptions)
 	for _, m := range w.members {
 		m.history += w.growth
 		m.file = max(m.file, m.live+m.history)
-		if quota > 0 && m.file >= quota {
+		if quota := w.enforcedQuota(m); quota > 0 && m.file >= quota {
 			w.raise(m.id, "NOSPACE")
 		}
 	}

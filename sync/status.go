@@ -33,6 +33,7 @@ const (
 	ReasonJobFailing               = "JobFailing"
 	ReasonJobAttemptsExhausted     = "JobAttemptsExhausted"
 	ReasonNoSpace                  = "NoSpace"
+	ReasonUnplacedAlarm            = "UnplacedAlarm"
 	ReasonNoVolumeToRoll           = "NoVolumeToRoll"
 	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
 	ReasonTLSSecretMissing         = "TLSSecretMissing"

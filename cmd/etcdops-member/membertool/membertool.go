@@ -45,7 +45,7 @@ commands:
   move-leader --endpoints=URL[,URL] --member=POD --id=HEX
   compact     --endpoints=URL[,URL] --member=POD
   defragment  --endpoints=URL --member=POD --id=HEX          (the member's own endpoint)
-  disarm      --endpoints=URL[,URL] --member=POD --alarm=NOSPACE|CORRUPT [--id=HEX]
+  disarm      --endpoints=URL[,URL] --member=POD --alarm=NOSPACE|CORRUPT --id=HEX
   update-peer-url --endpoints=URL[,URL] --member=POD --id=HEX --peer-url=URL
   backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination>
               [--keep=N] [--keep-for=DURATION] [--max-bandwidth=BYTES] [--work-dir=DIR]
@@ -120,7 +120,7 @@ func parseOperation(cmd string, args []string) (operationFlags, error) {
 	case "compact":
 	case "disarm":
 		fs.StringVar(&f.alarm, "alarm", "", "the alarm to disarm: NOSPACE or CORRUPT")
-		fs.StringVar(&f.id, "id", "", "member ID in hex; every member's alarm when absent")
+		fs.StringVar(&f.id, "id", "", "member ID in hex whose alarm is disarmed; never 0")
 	default:
 		fs.StringVar(&f.id, "id", "", "member ID in hex")
 	}
@@ -139,7 +139,7 @@ func parseOperation(cmd string, args []string) (operationFlags, error) {
 		return f, errors.New("--peer-url is required")
 	case cmd == "disarm" && f.alarm == "":
 		return f, errors.New("--alarm is required")
-	case cmd != "add-learner" && cmd != "compact" && cmd != "disarm" && f.id == "":
+	case cmd != "add-learner" && cmd != "compact" && f.id == "":
 		return f, errors.New("--id is required")
 	}
 	return f, nil
