@@ -499,11 +499,22 @@ func (p *planner) failureReason(m *member) string {
 		return ""
 	case isCrashLooping(m.pod):
 		return "its pod keeps crashing"
+	case p.defragmenting(m):
+		// etcd holds a member's backend for a whole defragmentation, minutes on a large
+		// database: unhealthy then is the operator's own maintenance, not a failure. A
+		// defragmentation that never ends exhausts its Job's attempts and waits for a person.
+		return ""
 	}
 	if since, ok := p.unhealthySince(m); ok && p.obs.Now.Sub(since) >= stuckAfter && p.elapsedSince(m.pod.CreationTimestamp.Time) >= stuckAfter {
 		return "unhealthy for " + stuckAfter.String()
 	}
 	return ""
+}
+
+// defragmenting: the maintenance in progress is defragmenting m (status.maintenance).
+func (p *planner) defragmenting(m *member) bool {
+	r := p.obs.Cluster.Status.Maintenance
+	return r != nil && r.Phase == phaseDefragmenting && r.Member == m.name
 }
 
 // 8. Config drift: a pod whose configuration differs from the spec is rolled, highest
