@@ -8,6 +8,7 @@ package etcdtest
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"strings"
@@ -29,9 +30,26 @@ const (
 // readyTimeout bounds how long a member may take to serve, generous for a loaded machine.
 const readyTimeout = 30 * time.Second
 
-// FreePort asks the kernel for an unused port on 127.0.0.1.
+// Ports FreePort picks from: below Linux's default ephemeral range (32768-60999), from which
+// the kernel takes the local port of every outgoing connection and of every listen on port 0.
+// A port taken from that range is free when it is asked for and may be another process's
+// client port by the time etcd binds it; one below it is only taken by a listener that names
+// it, so two packages' tests running at once collide only if they draw the same number.
+const (
+	freePortLow  = 20000
+	freePortHigh = 32767
+)
+
+// FreePort returns an unused port on 127.0.0.1, outside the ephemeral range where it can.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	for range 100 {
+		port := freePortLow + rand.IntN(freePortHigh-freePortLow+1)
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			l.Close()
+			return port
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

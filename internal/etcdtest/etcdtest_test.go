@@ -46,3 +46,13 @@ func TestStartNamesTheMemberThatFails(t *testing.T) {
 		t.Fatalf("error %q does not name the member", err)
 	}
 }
+
+// TestFreePortIsOutsideTheEphemeralRange: a port from the ephemeral range can become another
+// process's client port before etcd binds it ("address already in use" under a parallel go test).
+func TestFreePortIsOutsideTheEphemeralRange(t *testing.T) {
+	for range 20 {
+		if p := FreePort(t); p < freePortLow || p > freePortHigh {
+			t.Fatalf("FreePort gave %d, want %d-%d", p, freePortLow, freePortHigh)
+		}
+	}
+}
