@@ -272,21 +272,7 @@ func TestRandomAlarms(t *testing.T) {
 			for _, change := range changes {
 				change()
 				w.cluster.Generation++
-				healAt := -1
-				for i := 0; i < 60; i++ {
-					if healAt < 0 && rng.Intn(4) == 0 {
-						f := rng.Intn(len(faults))
-						w.log = append(w.log, fmt.Sprintf("fault %d", f))
-						faults[f]()
-						healAt = i + 3 + rng.Intn(12)
-					}
-					if i == healAt {
-						healAll()
-						healAt = -1
-					}
-					w.step()
-				}
-				healAll()
+				w.faultsDuring(rng, faults, 4, healAll)
 				w.run(500)
 			}
 		})

@@ -435,21 +435,7 @@ func TestRandomPartialKnowledge(t *testing.T) {
 			for _, change := range changes {
 				change()
 				w.cluster.Generation++
-				healAt := -1
-				for i := 0; i < 60; i++ {
-					if healAt < 0 && rng.Intn(6) == 0 {
-						f := rng.Intn(len(faults))
-						w.log = append(w.log, fmt.Sprintf("fault %d", f))
-						faults[f]()
-						healAt = i + 3 + rng.Intn(12)
-					}
-					if i == healAt {
-						healAll()
-						healAt = -1
-					}
-					w.step()
-				}
-				healAll()
+				w.faultsDuring(rng, faults, 6, healAll)
 				w.leaderReturns = 0
 				if testing.Verbose() {
 					t.Logf("change done: %s\n%s", w.describe(), strings.Join(w.log, "\n"))
@@ -468,4 +454,25 @@ func (w *simWorld) randomPod(rng *rand.Rand) *simPod {
 		return nil
 	}
 	return w.pods[ords[rng.Intn(len(ords))]]
+}
+
+// faultsDuring runs the 60 steps after a change of a random run: at each step without a fault
+// standing, one of faults in oneIn is injected, healed with healAll 3 to 14 steps later; what
+// still stands is healed at the end.
+func (w *simWorld) faultsDuring(rng *rand.Rand, faults []func(), oneIn int, healAll func()) {
+	healAt := -1
+	for i := 0; i < 60; i++ {
+		if healAt < 0 && rng.Intn(oneIn) == 0 {
+			f := rng.Intn(len(faults))
+			w.log = append(w.log, fmt.Sprintf("fault %d", f))
+			faults[f]()
+			healAt = i + 3 + rng.Intn(12)
+		}
+		if i == healAt {
+			healAll()
+			healAt = -1
+		}
+		w.step()
+	}
+	healAll()
 }
