@@ -23,12 +23,25 @@ type Snapshot struct {
 	// different cluster ID or a member ID the list lacks); the planner holds on it.
 	Inconsistent string `json:"inconsistent,omitempty"`
 	// Forked names the endpoints (pod names) whose answers say that a second membership is
-	// alive: another cluster ID, a member ID the member list lacks, or a second member that
-	// reports itself leader. Inconsistent says what each answered.
+	// alive: another cluster ID, or a second member that reports itself leader, also one
+	// outside the member list. Inconsistent says what each answered.
 	Forked []string `json:"forked,omitempty"`
+	// Unlisted are the endpoints that answered under this cluster's ID as a member the list
+	// lacks, without claiming leadership: a removed member that has not yet learnt of its
+	// removal (etcd stops it when it does), or a copy of a member's data started on its own.
+	// Only the planner, which remembers each pod's member IDs, can tell the two apart.
+	Unlisted []Unlisted `json:"unlisted,omitempty"`
 	// Alarms are the cluster's active alarms, also those of members no longer in the list,
 	// and those of member ID 0, which etcd raises when it cannot tell which member is at fault.
 	Alarms []Alarm `json:"alarms,omitempty"`
+}
+
+// Unlisted is one answer from outside the member list.
+type Unlisted struct {
+	// Endpoint is the pod name.
+	Endpoint string `json:"endpoint"`
+	// MemberID is the member ID it answered under.
+	MemberID uint64 `json:"memberID"`
 }
 
 // Alarm is one active etcd alarm.

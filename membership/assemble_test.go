@@ -67,8 +67,8 @@ func TestAssemble(t *testing.T) {
 			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 1, 1, 5), said(testClusterID, 3, 1, 5)}, false, 1, "both answer as member 1", "", ""},
 		{"e-1's pod answers as e-2",
 			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 3, 1, 5), down}, false, 1, "endpoint of e-1 answers as member e-2", "", ""},
-		{"a pod answers as a member the list lacks (removed, or started on its own)",
-			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 1, 5)}, true, 1, "e-3 answers as member 9, which is not in the member list", "", "e-3"},
+		{"a pod answers as a member the list lacks (removed, or started on its own): for the planner to judge",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 1, 5)}, true, 1, "", "", ""},
 		{"a pod outside the list leads as well",
 			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 9, 6)}, true, 1, "e-0 (term 5), e-3 (outside the member list) each report themselves leader", "", "e-0,e-3"},
 	} {
@@ -89,6 +89,21 @@ func TestAssemble(t *testing.T) {
 		case strings.Join(snap.Forked, ",") != tc.forked:
 			t.Errorf("%s: forked %q, want %q", tc.story, snap.Forked, tc.forked)
 		}
+	}
+}
+
+// An answer from outside the member list that does not lead is reported with the member ID it
+// gave, and only then: the planner tells a removed member still stopping from a stranger.
+func TestAssembleReportsUnlistedAnswers(t *testing.T) {
+	snap := assemble(endpoints("e-0", "e-1", "e-2", "e-3"),
+		[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 1, 5)}, threeMembers())
+	if want := []etcdstate.Unlisted{{Endpoint: "e-3", MemberID: 9}}; !slices.Equal(snap.Unlisted, want) {
+		t.Errorf("unlisted %+v, want %+v", snap.Unlisted, want)
+	}
+	snap = assemble(endpoints("e-0", "e-1", "e-2", "e-3"),
+		[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 9, 6)}, threeMembers())
+	if len(snap.Unlisted) != 0 || !slices.Contains(snap.Forked, "e-3") {
+		t.Errorf("a leader outside the list: unlisted %+v, forked %v; want it forked only", snap.Unlisted, snap.Forked)
 	}
 }
 

@@ -419,14 +419,17 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 		}
 		j, ok := byID[st.Header.MemberId]
 		if !ok {
-			// A member removed from this list, or one started on its own (a forced new
-			// cluster, a copied volume), that still serves: it is not in the membership the
-			// hook acts on, and may take writes that membership never sees.
+			// A member removed from this list that still serves, or one started on its own
+			// (a forced new cluster, a copied volume). One that leads has a membership of its
+			// own that may take writes this one never sees: a fork. One that does not is
+			// reported for the planner, which knows the member IDs its pods had.
+			if !isSelfLeader(st) {
+				snap.Unlisted = append(snap.Unlisted, etcdstate.Unlisted{Endpoint: ep.Member, MemberID: st.Header.MemberId})
+				continue
+			}
 			conflicts = append(conflicts, fmt.Sprintf("%s answers as member %x, which is not in the member list", ep.Member, st.Header.MemberId))
 			forked[ep.Member] = true
-			if isSelfLeader(st) {
-				foreignLeaders = append(foreignLeaders, ep.Member)
-			}
+			foreignLeaders = append(foreignLeaders, ep.Member)
 			continue
 		}
 		if other, dup := answeredBy[st.Header.MemberId]; dup {

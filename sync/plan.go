@@ -2,11 +2,13 @@ package sync
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
 )
 
@@ -268,12 +270,22 @@ func clusterToken(c *v1alpha1.EtcdCluster) string {
 // it; "" when it can.
 func unknownStateReason(v *view) (reason, degradedBy string) {
 	e := v.obs.Etcd
+	forked := slices.Clone(e.Forked)
+	var conflicts []string
+	if e.Inconsistent != "" {
+		conflicts = append(conflicts, e.Inconsistent)
+	}
+	for _, u := range v.strangeUnlisted() {
+		forked = append(forked, u.Endpoint)
+		conflicts = append(conflicts, fmt.Sprintf("%s answers as member %x, which is not in the member list and was never this pod's", u.Endpoint, u.MemberID))
+	}
 	switch {
 	case !e.Asked:
 		return "etcd not reachable: " + e.Err, ReasonEtcdUnreachable
-	case len(e.Forked) > 0:
+	case len(forked) > 0:
+		slices.Sort(forked)
 		return fmt.Sprintf("etcd answers as more than one membership (%s): %s; no membership change until a person resolves it (docs/runbooks.md, two memberships answer)",
-			strings.Join(e.Forked, ", "), e.Inconsistent), ReasonEtcdForked
+			strings.Join(slices.Compact(forked), ", "), strings.Join(conflicts, "; ")), ReasonEtcdForked
 	case e.Inconsistent != "":
 		return "etcd answers inconsistently: " + e.Inconsistent, ReasonEtcdInconsistent
 	case v.stranger != "":
@@ -286,6 +298,20 @@ func unknownStateReason(v *view) (reason, degradedBy string) {
 			"nothing is changed until the annotation %s=%s accepts the new cluster on purpose", got, v.clusterID, v1alpha1.AnnotationAcceptClusterID, got), ReasonClusterIDChanged
 	}
 	return "", ""
+}
+
+// strangeUnlisted are the answers from outside the member list that are not a removed member
+// still stopping. etcd stops a removed member only once it hears of its removal, so for a
+// while (longer when it is cut off) it answers under the ID it had: the ID the ledger last
+// recorded for its pod. Any other ID at a pod's address is a membership of its own.
+func (v *view) strangeUnlisted() []etcdstate.Unlisted {
+	var out []etcdstate.Unlisted
+	for _, u := range v.obs.Etcd.Unlisted {
+		if e, ok := v.ledger[u.Endpoint]; !ok || e.ID != fmt.Sprintf("%x", u.MemberID) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // rollForward is the one change a hold may make: when etcd cannot be reached and no pod of the

@@ -338,7 +338,7 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			p.slow = true
 		case "node-lost":
 			w.loseNode(p)
-		case simForkCluster, simForkMember:
+		case simForkCluster, simForkMember, simForkCopy:
 			w.fork(p, arg(1))
 		case "heal":
 			p.crash, p.down, p.blind, p.slow, p.stuck, p.forked, p.nodeLost = false, false, false, false, false, "", false

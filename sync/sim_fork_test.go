@@ -24,6 +24,10 @@ const (
 	// simForkMember: the pod answers under the cluster's ID but a member ID the list lacks,
 	// and leads a membership of its own (a copy of a volume forced into a new cluster).
 	simForkMember = "forked-member"
+	// simForkCopy: the pod answers under the cluster's ID and a member ID the list lacks and
+	// that was never this pod's, and leads nothing the hook can see (a copy of a volume
+	// started beside the cluster, whose leader the hook cannot reach).
+	simForkCopy = "forked-copy"
 )
 
 // simForeignMemberID is the member ID a forked copy answers under.
@@ -54,6 +58,11 @@ func (w *simWorld) forkedAnswers(s *etcdstate.Snapshot) {
 				s.Complete = false
 			}
 		}
+		if kind == simForkCopy {
+			// The observer reports it for the planner to judge (membership.assemble).
+			s.Unlisted = append(s.Unlisted, etcdstate.Unlisted{Endpoint: name, MemberID: simForeignMemberID})
+			continue
+		}
 		forked = append(forked, name)
 		if kind == simForkCluster {
 			conflicts = append(conflicts, fmt.Sprintf("%s answers for cluster %x, the member list for %x", name, s.ClusterID+1, s.ClusterID))
@@ -82,7 +91,7 @@ func (w *simWorld) randomFork(rng *rand.Rand, heal *[]func()) {
 	if p == nil {
 		return
 	}
-	w.fork(p, []string{simForkCluster, simForkMember}[rng.Intn(2)])
+	w.fork(p, []string{simForkCluster, simForkMember, simForkCopy}[rng.Intn(3)])
 	*heal = append(*heal, func() { p.forked, p.down = "", false })
 }
 
@@ -151,7 +160,8 @@ func (w *simWorld) forkedStep(t *testing.T) bool {
 	}
 	seen := w.observe().Etcd
 	d := w.sync()
-	if len(seen.Forked) > 0 {
+	copied := slices.ContainsFunc(seen.Unlisted, func(u etcdstate.Unlisted) bool { return u.MemberID == simForeignMemberID })
+	if len(seen.Forked) > 0 || copied {
 		cond := apimeta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionDegraded)
 		if d.Action.Type != Hold || cond == nil || cond.Reason != ReasonEtcdForked || !strings.Contains(cond.Message, forked) {
 			t.Fatalf("%s forked: want a hold, Degraded %s naming it; got %v: %s (condition %+v)", forked, ReasonEtcdForked, d.Action.Type, d.Action.Reason, cond)
@@ -165,4 +175,43 @@ func (w *simWorld) forkedStep(t *testing.T) bool {
 	w.tick()
 	w.checkWorld()
 	return forked != ""
+}
+
+// TestRemovedMemberAnsweringIsNoFork: a member removed by scale-in whose etcd never hears of
+// its removal (cut off from its peers, not from the hook) keeps answering under the ID the
+// ledger recorded for its pod. That is no second membership: scale-in goes on and takes the
+// pod. The same answer under an ID that was never the pod's is a fork, and holds.
+func TestRemovedMemberAnsweringIsNoFork(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sameID   bool
+		wantFork bool
+	}{{"its own ID", true, false}, {"another ID", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, _ := created(t, 5, true)
+			removed := w.memberAt(4).id
+			w.cluster.Spec.Size = ptrTo(int32(4))
+			w.cluster.Generation++
+			for w.memberAt(4) != nil {
+				w.step()
+			}
+			id := removed
+			if !tc.sameID {
+				id = simForeignMemberID
+			}
+			var forked, scaled bool
+			for i := 0; i < 5; i++ {
+				w.etcdOverride = func(s *etcdstate.Snapshot) {
+					s.Unlisted = []etcdstate.Unlisted{{Endpoint: w.podName(4), MemberID: id}}
+				}
+				d := w.step()
+				cond := apimeta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionDegraded)
+				forked = forked || cond != nil && cond.Status == "True" && cond.Reason == ReasonEtcdForked
+				scaled = scaled || d.Action.Type == ScaleStatefulSet
+			}
+			if forked != tc.wantFork || scaled == tc.wantFork {
+				t.Fatalf("etcd-4 answers as %x after its removal: forked %v, scaled in %v; want forked %v\n%s", id, forked, scaled, tc.wantFork, w.describe())
+			}
+		})
+	}
 }

@@ -107,8 +107,9 @@ type simPod struct {
 	// old: its etcd runs as a member of a membership a quorum recovery forced the survivor
 	// out of (sim_oldquorum_test.go).
 	old bool
-	// told: it runs for the old membership and has reached the survivor, which answers that
-	// it was removed: its etcd stops.
+	// told: it runs for a membership it was removed from (the old one of a quorum recovery, or
+	// the cluster's, whose member it no longer is) and has reached a member that answers that
+	// it was removed: its etcd stops. Until then it answers as the member it was.
 	told bool
 	// why its etcd last failed to start, for describe; refusal, the termination message a
 	// refusing launcher left.
@@ -515,7 +516,23 @@ func (w *simWorld) snapshot(pods []corev1.Pod) etcdstate.Snapshot {
 	}
 	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].ID < s.Members[j].ID })
 	s.Alarms = append([]etcdstate.Alarm(nil), w.alarms...)
+	s.Unlisted = w.unlistedAnswers(asked)
 	return s
+}
+
+// unlistedAnswers are the pods whose etcd runs as a member the cluster no longer lists: removed
+// and not yet told, or a member of the membership a quorum recovery forced the survivor out of.
+// Each answers the hook under its old member ID and, alone, leads nothing.
+func (w *simWorld) unlistedAnswers(asked map[int]bool) []etcdstate.Unlisted {
+	var out []etcdstate.Unlisted
+	for _, ord := range sortedInts(w.pods) {
+		p, d := w.pods[ord], w.data[ord]
+		if !p.running || p.blind || !asked[ord] || d == nil || w.memberByID(d.id) != nil || p.forked != "" {
+			continue
+		}
+		out = append(out, etcdstate.Unlisted{Endpoint: w.podName(ord), MemberID: d.id})
+	}
+	return out
 }
 
 // withLastApplied adds Metacontroller's last-applied annotation to an applied child.
@@ -920,6 +937,12 @@ func (w *simWorld) kubelet() {
 			continue
 		}
 		m := w.memberAt(ord)
+		if d := w.data[ord]; p.running && d != nil && !p.crash && (m == nil || d.id != m.id) && (p.stuck || !p.told) {
+			// Its member was removed from the cluster: etcd learns it from the members it
+			// reaches, a tick later, and never while cut off. Until then it runs and answers.
+			p.told = !p.stuck
+			continue
+		}
 		if d := w.data[ord]; p.running && (m == nil || d == nil || d.id != m.id || p.crash) {
 			// Its member was removed from the cluster (or it crashes): etcd exits.
 			p.running = false
