@@ -18,7 +18,7 @@ import (
 	"etcdops.dev/etcdops/joinstate"
 )
 
-// Backups are member Jobs the planner schedules (7f), not a CronJob: a Job the planner starts
+// Backups are member Jobs the planner schedules (backupDue), not a CronJob: a Job the planner starts
 // is one at a time with every other member Job by the rule that holds for all of them, never
 // runs while a learner joins or a member is being replaced, and is read from the members the
 // planner knows healthy. Its result comes back as the termination message of the Job's pod
@@ -119,7 +119,7 @@ func latestTick(next func(time.Time) time.Time, from, now time.Time) (time.Time,
 	return t, true
 }
 
-// 7f. A backup that is due is taken before a failed member is replaced and before anything
+// backupDue: a backup that is due is taken before a failed member is replaced and before anything
 // normal (a roll, a scale) goes on: the normal phases wait for the one Job, and a roll of many
 // pods does not put the backup off. Only the fixes come first, so no backup starts while a
 // learner joins, a member lacks its pod or a pod its member. A member down does not stop it:
@@ -128,7 +128,7 @@ func latestTick(next func(time.Time) time.Time, from, now time.Time) (time.Time,
 // than one snapshot, which at worst fails and is taken at the next schedule time.
 func (p *planner) backupDue() (step, bool) {
 	t, ok := p.dueBackup()
-	if !ok || p.retry != "" || p.exhausted != nil || p.backupWait != nil {
+	if !ok || p.stage.retry != "" || p.stage.exhausted != nil || p.stage.backupWait != nil {
 		// A failed step due for its retry, or out of retries, goes first: a backup in between
 		// would lose its count of attempts. One backup at a time.
 		return step{}, false
@@ -151,33 +151,41 @@ func (p *planner) backupDue() (step, bool) {
 	}
 	s := p.base(Action{Type: TakeBackup, Member: name, Reason: "backup " + t.String() + ": snapshot from a follower, " + name + " preferred"}, resyncSoon)
 	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), clientSecret: p.tls.clientSecret}
-	rec := p.backupRecord()
+	rec := (&backupRecord{st: p.stage.backup, prev: p.obs.Cluster.Status.Backup}).changed()
 	if t.request != "" {
 		rec.LastRequest = t.request
 	} else {
 		at := metav1.NewTime(t.scheduled)
 		rec.LastScheduleTime = &at
 	}
-	p.backup = rec
+	s.backup = rec
 	return s, true
 }
 
-// backupRecord is status.backup as this sync leaves it so far: a copy, changed in place.
-func (p *planner) backupRecord() *v1alpha1.BackupStatus {
-	if p.backup == nil {
-		p.backup = &v1alpha1.BackupStatus{}
-		if prev := p.obs.Cluster.Status.Backup; prev != nil {
-			*p.backup = *prev
-		}
-	}
-	return p.backup
+// backupRecord is status.backup as this sync leaves it so far: st is nil until something is
+// recorded, then a copy of prev (the last status's), changed in place.
+type backupRecord struct {
+	st, prev *v1alpha1.BackupStatus
 }
 
-// backupJob handles an observed backup Job in phase 6: one running is waited for; one done is
+// changed is the record to change: a copy of what it holds so far.
+func (r *backupRecord) changed() *v1alpha1.BackupStatus {
+	c := &v1alpha1.BackupStatus{}
+	switch {
+	case r.st != nil:
+		*c = *r.st
+	case r.prev != nil:
+		*c = *r.prev
+	}
+	r.st = c
+	return c
+}
+
+// backupJob handles an observed backup Job in the Job stage (memberJobs): one running is waited for; one done is
 // recorded in status.backup and dropped (a failed one is not retried before the next
 // schedule time: its pod was retried already, backoffLimit times). keep is false when the
 // Job is dropped.
-func (p *planner) backupJob(j *batchv1.Job) (s step, keep bool) {
+func (p *planner) backupJob(j *batchv1.Job, rec *backupRecord) (s step, keep bool) {
 	state, at := stateOf(j)
 	switch state {
 	case jobRunning:
@@ -187,16 +195,16 @@ func (p *planner) backupJob(j *batchv1.Job) (s step, keep bool) {
 		if !ok && p.elapsedSince(at) < backupResultWait {
 			return p.wait(j.Labels[LabelMember], "backup: Job "+j.Name+" done, its pod's report not seen yet", resyncSoon), true
 		}
-		rec := p.backupRecord()
-		rec.LastSuccessfulTime = &metav1.Time{Time: at}
-		rec.LastSuccessful = &v1alpha1.BackupRecord{Object: r.Object, Revision: r.Revision, Size: r.Size, SHA256: r.SHA256, Member: p.memberNameOf(r.MemberID), Time: metav1.NewTime(at)}
+		b := rec.changed()
+		b.LastSuccessfulTime = &metav1.Time{Time: at}
+		b.LastSuccessful = &v1alpha1.BackupRecord{Object: r.Object, Revision: r.Revision, Size: r.Size, SHA256: r.SHA256, Member: p.memberNameOf(r.MemberID), Time: metav1.NewTime(at)}
 	case jobFailed:
 		r, _ := p.backupResult(j, corev1.PodFailed)
 		reason := r.Error
 		if reason == "" {
 			reason = jobFailureMessage(j)
 		}
-		p.backupRecord().LastFailure = &v1alpha1.BackupFailure{Job: j.Name, Reason: reason, Time: metav1.NewTime(at)}
+		rec.changed().LastFailure = &v1alpha1.BackupFailure{Job: j.Name, Reason: reason, Time: metav1.NewTime(at)}
 	}
 	return step{}, false
 }

@@ -13,9 +13,9 @@ import (
 	"etcdops.dev/etcdops/etcdstate"
 )
 
-// Database maintenance: an alarm of no member reported and left alone (7b), alarms of members
-// that are gone disarmed (7b), a NOSPACE alarm remediated in the fix stage (7b), and scheduled
-// defragmentation once everything else is done (12). Each is one Job at a time, and
+// Database maintenance: an alarm of no member reported and left alone (unplacedAlarm), alarms of
+// members that are gone disarmed (staleAlarm), a NOSPACE alarm remediated in the fix stage
+// (noSpace), and scheduled defragmentation once everything else is done (defragment). Each is one Job at a time, and
 // status.maintenance records where a remediation stands, so that a sync picks it up where the
 // last one left it.
 
@@ -44,10 +44,10 @@ const (
 	noSpaceMinFree = 1 << 20
 )
 
-// 7b. An alarm of member ID 0 names no member: etcd raises CORRUPT so when the members'
+// unplacedAlarm: an alarm of member ID 0 names no member: etcd raises CORRUPT so when the members'
 // hashes disagree and no majority says which one is wrong, and every write is refused. The
 // operator cannot place it, so it acts on none of it: the alarm is reported, never disarmed,
-// no member is replaced on it, and no quorum is recovered from it (7a); a person finds the
+// no member is replaced on it, and no quorum is recovered from it (quorumLost); a person finds the
 // odd member by its hash (docs/runbooks.md).
 func (p *planner) unplacedAlarm() (step, bool) {
 	types := p.unplacedAlarms()
@@ -71,7 +71,7 @@ func (v *view) unplacedAlarms() []string {
 	return out
 }
 
-// 7b. An alarm of a member no longer in the membership (a CORRUPT member that was removed to
+// staleAlarm: an alarm of a member no longer in the membership (a CORRUPT member that was removed to
 // be replaced) is disarmed: etcd keeps it, and a CORRUPT alarm keeps the whole cluster from
 // serving. unplacedAlarm has taken the alarms of member 0 before; a NOSPACE alarm is
 // disarmed by the remediation (noSpace), once the members that remain have room.
@@ -86,7 +86,7 @@ func (p *planner) staleAlarm() (step, bool) {
 	return step{}, false
 }
 
-// 7b. A NOSPACE alarm stops every write. Remediated (spec.maintenance.noSpace, by default):
+// noSpace: a NOSPACE alarm stops every write. Remediated (spec.maintenance.noSpace, by default):
 // compact the key space at the current revision; then defragment the members one per sync,
 // the leader last; then disarm the alarms, one member's per sync, once every member answered
 // and each one's database is below noSpaceDisarmBelowPercent of the quota it reports (the
@@ -100,7 +100,7 @@ func (p *planner) noSpace() (step, bool) {
 		if ongoing {
 			// Disarmed, by the remediation or by a person.
 			now := metav1.NewTime(p.obs.Now)
-			p.maintenance = &v1alpha1.MaintenanceStatus{Operation: opNoSpace, Phase: phaseDone, Since: now, LastDisarmed: &now}
+			return step{maintenance: &v1alpha1.MaintenanceStatus{Operation: opNoSpace, Phase: phaseDone, Since: now, LastDisarmed: &now}}, false
 		}
 		return step{}, false
 	}
@@ -153,8 +153,7 @@ func (p *planner) noSpace() (step, bool) {
 	}
 	if p.anyDrifted() {
 		// A roll, which may raise the quota, goes first; the alarm is disarmed after it.
-		p.maintenance = p.record(opNoSpace, phaseStuck, "")
-		return step{}, false
+		return step{maintenance: p.record(opNoSpace, phaseStuck, "")}, false
 	}
 	// Disarmed only on a complete view: a member that did not answer may be the full one.
 	var silent, full []*member
@@ -192,7 +191,7 @@ func (p *planner) noSpace() (step, bool) {
 }
 
 // repairFirst: while the remediation waits on a member (one that did not answer, or whose
-// pause would cost quorum), the repairs of phases 7c to 7g go first when they have a step to
+// pause would cost quorum), the repairs among the fixes go first when they have a step to
 // take, as membership changes are allowed under NOSPACE: a failed or corrupt member replaced, a
 // learner or a pod without a member seen to. Otherwise the alarm, disarmed only once every
 // member answers, would wait for the repairs it keeps from running.
@@ -233,7 +232,7 @@ func (p *planner) quotas(ms []*member) string {
 	return "own (" + strings.Join(each, ", ") + ")"
 }
 
-// 12. Scheduled defragmentation (spec.maintenance.defragment): a member whose database file
+// defragment: scheduled defragmentation (spec.maintenance.defragment): a member whose database file
 // is mostly free pages is defragmented, one per sync and the leader last, only now that every
 // earlier phase found nothing to do: every voter healthy, no learner, no alarm, the spec
 // applied.
@@ -342,7 +341,7 @@ func (p *planner) record(op, phase, member string) *v1alpha1.MaintenanceStatus {
 
 // finished: a Job of this step (verb, or verb/member) succeeded and is dropped in this sync.
 func (p *planner) finished(step string) bool {
-	for _, d := range p.done {
+	for _, d := range p.stage.done {
 		if d == step || strings.HasPrefix(d, step+"/") {
 			return true
 		}

@@ -23,25 +23,11 @@ const (
 // complete desired children.
 //
 // The phases run in the order of the workflow and the first that decides wins, so each later
-// phase may assume that the earlier ones found nothing to do. Phases 1 to 5 are in this file,
-// 6 to 11 in planner.go, each in this order:
-//
-//  1. finalizing          ordered teardown
-//  2. invalid spec        report; children unchanged
-//  3. paused              report; children unchanged
-//  4. bootstrap           Services, join state and a StatefulSet of one seed
-//  5. unknown etcd state  hold: membership, replicas and partition unchanged, missing children
-//     rendered again; a cluster whose pods are all down may still roll forward
-//  6. member Job          wait for the one in flight; back off after a failure
-//  7. fix                 quorum lost or NOSPACE (report only), a member without its pod,
-//     a learner (remove beyond the size, promote, or remove when stuck), a pod without its
-//     member, a backup that is due (backup.go), a failed member (replace); a member only
-//     the hook cannot reach is reported, never replaced
-//  8. config drift        roll the highest outdated pod once the pods above are up, leader
-//     moved away first; a cluster of two first grows a temporary third member
-//  9. scale out           add a learner at the lowest free ordinal
-//  10. scale in           remove the highest member, leader moved away first
-//  11. upgrade            roll the highest outdated pod, like config drift
+// phase may assume that the earlier ones found nothing to do. They are numbered once, in
+// order: 1 to 5 in Plan's body below (teardown, an invalid spec, a pause, the bootstrap, and
+// an etcd state that cannot be trusted), 6 in plan (the Job stage), and 7 on in the phase
+// table of planner.change (sync/planner.go), the one list of them, each entry with its file
+// and what it decides.
 //
 // Every decision is checked against the invariants before it is returned (invariants.go).
 func Plan(cfg Config, obs Observed) Decision {
@@ -72,12 +58,11 @@ func Plan(cfg Config, obs Observed) Decision {
 		s.degradedBy = v.unknownBy
 		return v.decision(s)
 	}
-	// 6 to 11: one step on a cluster whose state is known.
-	p := &planner{view: v}
-	return v.decision(p.decide())
+	// 6 on: one step on a cluster whose state is known (plan).
+	return v.decision(plan(v))
 }
 
-// 1. finalize tears down in order: member Jobs first (no membership change may run into the
+// finalize tears down in order: member Jobs first (no membership change may run into the
 // teardown), then the StatefulSet until its pods are gone, then the Services, the join
 // ConfigMap and the PodDisruptionBudget. Finalized only once nothing is observed. Volume
 // claims follow spec.storageSpec.whenDeleted through the StatefulSet's retention policy.
@@ -182,7 +167,7 @@ func isBootstrapping(obs *Observed) bool {
 	return true
 }
 
-// 4. bootstrap renders the first children: the Services, the join state naming one seed that
+// bootstrap renders the first children: the Services, the join state naming one seed that
 // forms a new cluster, and a StatefulSet of one.
 func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	seed := PodName(c.Name, 0)
@@ -266,7 +251,7 @@ func clusterToken(c *v1alpha1.EtcdCluster) string {
 	return c.Namespace + "/" + c.Name + "/" + string(c.UID)
 }
 
-// 5. unknownStateReason says why etcd's state cannot be trusted, and the Degraded reason for
+// unknownStateReason says why etcd's state cannot be trusted, and the Degraded reason for
 // it; "" when it can.
 func unknownStateReason(v *view) (reason, degradedBy string) {
 	e := v.obs.Etcd

@@ -14,9 +14,20 @@ import (
 	"etcdops.dev/etcdops/etcdstate"
 )
 
-// planner runs phases 6 to 11 over one view.
+// planner runs the phases from 6 on over one view. Its fields are set before the phases run
+// and only read by them: what the Job stage found, and the recovery as it stands.
 type planner struct {
 	*view
+	stage jobStage
+	// recovery is the quorum recovery as the phases find it: the last status's, moved on by
+	// recoveryProgress; nil when there is none.
+	recovery *v1alpha1.RecoveryStatus
+}
+
+// jobStage is what phase 6 found among the observed Jobs, for the phases after it.
+type jobStage struct {
+	// waiting, when set, is a Job outstanding: the sync waits for it and decides nothing else.
+	waiting *step
 	// keep are observed Jobs returned unchanged: the one in flight, or one whose outcome is
 	// still to be seen or waited out.
 	keep []*batchv1.Job
@@ -30,18 +41,15 @@ type planner struct {
 	// done are the steps (verb/member) whose Jobs succeeded and are dropped in this sync:
 	// maintenance that leaves nothing in the membership to show for it reads them here.
 	done []string
-	// maintenance and recovery, when set, are what status records of them now; otherwise the
-	// last status's records are kept.
-	maintenance *v1alpha1.MaintenanceStatus
-	recovery    *v1alpha1.RecoveryStatus
-	// backup, when set, is status.backup as this sync leaves it (backup.go).
+	// backup is status.backup with the outcomes of finished backup Jobs recorded; nil when
+	// none finished.
 	backup *v1alpha1.BackupStatus
-	// backupWait, when set, waits for a backup Job still outstanding: it defers the phases
-	// from 7f on, never a fix (backup.go).
+	// backupWait, when set, waits for a backup Job still outstanding: it defers the normal
+	// phases, never a fix (backup.go).
 	backupWait *step
 }
 
-// step is what phases 6 to 11 decided.
+// step is what a phase from 6 on decided.
 type step struct {
 	action    Action
 	replicas  int
@@ -59,96 +67,119 @@ type step struct {
 	degraded    string // why the cluster is Degraded, beyond unhealthy members
 	// degradedBy is the Degraded condition's reason when degraded is set; Blocked if empty.
 	degradedBy string
-	// maintenance and recovery, when set, replace what status records of them.
+	// maintenance, recovery and backup, when set, replace what status records of them. A
+	// phase that decides nothing may still return them, to be recorded whatever decides.
 	maintenance *v1alpha1.MaintenanceStatus
 	recovery    *v1alpha1.RecoveryStatus
-	// backup, when set, replaces status.backup.
-	backup *v1alpha1.BackupStatus
+	backup      *v1alpha1.BackupStatus
 }
 
-func (p *planner) decide() step {
-	s := p.decideStep()
+// records takes the status records of from where s has none.
+func (s *step) records(from step) {
 	if s.maintenance == nil {
-		s.maintenance = p.maintenance
+		s.maintenance = from.maintenance
 	}
 	if s.recovery == nil {
-		s.recovery = p.recovery
+		s.recovery = from.recovery
 	}
 	if s.backup == nil {
-		s.backup = p.backup
+		s.backup = from.backup
 	}
+}
+
+// plan runs the Job stage (phase 6), then the later phases with what it found.
+func plan(v *view) step {
+	p := &planner{view: v}
+	progress := p.recoveryProgress()
+	p.recovery = progress
+	if progress == nil {
+		p.recovery = v.obs.Cluster.Status.Recovery
+	}
+	// 6. The Job stage: a member Job outstanding is waited for.
+	p.stage = p.memberJobs()
+	s := p.decideStep()
+	s.records(step{recovery: progress, backup: p.stage.backup})
 	return s
 }
 
 func (p *planner) decideStep() step {
-	p.recoveryProgress()
-	if s, ok := p.memberJob(); ok {
-		s.keep = p.keep
+	if p.stage.waiting != nil {
+		s := *p.stage.waiting
+		s.keep = p.stage.keep
 		return s
 	}
-	// Nothing is outstanding here but a backup, which p.keep holds.
-	s := p.change()
-	if j := p.exhausted; j != nil && (s.job != nil && s.job.verb == j.Labels[LabelAction] && s.job.member == j.Labels[LabelMember] || slices.Contains(s.keep, j)) {
+	// Nothing is outstanding here but a backup, which p.stage.keep holds.
+	s, recorded := p.change()
+	if j := p.stage.exhausted; j != nil && (s.job != nil && s.job.verb == j.Labels[LabelAction] && s.job.member == j.Labels[LabelMember] || slices.Contains(s.keep, j)) {
 		s = p.exhaustedHold(j)
 		s.keep = []*batchv1.Job{j}
 	}
-	s.keep = append(s.keep, p.keep...)
+	s.keep = append(s.keep, p.stage.keep...)
+	s.records(recorded)
 	return s
 }
 
-// change runs phases 7 to 11; the first that decides wins. A backup Job still outstanding
-// defers the normal phases (8 on), never a fix.
-func (p *planner) change() step {
+// change runs the phases from 7 on, in the order of this table, the one list of them (phases
+// 1 to 5 are Plan's, 6 is memberJobs); the first that decides wins. The fixes come first, in
+// the order in which one can depend on another; a backup Job still outstanding defers the
+// normal phases, never a fix. recorded are the status records of phases that decided nothing.
+func (p *planner) change() (decided, recorded step) {
 	fixes := []func() (step, bool){
-		p.quorumLost,       // 7a
-		p.unplacedAlarm,    // 7b
-		p.staleAlarm,       // 7b
-		p.noSpace,          // 7b
-		p.memberWithoutPod, // 7c
-		p.peerURLs,         // 7c' (tls.go)
-		p.learner,          // 7d
-		p.podWithoutMember, // 7e
-		p.backupDue,        // 7f (backup.go)
-		p.failedMember,     // 7g
+		p.quorumLost,       //  7 planner.go: quorum lost or unconfirmed: hold, or a recovery's next step
+		p.unplacedAlarm,    //  8 maintenance.go: an alarm of member 0: hold, never disarmed
+		p.staleAlarm,       //  9 maintenance.go: an alarm of a removed member: disarm it
+		p.noSpace,          // 10 maintenance.go: NOSPACE: compact, defragment, disarm
+		p.memberWithoutPod, // 11 planner.go: a member beyond the StatefulSet: grow it
+		p.peerURLs,         // 12 tls.go: a peer URL the pod does not listen on: update it
+		p.learner,          // 13 planner.go: a learner: remove beyond the size or stuck, or promote
+		p.podWithoutMember, // 14 planner.go: a pod without its member: add it back, or shrink
+		p.backupDue,        // 15 backup.go: a backup that is due
+		p.failedMember,     // 16 planner.go: a failed voter: remove it to replace it
 	}
 	normal := []func() (step, bool){
-		p.configDrift, // 8
-		p.scaleOut,    // 9
-		p.scaleIn,     // 10
-		p.upgrade,     // 11
-		p.defragment,  // 12
-		p.tlsWaiting,  // 13 (tls.go)
+		p.configDrift, // 17 planner.go: a pod on an outdated template: roll it
+		p.scaleOut,    // 18 planner.go: fewer members than the size: add a learner
+		p.scaleIn,     // 19 planner.go: more members than the size: remove the highest
+		p.upgrade,     // 20 planner.go: an etcd version to roll out
+		p.defragment,  // 21 maintenance.go: scheduled defragmentation
+		p.tlsWaiting,  // 22 tls.go: a TLS change waiting for its Secrets or its pods
 	}
 	for _, phase := range fixes {
-		if s, ok := phase(); ok {
-			return s
+		s, ok := phase()
+		if ok {
+			return s, recorded
 		}
+		recorded.records(s)
 	}
-	if p.backupWait != nil {
-		return *p.backupWait
+	if w := p.stage.backupWait; w != nil {
+		return *w, recorded
 	}
 	for _, phase := range normal {
-		if s, ok := phase(); ok {
-			return s
+		s, ok := phase()
+		if ok {
+			return s, recorded
 		}
+		recorded.records(s)
 	}
-	return p.base(Action{Type: Steady, Reason: fmt.Sprintf("%d healthy members, spec applied", len(p.members))}, resyncSteady)
+	return p.base(Action{Type: Steady, Reason: fmt.Sprintf("%d healthy members, spec applied", len(p.members))}, resyncSteady), recorded
 }
 
-// 6. A member Job in flight is returned unchanged and waited for; one that succeeded is
-// dropped once membership shows its effect; one that failed is kept through its backoff,
-// then dropped so that the step is planned again as the next attempt. One that failed as
-// often as allowed waits for a person, but only if its step is still wanted (see decide).
-func (p *planner) memberJob() (step, bool) {
-	var waiting *step
+// memberJobs is the Job stage: it reads the observed Jobs. A member Job in flight is returned unchanged and
+// waited for; one that succeeded is dropped once membership shows its effect; one that failed
+// is kept through its backoff, then dropped so that the step is planned again as the next
+// attempt. One that failed as often as allowed waits for a person, but only if its step is
+// still wanted (see decideStep).
+func (p *planner) memberJobs() jobStage {
+	var js jobStage
+	backup := &backupRecord{prev: p.obs.Cluster.Status.Backup}
 	for _, j := range p.foreignJobs {
 		// Not a Job this hook names, so what it does is unknown: one that may still run may be
 		// changing membership and is waited for like any member Job; a finished one goes.
 		if state, _ := stateOf(j); state == jobRunning {
-			p.keep = append(p.keep, j)
-			if waiting == nil {
+			js.keep = append(js.keep, j)
+			if js.waiting == nil {
 				s := p.wait("", "Job "+j.Name+" was not started by this hook's naming and may still act on the cluster: waiting for it to finish", resyncSoon)
-				waiting = &s
+				js.waiting = &s
 			}
 		}
 	}
@@ -157,10 +188,10 @@ func (p *planner) memberJob() (step, bool) {
 		if verb == verbBackup {
 			// A backup's outcome goes into status.backup, not into a retry (backup.go). One
 			// outstanding is kept, and waited for only by what a fix does not need.
-			if s, keep := p.backupJob(j); keep {
-				p.keep = append(p.keep, j)
-				if p.backupWait == nil {
-					p.backupWait = &s
+			if s, keep := p.backupJob(j, backup); keep {
+				js.keep = append(js.keep, j)
+				if js.backupWait == nil {
+					js.backupWait = &s
 				}
 			}
 			continue
@@ -172,14 +203,14 @@ func (p *planner) memberJob() (step, bool) {
 			s = p.wait(who, fmt.Sprintf("%s %s: Job %s running", verb, who, j.Name), resyncSoon)
 		case jobSucceeded:
 			if p.effectShows(j) {
-				p.done = append(p.done, verb+"/"+who)
+				js.done = append(js.done, verb+"/"+who)
 				continue
 			}
 			s = p.wait(who, fmt.Sprintf("%s %s: Job %s done, membership does not show it yet", verb, who, j.Name), resyncSoon)
 		case jobFailed:
 			failures := attemptOf(j) + 1
 			if failures >= maxJobAttempts {
-				p.exhausted = j
+				js.exhausted = j
 				continue
 			}
 			// The reason names the retry time, not the time left, so status stays the same
@@ -192,23 +223,21 @@ func (p *planner) memberJob() (step, bool) {
 				s.degraded, s.degradedBy = s.action.Reason, ReasonJobFailing
 				break
 			}
-			p.failures, p.retry = failures, verb+"/"+who
+			js.failures, js.retry = failures, verb+"/"+who
 			continue
 		}
-		p.keep = append(p.keep, j)
-		if waiting == nil {
-			waiting = &s
+		js.keep = append(js.keep, j)
+		if js.waiting == nil {
+			js.waiting = &s
 		}
 	}
-	if waiting == nil {
-		return step{}, false
-	}
-	if p.exhausted != nil {
+	js.backup = backup.st
+	if js.waiting != nil && js.exhausted != nil {
 		// Whether it is still wanted is decided once nothing else is outstanding.
-		p.keep = append(p.keep, p.exhausted)
+		js.keep = append(js.keep, js.exhausted)
 	}
 	// One membership change at a time: nothing else starts while a Job is outstanding.
-	return *waiting, true
+	return js
 }
 
 // exhaustedHold reports a Job that failed as often as allowed and whose step is still wanted.
@@ -259,13 +288,13 @@ func (p *planner) effectShows(j *batchv1.Job) bool {
 	return true
 }
 
-// 7a. Lost quorum: no membership change can commit, and guessing is how data is lost. Only a
+// quorumLost: with quorum lost no membership change can commit, and guessing is how data is lost. Only a
 // person restores from a snapshot or forces a new cluster from the most up-to-date member.
 // Voters only the hook cannot reach may be what is missing: then quorum is unconfirmed, not
 // lost, and said so.
 func (p *planner) quorumLost() (step, bool) {
 	// A member with a CORRUPT alarm that answers still takes part in raft: the alarm stops
-	// reads and writes, not membership changes, which is how it is replaced (7f).
+	// reads and writes, not membership changes, which is how it is replaced (failedMember).
 	corrupt := p.filter(func(m *member) bool { return !m.IsLearner && m.Reachable && hasAlarm(m.Member, "CORRUPT") })
 	voters, healthy := len(p.voters()), p.healthyVoters()+len(corrupt)
 	if etcdstate.HasQuorum(voters, healthy) {
@@ -297,7 +326,7 @@ func (p *planner) quorumLost() (step, bool) {
 	return s, true
 }
 
-// 7c. A member whose ordinal the StatefulSet does not reach has no pod: a scale-out was
+// memberWithoutPod: a member whose ordinal the StatefulSet does not reach has no pod: a scale-out was
 // interrupted between adding the member and growing the StatefulSet. Finish it.
 func (p *planner) memberWithoutPod() (step, bool) {
 	top := p.maxMemberOrdinal()
@@ -307,7 +336,7 @@ func (p *planner) memberWithoutPod() (step, bool) {
 	return p.scaleTo(top+1, PodName(p.c.Name, top), fmt.Sprintf("member %s has no pod: growing the StatefulSet to %d", PodName(p.c.Name, top), top+1)), true
 }
 
-// 7d. A learner is removed when the cluster no longer wants it (a scale-in met it joining),
+// learner: a learner is removed when the cluster no longer wants it (a scale-in met it joining),
 // promoted once caught up, removed when stuck, waited for otherwise. It is handled before
 // anything else can add a member: etcd allows one learner. A learner is stuck only when its
 // pod runs and it still does not catch up: one the hook cannot reach while its pod is Ready,
@@ -325,7 +354,7 @@ func (p *planner) learner() (step, bool) {
 	if l.pod != nil && !isTerminating(l.pod) && p.outdated(l.pod) && (p.c.Spec.StorageSpec != nil || !l.Started()) && !l.unanswered() && p.canReplace(l.ordinal) {
 		// Config update early: the joining member starts from the current spec rather than
 		// being replaced again right after it joined. A learner does not vote: safe. A learner
-		// that started without a volume would lose its data with the pod (see 7e): it is rolled
+		// that started without a volume would lose its data with the pod (see podWithoutMember): it is rolled
 		// once promoted. One only the hook cannot reach is not recreated on that view (below).
 		return p.replacePod(l.ordinal, l.name, "learner "+l.name+" runs an outdated pod: recreating it from the current spec"), true
 	}
@@ -377,7 +406,7 @@ func (p *planner) stuckReason(l *member) string {
 	return ""
 }
 
-// 7e. A pod without a member: a member was removed to be replaced or rolled (finish it: the
+// podWithoutMember: a pod without a member: a member was removed to be replaced or rolled (finish it: the
 // member is added back as a learner, with a new incarnation), or a scale-in between the
 // removal and the shrink, or a learner was given up (undo: shrink to the members; a missing
 // member within the StatefulSet's size is added back first).
@@ -411,12 +440,12 @@ func (p *planner) podWithoutMember() (step, bool) {
 	return p.scaleTo(keep, PodName(p.c.Name, keep), fmt.Sprintf("pods from %s on hold no member: shrinking the StatefulSet to %d", PodName(p.c.Name, keep), keep)), true
 }
 
-// 7g. A voter only the hook cannot reach, while its pod is Ready, is unknown, not failed: it
+// failedMember: a voter only the hook cannot reach, while its pod is Ready, is unknown, not failed: it
 // is reported and never replaced, however long it lasts. An unhealthy voter on an outdated pod
 // is first recreated from the current spec (that alone may fix it, and its volume keeps the
 // data), leadership moved away first. A failed voter is replaced while quorum holds:
 // leadership is moved away and the member removed. Its pod then has no member and is added
-// back as a learner (7e) with a new incarnation, so it starts from an empty data dir. An
+// back as a learner (podWithoutMember) with a new incarnation, so it starts from an empty data dir. An
 // unhealthy member that may still recover is waited for.
 func (p *planner) failedMember() (step, bool) {
 	var waiting *step
@@ -517,7 +546,7 @@ func (p *planner) defragmenting(m *member) bool {
 	return r != nil && r.Phase == phaseDefragmenting && r.Member == m.name
 }
 
-// 8. Config drift: a pod whose configuration differs from the spec is rolled, highest
+// configDrift: a pod whose configuration differs from the spec is rolled, highest
 // outdated ordinal first. Everything is healthy here: the fix phase waited otherwise.
 func (p *planner) configDrift() (step, bool) {
 	if !p.anyDrifted() {
@@ -531,7 +560,7 @@ func (p *planner) configDrift() (step, bool) {
 // the StatefulSet controller. A cluster of two first grows its temporary third member (see
 // view.surging). Leadership is moved away first; with a volume the pod is recreated and the
 // member restarts on its data; without one the member is removed and added back through a
-// learner on a pod recreated in between (7e), because its data would not survive the pod.
+// learner on a pod recreated in between (podWithoutMember), because its data would not survive the pod.
 func (p *planner) roll(why string) (step, bool) {
 	target := p.highestOutdated()
 	if target < 0 {
@@ -573,10 +602,10 @@ func (p *planner) roll(why string) (step, bool) {
 	return p.replacePod(target, name, why+": recreating "+name+" from the current spec"), true
 }
 
-// 9. Scale out: a learner for the lowest free ordinal below the target; the StatefulSet grows
-// once etcd has it (7c), and it is promoted once caught up (7d). A free ordinal below the
+// scaleOut: a learner for the lowest free ordinal below the target; the StatefulSet grows
+// once etcd has it (memberWithoutPod), and it is promoted once caught up (learner). A free ordinal below the
 // size with enough members means one sits beyond the size (a replacement met a scale-in):
-// its slot is filled first and the member beyond is removed after (10), so redundancy never
+// its slot is filled first and the member beyond is removed after (scaleIn), so redundancy never
 // drops, and no pod is left over without a member, failing and counting against the
 // disruption budget.
 func (p *planner) scaleOut() (step, bool) {
@@ -600,8 +629,8 @@ func (p *planner) addLearner(ord int, reason string) step {
 	return p.runJob(memberJob{verb: verbAddLearner, member: name, peerURL: p.newMemberPeerURL(ord)}, AddLearner, reason)
 }
 
-// 10. Scale in: a member beyond the target goes, the highest first, leadership moved away
-// first; the StatefulSet then shrinks (7e).
+// scaleIn: a member beyond the target goes, the highest first, leadership moved away
+// first; the StatefulSet then shrinks (podWithoutMember).
 func (p *planner) scaleIn() (step, bool) {
 	voters := p.voters()
 	if len(voters) == 0 || voters[len(voters)-1].ordinal < p.target {
@@ -623,7 +652,7 @@ func (p *planner) scaleIn() (step, bool) {
 	return p.runJob(memberJob{verb: verbRemove, member: m.name, id: m.ID}, RemoveMember, why+": removing "+m.name), true
 }
 
-// 11. Upgrade: only the etcd version differs (Validate allowed the path); rolled like drift.
+// upgrade: only the etcd version differs (Validate allowed the path); rolled like drift.
 func (p *planner) upgrade() (step, bool) {
 	return p.roll("upgrade to " + p.c.Spec.Version)
 }
@@ -702,8 +731,8 @@ func (p *planner) runJob(j memberJob, t ActionType, reason string) step {
 // runs again under a new name rather than being answered by the completed Job forever.
 func (p *planner) attemptFor(j memberJob) int {
 	n := 0
-	if p.retry == j.verb+"/"+j.member {
-		n = p.failures
+	if p.stage.retry == j.verb+"/"+j.member {
+		n = p.stage.failures
 	} else if a := p.obs.Cluster.Status.Action; a != nil && a.Member == j.member && a.Type == actionOfVerb(j.verb).String() {
 		n = int(p.obs.Cluster.Status.JobFailures)
 	}

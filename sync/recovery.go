@@ -63,10 +63,11 @@ const (
 // (1m) plus its cache's time to live (1m by default), with a margin.
 const fenceMountDelay = 3 * time.Minute
 
-// recoverQuorum is phase 7a's step when quorum is lost: the next step of a recovery that is
+// recoverQuorum is quorumLost's step when quorum is lost: the next step of a recovery that is
 // wanted, or ok false.
 func (p *planner) recoverQuorum() (step, bool) {
-	if cur := p.currentRecovery(); cur != nil {
+	cur := p.recovery
+	if cur != nil {
 		switch cur.Phase {
 		case recoveryChosen, recoveryFencing:
 			if p.stillWanted(cur) {
@@ -84,23 +85,26 @@ func (p *planner) recoverQuorum() (step, bool) {
 				return s, true
 			}
 			// Withdrawn: the survivor's pod no longer reads the force. A new recovery may start.
-			r := *cur
-			r.Phase, r.Since = recoveryCancelled, metav1.NewTime(p.obs.Now)
-			p.recovery = &r
+			cur = p.cancelled(cur)
 		}
 	}
-	trigger, survivor, why := p.recoveryWanted()
+	trigger, survivor, why := p.recoveryWanted(cur)
 	if survivor == nil {
-		if cur := p.currentRecovery(); cur != nil && (cur.Phase == recoveryChosen || cur.Phase == recoveryFencing) {
+		if cur != nil && (cur.Phase == recoveryChosen || cur.Phase == recoveryFencing) {
 			// The survivor was never told to force: dropping the fences is safe.
-			r := *cur
-			r.Phase, r.Since = recoveryCancelled, metav1.NewTime(p.obs.Now)
-			p.recovery = &r
+			cur = p.cancelled(cur)
+		}
+		// A cancellation is recorded whatever the sync decides.
+		recorded := step{}
+		if cur != p.recovery {
+			recorded.recovery = cur
 		}
 		if why == "" {
-			return step{}, false
+			return recorded, false
 		}
-		return p.blocked("", why, ReasonQuorumLost), true
+		s := p.blocked("", why, ReasonQuorumLost)
+		s.records(recorded)
+		return s, true
 	}
 	id := fmt.Sprintf("%x", survivor.ID)
 	r := &v1alpha1.RecoveryStatus{
@@ -113,12 +117,11 @@ func (p *planner) recoverQuorum() (step, bool) {
 	return s, true
 }
 
-// currentRecovery is the recovery as this sync has recorded it so far.
-func (p *planner) currentRecovery() *v1alpha1.RecoveryStatus {
-	if p.recovery != nil {
-		return p.recovery
-	}
-	return p.obs.Cluster.Status.Recovery
+// cancelled is recovery r cancelled now.
+func (p *planner) cancelled(r *v1alpha1.RecoveryStatus) *v1alpha1.RecoveryStatus {
+	c := *r
+	c.Phase, c.Since = recoveryCancelled, metav1.NewTime(p.obs.Now)
+	return &c
 }
 
 // stillWanted: the recovery recorded is still asked for, from a survivor that is still the
@@ -251,9 +254,9 @@ func (v *view) observedJoinState() (joinstate.State, bool) {
 
 // recoveryWanted says whether a recovery is asked for and allowed now, and from which member;
 // when it is asked for but not allowed, why names the reason.
-func (p *planner) recoveryWanted() (trigger string, survivor *member, why string) {
+func (p *planner) recoveryWanted(prev *v1alpha1.RecoveryStatus) (trigger string, survivor *member, why string) {
 	if name := p.c.Annotations[v1alpha1.AnnotationForceNewClusterFrom]; name != "" {
-		if prev := p.currentRecovery(); prev != nil && prev.Trigger == triggerAnnotation && prev.Survivor == name && (prev.Phase == recoveryDone || prev.Phase == recoveryCancelled) {
+		if prev != nil && prev.Trigger == triggerAnnotation && prev.Survivor == name && (prev.Phase == recoveryDone || prev.Phase == recoveryCancelled) {
 			// One shot: this annotation was acted on.
 			return "", nil, ""
 		}
@@ -312,15 +315,15 @@ func (p *planner) quorumLostSince() time.Time {
 	return p.obs.Now
 }
 
-// recoveryProgress records how a recovery in progress moves on, whatever else this sync
-// decides. With quorum: Done once etcd lists the survivor alone; otherwise Cancelled if the
-// survivor was never told to force, else Withdrawing, and Cancelled only once the join
-// ConfigMap has stopped telling it for fenceMountDelay. A withdrawal's clock restarts
-// whenever the ConfigMap is seen still telling it, with quorum or without.
-func (p *planner) recoveryProgress() {
+// recoveryProgress is how a recovery in progress moves on, whatever else this sync decides;
+// nil when it does not. With quorum: Done once etcd lists the survivor alone; otherwise
+// Cancelled if the survivor was never told to force, else Withdrawing, and Cancelled only once
+// the join ConfigMap has stopped telling it for fenceMountDelay. A withdrawal's clock
+// restarts whenever the ConfigMap is seen still telling it, with quorum or without.
+func (p *planner) recoveryProgress() *v1alpha1.RecoveryStatus {
 	prev := p.obs.Cluster.Status.Recovery
 	if prev == nil || prev.Phase == recoveryDone || prev.Phase == recoveryCancelled {
-		return
+		return nil
 	}
 	r := *prev
 	vs := p.voters()
@@ -330,11 +333,9 @@ func (p *planner) recoveryProgress() {
 	case quorum && alone:
 		r.Phase = recoveryDone
 	case prev.Phase == recoveryWithdrawing && p.observedForce(prev):
-		r.Since = metav1.NewTime(p.obs.Now)
-		p.recovery = &r
-		return
+		// Still told to force: the withdrawal's clock restarts.
 	case !quorum:
-		return
+		return nil
 	case prev.Phase == recoveryChosen || prev.Phase == recoveryFencing:
 		r.Phase = recoveryCancelled
 	case prev.Phase == recoveryForcing:
@@ -342,10 +343,10 @@ func (p *planner) recoveryProgress() {
 	case prev.Phase == recoveryWithdrawing && !p.obs.Now.Before(prev.Since.Add(fenceMountDelay)):
 		r.Phase = recoveryCancelled
 	default:
-		return
+		return nil
 	}
 	r.Since = metav1.NewTime(p.obs.Now)
-	p.recovery = &r
+	return &r
 }
 
 // applyRecovery writes recovery r, as this sync leaves status, into join state st: every

@@ -426,7 +426,7 @@ func (v *view) unreachableBy(self *member, url string) string {
 	return ""
 }
 
-// 7c'. peerURLs: a member whose peer URL in etcd does not use the scheme its pod listens with
+// peerURLs: a member whose peer URL in etcd does not use the scheme its pod listens with
 // was just rolled onto the other stage of a peer TLS change: its peers cannot reach it at the
 // URL they know. The URL is updated in etcd (a member Job), the highest ordinal first, once
 // every other member can reach the new one; the join state follows the membership.
@@ -463,7 +463,7 @@ func (p *planner) newMemberPeerURL(ord int) string {
 	return url
 }
 
-// 13. tlsWaiting: nothing else to do, but a TLS change is not done: it waits for its Secret,
+// tlsWaiting: nothing else to do, but a TLS change is not done: it waits for its Secret,
 // or for its next stage, which starts once every pod is Ready and every member healthy.
 func (p *planner) tlsWaiting() (step, bool) {
 	if p.tls.waiting != "" {
