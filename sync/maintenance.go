@@ -93,10 +93,10 @@ func (p *planner) staleAlarm() (step, bool) {
 // spec's where it reports none). When that cannot be reached, say what to raise, and let a
 // roll that raises the quota go ahead. A new alarm soon after a disarm is only reported.
 func (p *planner) noSpace() (step, bool) {
-	alarmed, removed := p.alarmed("NOSPACE"), p.removedAlarms("NOSPACE")
+	a := p.noSpaceAlarms()
 	prev := p.obs.Cluster.Status.Maintenance
 	ongoing := prev != nil && prev.Operation == opNoSpace && prev.Phase != phaseDone
-	if len(alarmed) == 0 && len(removed) == 0 {
+	if len(a.alarmed) == 0 && len(a.removed) == 0 {
 		if ongoing {
 			// Disarmed, by the remediation or by a person.
 			now := metav1.NewTime(p.obs.Now)
@@ -104,27 +104,14 @@ func (p *planner) noSpace() (step, bool) {
 		}
 		return step{}, false
 	}
-	// The alarm of a member since removed is disarmed on the same terms: the others may be as
-	// full. A Job about it names the leader, the Hold the first member that raised one.
-	holders := make([]string, 0, len(alarmed)+len(removed))
-	for _, m := range alarmed {
-		holders = append(holders, m.name)
-	}
-	for _, id := range removed {
-		holders = append(holders, fmt.Sprintf("removed member %x", id))
-	}
-	names, holder := strings.Join(holders, ", "), p.leaderName()
-	if len(alarmed) > 0 {
-		holder = alarmed[0].name
-	}
 	if m := p.c.Spec.Maintenance; m != nil && m.NoSpace == v1alpha1.NoSpaceReport {
-		reason := "NOSPACE alarm raised by " + names + ": writes are refused; spec.maintenance.noSpace is Report: compact, defragment each member, then disarm the alarm (docs/runbooks.md)"
-		return p.blocked(holder, reason, ReasonNoSpace), true
+		reason := "NOSPACE alarm raised by " + a.names + ": writes are refused; spec.maintenance.noSpace is Report: compact, defragment each member, then disarm the alarm (docs/runbooks.md)"
+		return p.blocked(a.holder, reason, ReasonNoSpace), true
 	}
 	if !ongoing && prev != nil && prev.LastDisarmed != nil && p.obs.Now.Sub(prev.LastDisarmed.Time) < noSpaceThrottle {
 		reason := fmt.Sprintf("NOSPACE alarm raised by %s again within %s of the last remediation (%s): the data grows faster than compaction frees it; raise --quota-backend-bytes in spec.etcdOptions or compact more often",
-			names, noSpaceThrottle, prev.LastDisarmed.UTC().Format(time.RFC3339))
-		return p.blocked(holder, reason, ReasonNoSpace), true
+			a.names, noSpaceThrottle, prev.LastDisarmed.UTC().Format(time.RFC3339))
+		return p.blocked(a.holder, reason, ReasonNoSpace), true
 	}
 	phase := phaseCompacting
 	if ongoing {
@@ -134,28 +121,68 @@ func (p *planner) noSpace() (step, bool) {
 		phase = phaseDefragmenting
 	}
 	if phase == phaseCompacting {
-		s := p.runJob(memberJob{verb: verbCompact, member: p.leaderName()}, Compact, "NOSPACE alarm raised by "+names+": compacting the key space at the current revision")
+		s := p.runJob(memberJob{verb: verbCompact, member: p.leaderName()}, Compact, "NOSPACE alarm raised by "+a.names+": compacting the key space at the current revision")
 		return p.maintaining(s, opNoSpace, phaseCompacting, ""), true
 	}
-	// Every member is defragmented once after the compaction, whatever it reports free:
-	// until a member commits a write after the compaction, the pages it freed still count as
-	// in use (and under NOSPACE nothing writes), while defragmenting copies only what is
-	// live. Past that phase, a member is defragmented again only when it shows free space
-	// (keys deleted and compacted since).
-	due := func(m *member) bool { return m.DBSize-m.DBSizeInUse >= noSpaceMinFree }
-	if phase == phaseDefragmenting {
-		done := p.defragmented()
-		due = func(m *member) bool { return !slices.Contains(done, m.name) }
-	}
-	if m := p.nextToDefragment(due); m != nil {
-		why := "NOSPACE alarm raised by " + names + ": compacted"
-		return p.repairFirst(p.defragmentStep(m, opNoSpace, why, phase)), true
+	if s, ok := p.noSpaceDefragment(a, phase); ok {
+		return s, true
 	}
 	if p.anyDrifted() {
 		// A roll, which may raise the quota, goes first; the alarm is disarmed after it.
 		return step{maintenance: p.record(opNoSpace, phaseStuck, "")}, false
 	}
-	// Disarmed only on a complete view: a member that did not answer may be the full one.
+	return p.noSpaceDisarm(a, phase), true
+}
+
+// noSpaceAlarms are the NOSPACE alarms that stand, and how a step names them.
+type noSpaceAlarms struct {
+	alarmed []*member // members in the membership with the alarm, by ordinal
+	removed []uint64  // IDs of members since removed with the alarm
+	// names lists who raised them; holder is whom a Hold names: the first member that raised
+	// one, else the leader.
+	names, holder string
+}
+
+// noSpaceAlarms: the alarm of a member since removed is disarmed on the same terms as the
+// others', who may be as full. A Job about it names the leader.
+func (p *planner) noSpaceAlarms() noSpaceAlarms {
+	a := noSpaceAlarms{alarmed: p.alarmed("NOSPACE"), removed: p.removedAlarms("NOSPACE"), holder: p.leaderName()}
+	holders := make([]string, 0, len(a.alarmed)+len(a.removed))
+	for _, m := range a.alarmed {
+		holders = append(holders, m.name)
+	}
+	for _, id := range a.removed {
+		holders = append(holders, fmt.Sprintf("removed member %x", id))
+	}
+	a.names = strings.Join(holders, ", ")
+	if len(a.alarmed) > 0 {
+		a.holder = a.alarmed[0].name
+	}
+	return a
+}
+
+// noSpaceDefragment defragments the next member due after the compaction. Every member is
+// defragmented once after it, whatever it reports free: until a member commits a write after
+// the compaction, the pages it freed still count as in use (and under NOSPACE nothing
+// writes), while defragmenting copies only what is live. Past that phase, a member is
+// defragmented again only when it shows free space (keys deleted and compacted since).
+func (p *planner) noSpaceDefragment(a noSpaceAlarms, phase string) (step, bool) {
+	due := func(m *member) bool { return m.DBSize-m.DBSizeInUse >= noSpaceMinFree }
+	if phase == phaseDefragmenting {
+		done := p.defragmented()
+		due = func(m *member) bool { return !slices.Contains(done, m.name) }
+	}
+	m := p.nextToDefragment(due)
+	if m == nil {
+		return step{}, false
+	}
+	return p.repairFirst(p.defragmentStep(m, opNoSpace, "NOSPACE alarm raised by "+a.names+": compacted", phase)), true
+}
+
+// noSpaceDisarm disarms the alarms, one member's per sync, only on a complete view (a member
+// that did not answer may be the full one) and once every database is below
+// noSpaceDisarmBelowPercent of its quota; otherwise it says what to raise.
+func (p *planner) noSpaceDisarm(a noSpaceAlarms, phase string) step {
 	var silent, full []*member
 	for _, m := range p.members {
 		switch {
@@ -167,19 +194,19 @@ func (p *planner) noSpace() (step, bool) {
 	}
 	if len(silent) > 0 {
 		reason := fmt.Sprintf("NOSPACE alarm raised by %s: %s did not answer, so whether every database is below its quota is not known: the alarm stays until every member answers",
-			names, memberNames(silent))
-		return p.repairFirst(p.maintaining(p.blocked(silent[0].name, reason, ReasonNoSpace), opNoSpace, phase, "")), true
+			a.names, memberNames(silent))
+		return p.repairFirst(p.maintaining(p.blocked(silent[0].name, reason, ReasonNoSpace), opNoSpace, phase, ""))
 	}
 	if len(full) == 0 {
 		j, whose := memberJob{verb: verbDisarm, member: p.leaderName(), alarm: "NOSPACE"}, ""
-		if len(alarmed) > 0 {
-			j.member, j.id, whose = alarmed[0].name, alarmed[0].ID, alarmed[0].name
+		if len(a.alarmed) > 0 {
+			j.member, j.id, whose = a.alarmed[0].name, a.alarmed[0].ID, a.alarmed[0].name
 		} else {
-			j.id, whose = removed[0], fmt.Sprintf("removed member %x", removed[0])
+			j.id, whose = a.removed[0], fmt.Sprintf("removed member %x", a.removed[0])
 		}
 		s := p.runJob(j, DisarmAlarm,
 			fmt.Sprintf("NOSPACE: every member's database is below %d%% of its %s quota: disarming the alarm of %s", noSpaceDisarmBelowPercent, p.quotas(p.members), whose))
-		return p.maintaining(s, opNoSpace, phaseDisarming, ""), true
+		return p.maintaining(s, opNoSpace, phaseDisarming, "")
 	}
 	sizes := make([]string, len(full))
 	for i, m := range full {
@@ -187,7 +214,7 @@ func (p *planner) noSpace() (step, bool) {
 	}
 	reason := fmt.Sprintf("NOSPACE: after compaction and defragmentation the database still fills %d%% or more of its %s quota (%s): the data in use needs the room; raise --quota-backend-bytes in spec.etcdOptions (the pods roll one at a time) or delete keys",
 		noSpaceDisarmBelowPercent, p.quotas(full), strings.Join(sizes, ", "))
-	return p.maintaining(p.blocked(holder, reason, ReasonNoSpace), opNoSpace, phaseStuck, ""), true
+	return p.maintaining(p.blocked(a.holder, reason, ReasonNoSpace), opNoSpace, phaseStuck, "")
 }
 
 // repairFirst: while the remediation waits on a member (one that did not answer, or whose
