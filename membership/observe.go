@@ -181,132 +181,200 @@ func (o *Observer) askAll(ctx context.Context, cc *clusterClients) round {
 	defer cancel()
 	start := time.Now()
 	members := cc.members
-	listFrom := cc.listTarget()
+	answers, pending, waitAll := startCalls(ctx, members, cc.listTarget())
+	w := newWaiter(o.slowMember, start, members, pending)
 	r := round{statuses: make([]endpointStatus, len(members))}
-	answered := make([]bool, len(members))
-	// Calls still out per endpoint; the member list's is at index len(members): it says how
-	// the cluster is, not how the endpoint is, so it does not make its endpoint a straggler.
-	pending := make([]int, len(members)+1)
-	type result struct {
-		i int
-		f func()
+	w.collect(ctx, &r, answers)
+	// Calls still out are cancelled; what they bring back, errors mostly, is kept.
+	cancel()
+	waitAll()
+	for a := range answers {
+		a.apply(&r)
 	}
-	results := make(chan result, 3*len(members))
+	end := time.Now()
+	for i, m := range members {
+		if w.pending[i] > 0 {
+			r.statuses[i].cutShort(w.whyCut(i))
+		}
+		m.record(w.answered[i], !w.backingOff[i], end)
+	}
+	return r
+}
+
+// answer is one call's outcome. Only the goroutine that waits applies it, so the round
+// needs no lock.
+type answer struct {
+	i     int // the endpoint's index; len(members) for the member list
+	apply func(*round)
+}
+
+// startCalls asks every endpoint for Status and a serializable read, and the endpoint
+// listFrom for the member list, each call in its own goroutine. pending counts the calls per
+// endpoint, the member list's at index len(members). waitAll returns once every call has
+// sent its answer, and closes answers.
+func startCalls(ctx context.Context, members []*memberClient, listFrom int) (answers chan answer, pending []int, waitAll func()) {
+	answers = make(chan answer, 3*len(members))
+	pending = make([]int, len(members)+1)
 	var wg sync.WaitGroup
-	call := func(i int, f func() func()) {
+	call := func(i int, ask func() func(*round)) {
 		pending[i]++
-		wg.Go(func() { results <- result{i, f()} })
+		wg.Go(func() { answers <- answer{i, ask()} })
 	}
 	for i, m := range members {
-		call(i, func() func() {
-			st, err := m.maint.Status(ctx, "")
-			if err == nil && st.Header == nil {
-				st, err = nil, errors.New("status without a response header")
-			}
-			return func() { r.statuses[i].status, r.statuses[i].statusErr = st, err }
-		})
-		call(i, func() func() {
-			_, err := m.cli.Get(ctx, "health", clientv3.WithSerializable())
-			return func() { r.statuses[i].healthErr = err }
-		})
+		call(i, func() func(*round) { return askStatus(ctx, m, i) })
+		call(i, func() func(*round) { return askHealth(ctx, m, i) })
 		if i == listFrom {
-			call(len(members), func() func() {
-				list, err := m.cli.MemberList(ctx)
-				if err != nil {
-					err = fmt.Errorf("member list from %s: %w", m.endpoint.Member, err)
-				}
-				return func() { r.list, r.listErr = list, err }
-			})
+			call(len(members), func() func(*round) { return askMemberList(ctx, m) })
 		}
 	}
-	backingOff := make([]bool, len(members))
-	missed := make([]int, len(members))
+	return answers, pending, func() {
+		wg.Wait()
+		close(answers)
+	}
+}
+
+// askStatus asks endpoint i for its Status, which says its member's raft state and the
+// cluster's alarms.
+func askStatus(ctx context.Context, m *memberClient, i int) func(*round) {
+	st, err := m.maint.Status(ctx, "")
+	if err == nil && st.Header == nil {
+		st, err = nil, errors.New("status without a response header")
+	}
+	return func(r *round) { r.statuses[i].status, r.statuses[i].statusErr = st, err }
+}
+
+// askHealth reads from endpoint i serializably: a member that cannot serve a local read is
+// not healthy, whatever its Status says.
+func askHealth(ctx context.Context, m *memberClient, i int) func(*round) {
+	_, err := m.cli.Get(ctx, "health", clientv3.WithSerializable())
+	return func(r *round) { r.statuses[i].healthErr = err }
+}
+
+// askMemberList reads the member list linearizably, so it is the cluster's current one.
+func askMemberList(ctx context.Context, m *memberClient) func(*round) {
+	list, err := m.cli.MemberList(ctx)
+	if err != nil {
+		err = fmt.Errorf("member list from %s: %w", m.endpoint.Member, err)
+	}
+	return func(r *round) { r.list, r.listErr = list, err }
+}
+
+// waiter keeps the round's wait for answers: which calls are still out, and so when to stop
+// waiting for them.
+type waiter struct {
+	slowMember time.Duration
+	start      time.Time
+	// pending counts the calls still out per endpoint. The member list's is at index
+	// len(members): it says how the cluster is, not how the endpoint is, so it does not make
+	// its endpoint a straggler.
+	pending     []int
+	backingOff  []bool // endpoints waited for only a short grace after the others
+	missed      []int  // observations in a row each endpoint has missed
+	answered    []bool // endpoints whose Status came back while the round waited
+	firstAnswer time.Time
+	lastDone    time.Time
+}
+
+// newWaiter reads, as the round starts, which endpoints are backing off after missed
+// observations.
+func newWaiter(slowMember time.Duration, start time.Time, members []*memberClient, pending []int) *waiter {
+	w := &waiter{
+		slowMember: slowMember,
+		start:      start,
+		pending:    pending,
+		backingOff: make([]bool, len(members)),
+		missed:     make([]int, len(members)),
+		answered:   make([]bool, len(members)),
+	}
 	for i, m := range members {
-		missed[i], backingOff[i] = m.backingOff(start)
+		w.missed[i], w.backingOff[i] = m.backingOff(start)
 	}
-	// until is when the round stops waiting for the endpoints still out; zero: only ctx
-	// bounds it.
-	var firstAnswer, lastDone time.Time
-	until := func() time.Time {
-		waited := pending[len(members)] > 0
-		for i := range members {
-			waited = waited || (pending[i] > 0 && !backingOff[i])
-		}
-		switch {
-		case waited && firstAnswer.IsZero():
-			return time.Time{}
-		case waited:
-			return firstAnswer.Add(o.slowMember)
-		case firstAnswer.IsZero():
-			return start.Add(o.slowMember)
-		}
-		return lastDone.Add(o.slowMember / backOffGraceDivisor)
-	}
+	return w
+}
+
+// collect applies answers to r until every call has returned, the round stops waiting for
+// those still out (until), or ctx ends.
+func (w *waiter) collect(ctx context.Context, r *round, answers <-chan answer) {
 	outstanding := 0
-	for _, n := range pending {
+	for _, n := range w.pending {
 		outstanding += n
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	stopped := false
-	for outstanding > 0 && !stopped {
-		if t := until(); !t.IsZero() {
+	for ; outstanding > 0; outstanding-- {
+		if t := w.until(); !t.IsZero() {
 			timer.Reset(time.Until(t))
 		}
 		select {
-		case res := <-results:
-			res.f()
-			outstanding--
-			pending[res.i]--
-			if pending[res.i] > 0 || res.i == len(members) {
-				continue
-			}
-			lastDone = time.Now()
-			if r.statuses[res.i].statusErr == nil {
-				answered[res.i] = true
-				if firstAnswer.IsZero() {
-					firstAnswer = lastDone
-				}
-			}
+		case a := <-answers:
+			a.apply(r)
+			w.returned(a.i, r.statuses)
 		case <-timer.C:
-			stopped = true
+			return
 		case <-ctx.Done():
-			stopped = true
+			return
 		}
 	}
-	cut := make([]bool, len(members))
-	for i := range members {
-		cut[i] = pending[i] > 0
+}
+
+// returned counts one call of endpoint i back; once all of them are, the endpoint is done,
+// and answered if its Status came.
+func (w *waiter) returned(i int, statuses []endpointStatus) {
+	w.pending[i]--
+	if w.pending[i] > 0 || i == len(statuses) {
+		return
 	}
-	cancel()
-	wg.Wait()
-	close(results)
-	for res := range results {
-		res.f()
-	}
-	end := time.Now()
-	for i, m := range members {
-		st := &r.statuses[i]
-		if cut[i] && st.status != nil && st.healthErr != nil {
-			// Its Status came back but its health read did not before the round ended: the
-			// hook stopped waiting, which is no evidence from etcd that the member is
-			// unhealthy (counted so, a member slow to read would be replaced after the grace
-			// period). It is unknown for this observation, as if its Status had not come.
-			st.status, st.statusErr = nil, fmt.Errorf("health read: %w", st.healthErr)
+	w.lastDone = time.Now()
+	if statuses[i].statusErr == nil {
+		w.answered[i] = true
+		if w.firstAnswer.IsZero() {
+			w.firstAnswer = w.lastDone
 		}
-		if cut[i] && st.status == nil {
-			why := fmt.Sprintf("no answer within %s of the first member's", o.slowMember)
-			switch {
-			case backingOff[i]:
-				why = fmt.Sprintf("not waited for after %d observations without an answer", missed[i])
-			case firstAnswer.IsZero():
-				why = "no answer before the deadline"
-			}
-			st.statusErr = fmt.Errorf("%s: %w", why, st.statusErr)
-		}
-		m.record(answered[i], !backingOff[i], end)
 	}
-	return r
+}
+
+// until is when the round stops waiting for the endpoints still out; zero: only ctx bounds
+// it.
+func (w *waiter) until() time.Time {
+	waited := w.pending[len(w.backingOff)] > 0
+	for i, off := range w.backingOff {
+		waited = waited || (w.pending[i] > 0 && !off)
+	}
+	switch {
+	case waited && w.firstAnswer.IsZero():
+		return time.Time{}
+	case waited:
+		return w.firstAnswer.Add(w.slowMember)
+	case w.firstAnswer.IsZero():
+		return w.start.Add(w.slowMember)
+	}
+	return w.lastDone.Add(w.slowMember / backOffGraceDivisor)
+}
+
+// whyCut says why the round stopped waiting for endpoint i.
+func (w *waiter) whyCut(i int) string {
+	switch {
+	case w.backingOff[i]:
+		return fmt.Sprintf("not waited for after %d observations without an answer", w.missed[i])
+	case w.firstAnswer.IsZero():
+		return "no answer before the deadline"
+	}
+	return fmt.Sprintf("no answer within %s of the first member's", w.slowMember)
+}
+
+// cutShort makes an endpoint whose calls the round cancelled unknown for this observation,
+// saying why it was not waited for.
+func (st *endpointStatus) cutShort(why string) {
+	if st.status != nil && st.healthErr != nil {
+		// Its Status came back but its health read did not before the round ended: the hook
+		// stopped waiting, which is no evidence from etcd that the member is unhealthy
+		// (counted so, a member slow to read would be replaced after the grace period). It is
+		// unknown for this observation, as if its Status had not come.
+		st.status, st.statusErr = nil, fmt.Errorf("health read: %w", st.healthErr)
+	}
+	if st.status == nil {
+		st.statusErr = fmt.Errorf("%s: %w", why, st.statusErr)
+	}
 }
 
 // voterOrder lists the endpoints that answered Status as voters, self-reported leaders first,
@@ -376,11 +444,40 @@ func halfOfRemaining(ctx context.Context) (context.Context, context.CancelFunc) 
 
 // assemble joins the member list with what each endpoint said, matching by member ID.
 func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3.MemberListResponse) etcdstate.Snapshot {
-	snap := etcdstate.Snapshot{Asked: true, ClusterID: list.Header.ClusterId}
-	byID := map[uint64]int{}
+	a := newAssembly(list)
+	for i, mc := range members {
+		a.add(mc.endpoint.Member, statuses[i])
+	}
+	return a.snapshot()
+}
+
+// assembly is a snapshot being assembled from the member list and the endpoints' answers.
+type assembly struct {
+	snap       etcdstate.Snapshot
+	byID       map[uint64]int // index in snap.Members
+	byName     map[string]int
+	answeredBy map[uint64]string // endpoint by the member ID it answered as
+	notes      []string          // why endpoints of no listed member could not be asked
+	conflicts  []string          // answers the member list or other answers contradict
+	// forked are the endpoints whose answers say a second membership is alive.
+	forked         map[string]bool
+	foreignLeaders []string
+	alarms         map[uint64][]string // by member ID, as any member's Status lists them
+}
+
+// newAssembly starts from the member list: every member listed, none reachable yet.
+func newAssembly(list *clientv3.MemberListResponse) *assembly {
+	a := &assembly{
+		snap:       etcdstate.Snapshot{Asked: true, ClusterID: list.Header.ClusterId},
+		byID:       map[uint64]int{},
+		byName:     map[string]int{},
+		answeredBy: map[uint64]string{},
+		forked:     map[string]bool{},
+		alarms:     map[uint64][]string{},
+	}
 	for _, m := range list.Members {
-		byID[m.ID] = len(snap.Members)
-		snap.Members = append(snap.Members, etcdstate.Member{
+		a.byID[m.ID] = len(a.snap.Members)
+		a.snap.Members = append(a.snap.Members, etcdstate.Member{
 			ID:         m.ID,
 			Name:       m.Name,
 			PeerURLs:   append([]string(nil), m.PeerURLs...),
@@ -388,115 +485,137 @@ func assemble(members []*memberClient, statuses []endpointStatus, list *clientv3
 			IsLearner:  m.IsLearner,
 		})
 	}
-	byName := map[string]int{}
-	for i, m := range snap.Members {
+	for i, m := range a.snap.Members {
 		if m.Name != "" {
-			byName[m.Name] = i
+			a.byName[m.Name] = i
 		}
 	}
+	return a
+}
 
-	var notes, conflicts []string
-	// forked are the endpoints whose answers say a second membership is alive.
-	forked := map[string]bool{}
-	answeredBy := map[uint64]string{}
-	var foreignLeaders []string
-	alarms := map[uint64][]string{} // by member ID, as any member's Status lists them
-	for i, mc := range members {
-		ep, res := mc.endpoint, statuses[i]
-		if res.status == nil {
-			if j, ok := byName[ep.Member]; ok {
-				snap.Members[j].Errors = append(snap.Members[j].Errors, res.statusErr.Error())
-			} else {
-				notes = append(notes, fmt.Sprintf("%s: %v", ep.Member, res.statusErr))
-			}
-			continue
-		}
-		st := res.status
-		if st.Header.ClusterId != snap.ClusterID {
-			conflicts = append(conflicts, fmt.Sprintf("%s answers for cluster %x, the member list for %x", ep.Member, st.Header.ClusterId, snap.ClusterID))
-			forked[ep.Member] = true
-			continue
-		}
-		j, ok := byID[st.Header.MemberId]
-		if !ok {
-			// A member removed from this list that still serves, or one started on its own
-			// (a forced new cluster, a copied volume). One that leads has a membership of its
-			// own that may take writes this one never sees: a fork. One that does not is
-			// reported for the planner, which knows the member IDs its pods had.
-			if !isSelfLeader(st) {
-				snap.Unlisted = append(snap.Unlisted, etcdstate.Unlisted{Endpoint: ep.Member, MemberID: st.Header.MemberId})
-				continue
-			}
-			conflicts = append(conflicts, fmt.Sprintf("%s answers as member %x, which is not in the member list", ep.Member, st.Header.MemberId))
-			forked[ep.Member] = true
-			foreignLeaders = append(foreignLeaders, ep.Member)
-			continue
-		}
-		if other, dup := answeredBy[st.Header.MemberId]; dup {
-			conflicts = append(conflicts, fmt.Sprintf("%s and %s both answer as member %x", other, ep.Member, st.Header.MemberId))
-			continue
-		}
-		answeredBy[st.Header.MemberId] = ep.Member
-		m := &snap.Members[j]
-		if m.Name != "" && m.Name != ep.Member {
-			conflicts = append(conflicts, fmt.Sprintf("endpoint of %s answers as member %s", ep.Member, m.Name))
-			continue
-		}
-		m.Reachable = true
-		m.IsLeader = isSelfLeader(st)
-		m.RaftIndex = st.RaftIndex
-		m.RaftAppliedIndex = st.RaftAppliedIndex
-		m.RaftTerm = st.RaftTerm
-		m.Version = st.Version
-		m.DBSize, m.DBSizeInUse, m.DBSizeQuota = st.DbSize, st.DbSizeInUse, st.DbSizeQuota
-		m.Errors = append(m.Errors, st.Errors...)
-		// Every member's Status lists the cluster's alarms: they are the alarmed members'
-		// state, not this member's, which is judged by its other errors and its read.
-		failures := 0
-		for _, e := range st.Errors {
-			if id, alarm, ok := parseAlarm(e); ok {
-				alarms[id] = append(alarms[id], alarm)
-			} else {
-				failures++
-			}
-		}
-		if res.healthErr != nil {
-			m.Errors = append(m.Errors, "health read: "+res.healthErr.Error())
-		}
-		m.Healthy = failures == 0 && res.healthErr == nil
+// add places what endpoint ep said on the member it answers as, unless the answer
+// contradicts the member list or another endpoint's.
+func (a *assembly) add(ep string, res endpointStatus) {
+	st := res.status
+	if st == nil {
+		a.unanswered(ep, res.statusErr)
+		return
 	}
-	for _, id := range slices.Sorted(maps.Keys(alarms)) {
-		as := alarms[id]
+	if st.Header.ClusterId != a.snap.ClusterID {
+		a.fork(fmt.Sprintf("%s answers for cluster %x, the member list for %x", ep, st.Header.ClusterId, a.snap.ClusterID), ep)
+		return
+	}
+	j, ok := a.byID[st.Header.MemberId]
+	if !ok {
+		a.unlisted(ep, st)
+		return
+	}
+	if other, dup := a.answeredBy[st.Header.MemberId]; dup {
+		a.conflicts = append(a.conflicts, fmt.Sprintf("%s and %s both answer as member %x", other, ep, st.Header.MemberId))
+		return
+	}
+	a.answeredBy[st.Header.MemberId] = ep
+	m := &a.snap.Members[j]
+	if m.Name != "" && m.Name != ep {
+		a.conflicts = append(a.conflicts, fmt.Sprintf("endpoint of %s answers as member %s", ep, m.Name))
+		return
+	}
+	a.reachable(m, st, res.healthErr)
+}
+
+// unanswered keeps why ep could not be asked: on its member when the list names one, else
+// in the snapshot's error.
+func (a *assembly) unanswered(ep string, err error) {
+	if j, ok := a.byName[ep]; ok {
+		a.snap.Members[j].Errors = append(a.snap.Members[j].Errors, err.Error())
+		return
+	}
+	a.notes = append(a.notes, fmt.Sprintf("%s: %v", ep, err))
+}
+
+// unlisted takes an answer from a member not in the list: one removed that still serves, or
+// one started on its own (a forced new cluster, a copied volume). One that leads has a
+// membership of its own that may take writes this one never sees: a fork. One that does not
+// is reported for the planner, which knows the member IDs its pods had.
+func (a *assembly) unlisted(ep string, st *clientv3.StatusResponse) {
+	if !isSelfLeader(st) {
+		a.snap.Unlisted = append(a.snap.Unlisted, etcdstate.Unlisted{Endpoint: ep, MemberID: st.Header.MemberId})
+		return
+	}
+	a.fork(fmt.Sprintf("%s answers as member %x, which is not in the member list", ep, st.Header.MemberId), ep)
+	a.foreignLeaders = append(a.foreignLeaders, ep)
+}
+
+// fork records a conflict that says a second membership is alive behind endpoints.
+func (a *assembly) fork(conflict string, endpoints ...string) {
+	a.conflicts = append(a.conflicts, conflict)
+	for _, ep := range endpoints {
+		a.forked[ep] = true
+	}
+}
+
+// reachable fills in member m from its own Status and health read.
+func (a *assembly) reachable(m *etcdstate.Member, st *clientv3.StatusResponse, healthErr error) {
+	m.Reachable = true
+	m.IsLeader = isSelfLeader(st)
+	m.RaftIndex = st.RaftIndex
+	m.RaftAppliedIndex = st.RaftAppliedIndex
+	m.RaftTerm = st.RaftTerm
+	m.Version = st.Version
+	m.DBSize, m.DBSizeInUse, m.DBSizeQuota = st.DbSize, st.DbSizeInUse, st.DbSizeQuota
+	m.Errors = append(m.Errors, st.Errors...)
+	// Every member's Status lists the cluster's alarms: they are the alarmed members' state,
+	// not this member's, which is judged by its other errors and its read.
+	failures := 0
+	for _, e := range st.Errors {
+		if id, alarm, ok := parseAlarm(e); ok {
+			a.alarms[id] = append(a.alarms[id], alarm)
+		} else {
+			failures++
+		}
+	}
+	if healthErr != nil {
+		m.Errors = append(m.Errors, "health read: "+healthErr.Error())
+	}
+	m.Healthy = failures == 0 && healthErr == nil
+}
+
+// placeAlarms lists each alarm once, on the snapshot and on the member it names.
+func (a *assembly) placeAlarms() {
+	for _, id := range slices.Sorted(maps.Keys(a.alarms)) {
+		as := a.alarms[id]
 		slices.Sort(as)
 		as = slices.Compact(as)
-		for _, a := range as {
-			snap.Alarms = append(snap.Alarms, etcdstate.Alarm{MemberID: id, Type: a})
+		for _, alarm := range as {
+			a.snap.Alarms = append(a.snap.Alarms, etcdstate.Alarm{MemberID: id, Type: alarm})
 		}
-		if j, ok := byID[id]; ok {
-			snap.Members[j].Alarms = as
+		if j, ok := a.byID[id]; ok {
+			a.snap.Members[j].Alarms = as
 			// NOSPACE refuses writes everywhere but leaves the member reading and voting;
 			// CORRUPT says this member's data cannot be trusted.
 			if slices.Contains(as, "CORRUPT") {
-				snap.Members[j].Healthy = false
+				a.snap.Members[j].Healthy = false
 			}
 		}
 	}
+}
 
+// snapshot finishes the assembly: alarms placed, members in ID order, and every conflict,
+// two leaders among them, said in Inconsistent.
+func (a *assembly) snapshot() etcdstate.Snapshot {
+	a.placeAlarms()
+	snap := a.snap
 	snap.Complete = true
 	for _, m := range snap.Members {
 		snap.Complete = snap.Complete && m.Reachable
 	}
-	sort.Slice(snap.Members, func(a, b int) bool { return snap.Members[a].ID < snap.Members[b].ID })
-	leaders, conflict := leaderConflict(snap.Members, foreignLeaders)
-	if conflict != "" {
-		conflicts = append(conflicts, conflict)
-		for _, l := range leaders {
-			forked[l] = true
-		}
+	sort.Slice(snap.Members, func(i, j int) bool { return snap.Members[i].ID < snap.Members[j].ID })
+	if leaders, conflict := leaderConflict(snap.Members, a.foreignLeaders); conflict != "" {
+		a.fork(conflict, leaders...)
 	}
-	snap.Inconsistent = strings.Join(conflicts, "; ")
-	snap.Forked = slices.Sorted(maps.Keys(forked))
-	snap.Err = strings.Join(notes, "; ")
+	snap.Inconsistent = strings.Join(a.conflicts, "; ")
+	snap.Forked = slices.Sorted(maps.Keys(a.forked))
+	snap.Err = strings.Join(a.notes, "; ")
 	return snap
 }
 
