@@ -13,7 +13,8 @@ import (
 
 // checkInvariants checks a step before it is rendered: the rules every change keeps, whatever
 // phase decided it. A hold changes nothing and always passes, except a roll-forward, which
-// has rules of its own.
+// has rules of its own. The checks run in a fixed order, so a step breaking several rules is
+// always refused for the same one.
 func checkInvariants(v *view, s step) error {
 	if s.hold {
 		if s.rollForward {
@@ -21,123 +22,185 @@ func checkInvariants(v *view, s step) error {
 		}
 		return nil
 	}
-	voters, healthy := len(v.voters()), v.healthyVoters()
-	changes := 0
-	var target *member // the member a destructive change disturbs
+	// target is the member a destructive change disturbs, if any.
+	target, err := checkJob(v, s)
+	if err != nil {
+		return err
+	}
+	if err := checkReplicas(v, s); err != nil {
+		return err
+	}
+	exposed := exposedPods(v, s.partition)
+	if len(exposed) > 1 {
+		return fmt.Errorf("partition %d would replace %d pods at once", s.partition, len(exposed))
+	}
+	if len(exposed) == 1 {
+		replaced, err := checkReplacement(v, s.partition, exposed[0])
+		if err != nil {
+			return err
+		}
+		if replaced != nil {
+			target = replaced
+		}
+	}
+	forcing, err := checkRecoveryStep(v, s.recovery)
+	if err != nil {
+		return err
+	}
+	if n := countChanges(v, s, len(exposed), forcing); n > 1 {
+		return fmt.Errorf("%d changes in one sync", n)
+	}
+	if err := checkTLSStep(v, s, exposed); err != nil {
+		return err
+	}
+	return checkDisturbance(v, target)
+}
 
+// countChanges counts what the step moves: its Job, the StatefulSet's replicas, the pod its
+// partition exposes, the force of a quorum recovery. A sync makes at most one.
+func countChanges(v *view, s step, exposed int, forcing bool) int {
+	n := exposed
 	if s.job != nil {
-		changes++
-		// A backup outstanding changes no membership: a fix may start beside it, never a
-		// second backup.
-		for _, j := range s.keep {
-			if j.Labels[LabelAction] != verbBackup || s.job.verb == verbBackup {
-				return fmt.Errorf("new %s Job while Job %s is outstanding", s.job.verb, j.Name)
-			}
-		}
-		ord, _ := Ordinal(v.c.Name, s.job.member)
-		m := v.byOrd[ord]
-		switch s.job.verb {
-		case verbAddLearner:
-			if len(v.learners()) > 0 {
-				return errors.New("a second learner")
-			}
-			if m != nil {
-				return fmt.Errorf("adding %s, which is already a member", s.job.member)
-			}
-		case verbRemove:
-			if m == nil {
-				return fmt.Errorf("removing %s, which is not a member", s.job.member)
-			}
-			if m.unanswered() && !hasAlarm(m.Member, "CORRUPT") && m.ordinal < v.target {
-				return fmt.Errorf("removing %s, which only the hook cannot reach (its pod is Ready)", m.name)
-			}
-			if !m.IsLearner {
-				others := healthy
-				if m.Healthy {
-					others--
-				}
-				if !etcdstate.QuorumAfterRemoval(voters, others) {
-					return fmt.Errorf("removing voter %s would leave %d healthy of %d voters", m.name, others, voters-1)
-				}
-				target = m
-			}
-		case verbBackup:
-			if len(v.learners()) > 0 {
-				return errors.New("a backup while a learner joins")
-			}
-		case verbPromote:
-			if m == nil || !m.IsLearner {
-				return fmt.Errorf("promoting %s, which is not a learner", s.job.member)
-			}
-		case verbMoveLeader:
-			if m == nil || m.IsLearner || !m.Healthy {
-				return fmt.Errorf("moving leadership to %s, which is not a healthy voter", s.job.member)
-			}
-			target = v.leader
-		}
+		n++
 	}
-
 	if v.sts != nil && s.replicas != v.replicas {
-		changes++
+		n++
 	}
-	// A StatefulSet re-created after it was deleted adopts the pods left behind and deletes
-	// those beyond its replicas: a member with a live pod must stay within them as well.
+	if forcing {
+		n++
+	}
+	return n
+}
+
+// checkJob guards a member Job: never beside another Job but a backup, never a second learner
+// or a backup while one joins, and a removal only while the voters keep a healthy quorum. It
+// returns the voter the Job disturbs: the one it removes, or the leader it moves leadership
+// from.
+func checkJob(v *view, s step) (*member, error) {
+	if s.job == nil {
+		return nil, nil
+	}
+	// A backup outstanding changes no membership: a fix may start beside it, never a second
+	// backup.
+	for _, j := range s.keep {
+		if j.Labels[LabelAction] != verbBackup || s.job.verb == verbBackup {
+			return nil, fmt.Errorf("new %s Job while Job %s is outstanding", s.job.verb, j.Name)
+		}
+	}
+	ord, _ := Ordinal(v.c.Name, s.job.member)
+	m := v.byOrd[ord]
+	switch s.job.verb {
+	case verbAddLearner:
+		if len(v.learners()) > 0 {
+			return nil, errors.New("a second learner")
+		}
+		if m != nil {
+			return nil, fmt.Errorf("adding %s, which is already a member", s.job.member)
+		}
+	case verbRemove:
+		return checkRemoval(v, m, s.job.member)
+	case verbBackup:
+		if len(v.learners()) > 0 {
+			return nil, errors.New("a backup while a learner joins")
+		}
+	case verbPromote:
+		if m == nil || !m.IsLearner {
+			return nil, fmt.Errorf("promoting %s, which is not a learner", s.job.member)
+		}
+	case verbMoveLeader:
+		if m == nil || m.IsLearner || !m.Healthy {
+			return nil, fmt.Errorf("moving leadership to %s, which is not a healthy voter", s.job.member)
+		}
+		return v.leader, nil
+	}
+	return nil, nil
+}
+
+// checkRemoval guards removing m (named name): it must be a member, not one only the hook
+// cannot reach, and, a voter, leave a healthy quorum. It returns the voter removed.
+func checkRemoval(v *view, m *member, name string) (*member, error) {
+	if m == nil {
+		return nil, fmt.Errorf("removing %s, which is not a member", name)
+	}
+	if m.unanswered() && !hasAlarm(m.Member, "CORRUPT") && m.ordinal < v.target {
+		return nil, fmt.Errorf("removing %s, which only the hook cannot reach (its pod is Ready)", m.name)
+	}
+	if m.IsLearner {
+		return nil, nil
+	}
+	voters, others := len(v.voters()), v.healthyVoters()
+	if m.Healthy {
+		others--
+	}
+	if !etcdstate.QuorumAfterRemoval(voters, others) {
+		return nil, fmt.Errorf("removing voter %s would leave %d healthy of %d voters", m.name, others, voters-1)
+	}
+	return m, nil
+}
+
+// checkReplicas guards the StatefulSet's size: never below a member. A StatefulSet re-created
+// after it was deleted adopts the pods left behind and deletes those beyond its replicas: a
+// member with a live pod must stay within them as well.
+func checkReplicas(v *view, s step) error {
 	for _, m := range v.members {
 		p := v.pods[m.ordinal]
 		if m.ordinal >= s.replicas && (s.replicas < v.replicas || v.sts == nil && p != nil && !isTerminating(p)) {
 			return fmt.Errorf("a StatefulSet of %d replicas would drop member %s", s.replicas, m.name)
 		}
 	}
+	return nil
+}
 
+// exposedPods are the ordinals of the live outdated pods at or above partition: those the
+// StatefulSet's rolling update recreates.
+func exposedPods(v *view, partition int) []int {
 	var exposed []int
 	for ord, p := range v.pods {
-		if ord >= s.partition && !isTerminating(p) && v.outdated(p) {
+		if ord >= partition && !isTerminating(p) && v.outdated(p) {
 			exposed = append(exposed, ord)
 		}
 	}
-	switch {
-	case len(exposed) > 1:
-		return fmt.Errorf("partition %d would replace %d pods at once", s.partition, len(exposed))
-	case len(exposed) == 1:
-		changes++
-		if _, why := v.replacementBlocker(exposed[0]); why != "" {
-			return fmt.Errorf("partition %d exposes %s while %s", s.partition, PodName(v.c.Name, exposed[0]), why)
-		}
-		m := v.byOrd[exposed[0]]
-		if m != nil && m.unanswered() {
-			return fmt.Errorf("replacing %s, which only the hook cannot reach (its pod is Ready)", m.name)
-		}
-		if m != nil && m == v.leader && voters > 1 && v.leaderTarget(m) != nil {
-			return fmt.Errorf("replacing leader %s while %s could take leadership", m.name, v.leaderTarget(m).name)
-		}
-		if m != nil && !m.IsLearner && m.Healthy {
-			if !etcdstate.QuorumWhileOneIsDown(voters, healthy-1) {
-				return fmt.Errorf("replacing %s would leave %d healthy of %d voters", m.name, healthy-1, voters)
-			}
-			target = m
-		}
-	}
+	return exposed
+}
 
-	if forcing, err := checkRecoveryStep(v, s.recovery); err != nil {
-		return err
-	} else if forcing {
-		changes++
+// checkReplacement guards recreating the pod at ord: the pods above it replaced and up, its
+// member neither one only the hook cannot reach nor a leader another voter could replace,
+// and a healthy quorum left while it is down. It returns the healthy voter replaced.
+func checkReplacement(v *view, partition, ord int) (*member, error) {
+	if _, why := v.replacementBlocker(ord); why != "" {
+		return nil, fmt.Errorf("partition %d exposes %s while %s", partition, PodName(v.c.Name, ord), why)
 	}
-	if changes > 1 {
-		return fmt.Errorf("%d changes in one sync", changes)
+	m := v.byOrd[ord]
+	if m == nil {
+		return nil, nil
 	}
-	if err := checkTLSStep(v, s, exposed); err != nil {
-		return err
+	voters, healthy := len(v.voters()), v.healthyVoters()
+	if m.unanswered() {
+		return nil, fmt.Errorf("replacing %s, which only the hook cannot reach (its pod is Ready)", m.name)
 	}
-	// A change that disturbs a healthy voter is decided on a complete picture: every other
-	// member answered, so none of them is failing unseen. (A failed member's removal counts
-	// every silent member as unhealthy, which errs on the safe side.) A learner does not vote:
-	// removing or recreating one costs no quorum, whoever is silent.
-	if target != nil && target.Healthy {
-		for _, m := range v.members {
-			if m != target && !m.Reachable {
-				return fmt.Errorf("disturbing %s while %s did not answer", target.name, m.name)
-			}
+	if m == v.leader && voters > 1 && v.leaderTarget(m) != nil {
+		return nil, fmt.Errorf("replacing leader %s while %s could take leadership", m.name, v.leaderTarget(m).name)
+	}
+	if m.IsLearner || !m.Healthy {
+		return nil, nil
+	}
+	if !etcdstate.QuorumWhileOneIsDown(voters, healthy-1) {
+		return nil, fmt.Errorf("replacing %s would leave %d healthy of %d voters", m.name, healthy-1, voters)
+	}
+	return m, nil
+}
+
+// checkDisturbance guards a change that disturbs a healthy voter: it is decided on a complete
+// picture, every other member answered, so none of them is failing unseen. (A failed member's
+// removal counts every silent member as unhealthy, which errs on the safe side.) A learner
+// does not vote: removing or recreating one costs no quorum, whoever is silent.
+func checkDisturbance(v *view, target *member) error {
+	if target == nil || !target.Healthy {
+		return nil
+	}
+	for _, m := range v.members {
+		if m != target && !m.Reachable {
+			return fmt.Errorf("disturbing %s while %s did not answer", target.name, m.name)
 		}
 	}
 	return nil

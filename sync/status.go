@@ -194,8 +194,8 @@ func (v *view) condition(typ string, status metav1.ConditionStatus, reason, msg 
 }
 
 // health is how this sync judges the cluster for its conditions and phase: which unhealthy
-// voters a step of the operator explains, which it does not, and whether the current step
-// has overrun its deadline.
+// voters a step of the operator explains, which it does not, whether the current step has
+// overrun its deadline, and what else keeps the cluster from being as it should.
 type health struct {
 	// current is the step under way (the last record of the history, still Running), or nil.
 	current *v1alpha1.StepRecord
@@ -210,59 +210,91 @@ type health struct {
 	// hook has not reached the recreated member or the new learner yet, or a cluster of one
 	// cannot be reached while its only pod is recreated): the hold is part of the step.
 	plannedHold bool
+	// blocked: the planner reports a reason to be Degraded, unless it is the outage the
+	// current step of a cluster of one makes on purpose.
+	blocked bool
+	// noSpace are the members with a NOSPACE alarm, which refuses every write.
+	noSpace []*member
 }
 
-// judge sorts the unhealthy voters into planned and unplanned against the current step.
+// judge sorts the unhealthy voters into planned and unplanned against the current step, and
+// gathers what else the conditions and the phase report.
 func (v *view) judge(s step, hist []v1alpha1.StepRecord, asked bool) health {
-	var h health
-	if n := len(hist); n > 0 && hist[n-1].Result == v1alpha1.StepRunning {
-		h.current = &hist[n-1]
-	}
+	h := health{current: runningStep(hist)}
 	cur := h.current
 	if cur != nil {
-		if d := stepDeadline(actionType(cur.Type)); d > 0 && v.obs.Now.Sub(cur.Started.Time) > d {
-			h.overdue = true
-		}
+		d := stepDeadline(actionType(cur.Type))
+		h.overdue = d > 0 && v.obs.Now.Sub(cur.Started.Time) > d
 		if cur.Repair {
 			cur = nil // a repair explains nothing
 		}
 	}
-	// takesDown: the current step explains the member being down. A pod replacement takes its
-	// member down while the pod is gone, going or new with an etcd that has not failed; while
-	// leadership moves, members see no leader for a moment, and one whose pod is Ready (the
-	// kubelet's probe of its own health passes) is down for that alone.
-	takesDown := func(name string, pod *corev1.Pod) bool {
-		switch {
-		case cur == nil:
-			return false
-		case cur.Type == ReplacePod.String():
-			return cur.Member == name && podDownAsPlanned(v, pod)
-		case cur.Type == MoveLeader.String():
-			return pod != nil && !isTerminating(pod) && isReady(pod)
-		case cur.Type == UpdatePeerURL.String():
-			// Its peers reach it only once etcd has its new URL (tls.go).
-			return cur.Member == name && pod != nil && !isTerminating(pod)
-		}
-		return false
-	}
 	if asked {
-		for _, m := range v.voters() {
-			switch {
-			case m.Healthy:
-			case takesDown(m.name, m.pod):
-				h.planned = append(h.planned, m.name)
-				if cur.Type == MoveLeader.String() {
-					h.electing++
-				}
-			default:
-				h.unplanned = append(h.unplanned, m.name)
+		h.planned, h.unplanned, h.electing = v.sortUnhealthy(cur)
+		h.noSpace = v.alarmed("NOSPACE")
+	}
+	if held := v.heldMember(s); v.holdIsPlanned(cur, held) {
+		h.plannedHold = true
+		if !slices.Contains(h.planned, held) {
+			h.planned = append(h.planned, held)
+		}
+		h.unplanned = slices.DeleteFunc(h.unplanned, func(n string) bool { return n == held })
+	}
+	h.blocked = s.degraded != "" && !h.plannedHold
+	return h
+}
+
+// runningStep is the last record of the history while it is still Running, or nil.
+func runningStep(hist []v1alpha1.StepRecord) *v1alpha1.StepRecord {
+	if n := len(hist); n > 0 && hist[n-1].Result == v1alpha1.StepRunning {
+		return &hist[n-1]
+	}
+	return nil
+}
+
+// sortUnhealthy sorts the unhealthy voters into those the step cur took down and the others;
+// electing counts the planned ones that are down only while leadership moves.
+func (v *view) sortUnhealthy(cur *v1alpha1.StepRecord) (planned, unplanned []string, electing int) {
+	for _, m := range v.voters() {
+		switch {
+		case m.Healthy:
+		case v.takesDown(cur, m.name, m.pod):
+			planned = append(planned, m.name)
+			if cur.Type == MoveLeader.String() {
+				electing++
 			}
+		default:
+			unplanned = append(unplanned, m.name)
 		}
 	}
-	held := ""
+	return planned, unplanned, electing
+}
+
+// takesDown: the step cur explains the member name, on pod, being down. A pod replacement
+// takes its member down while the pod is gone, going or new with an etcd that has not failed;
+// while leadership moves, members see no leader for a moment, and one whose pod is Ready (the
+// kubelet's probe of its own health passes) is down for that alone.
+func (v *view) takesDown(cur *v1alpha1.StepRecord, name string, pod *corev1.Pod) bool {
+	switch {
+	case cur == nil:
+		return false
+	case cur.Type == ReplacePod.String():
+		return cur.Member == name && podDownAsPlanned(v, pod)
+	case cur.Type == MoveLeader.String():
+		return pod != nil && !isTerminating(pod) && isReady(pod)
+	case cur.Type == UpdatePeerURL.String():
+		// Its peers reach it only once etcd has its new URL (tls.go).
+		return cur.Member == name && pod != nil && !isTerminating(pod)
+	}
+	return false
+}
+
+// heldMember is the member the planner holds on for want of an answer: the one the hook does
+// not reach, or the only voter status knew of when etcd did not answer; "" for none.
+func (v *view) heldMember(s step) string {
 	switch s.degradedBy {
 	case ReasonMemberUnanswered:
-		held = s.action.Member
+		return s.action.Member
 	case ReasonEtcdUnreachable:
 		var voters []string
 		for _, m := range v.obs.Cluster.Status.Members {
@@ -271,20 +303,24 @@ func (v *view) judge(s step, hist []v1alpha1.StepRecord, asked bool) health {
 			}
 		}
 		if len(voters) == 1 {
-			held = voters[0]
+			return voters[0]
 		}
 	}
-	// A learner the current step adds is joining: the hook not reaching it yet is part of that.
+	return ""
+}
+
+// holdIsPlanned: the step cur explains the hook not reaching held, as it takes held's pod
+// down, or adds held as a learner that is still joining.
+func (v *view) holdIsPlanned(cur *v1alpha1.StepRecord, held string) bool {
 	ord, ok := Ordinal(v.c.Name, held)
-	if ok && cur != nil && (cur.Type == ReplacePod.String() && takesDown(held, v.pods[ord]) ||
-		cur.Member == held && v.byOrd[ord] != nil && v.byOrd[ord].IsLearner) {
-		h.plannedHold = true
-		if !slices.Contains(h.planned, held) {
-			h.planned = append(h.planned, held)
-		}
-		h.unplanned = slices.DeleteFunc(h.unplanned, func(n string) bool { return n == held })
+	if !ok || cur == nil {
+		return false
 	}
-	return h
+	if cur.Type == ReplacePod.String() && v.takesDown(cur, held, v.pods[ord]) {
+		return true
+	}
+	m := v.byOrd[ord]
+	return cur.Member == held && m != nil && m.IsLearner
 }
 
 // podDownAsPlanned: the pod is gone, going, or new on the current spec with an etcd that
@@ -365,37 +401,11 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 	// Membership as etcd answered, unless the answer cannot be trusted: then status keeps what
 	// it knew, above all the cluster ID, which a stranger's answer must not overwrite.
 	asked := v.unknown == ""
-	// answered: etcd answered at all; the phase follows what it said, trusted or not.
-	answered := v.obs.Etcd.Asked && len(v.members) > 0
-	voters, healthy := len(v.voters()), v.healthyVoters()
-
 	hist := v.updateResult(s, v.obs.Cluster.Status.History, asked)
 	h := v.judge(s, hist, asked)
-	// blocked: the planner reports a reason to be Degraded, unless it is the outage the current
-	// step of a cluster of one makes on purpose.
-	blocked := s.degraded != "" && !h.plannedHold
-	// A NOSPACE alarm refuses every write: Degraded while it stands, whatever is being done
-	// about it.
-	var noSpace []*member
-	if asked {
-		noSpace = v.alarmed("NOSPACE")
-	}
-	degraded := blocked || len(h.unplanned) > 0 || h.overdue || len(noSpace) > 0
+	degraded, degradedWhy, degradedMsg := degradedCondition(s, h)
 
-	phase := v1alpha1.PhaseRunning
-	prev := v.obs.Cluster.Status.Phase
-	switch {
-	case !answered && v.obs.Cluster.Status.ClusterID == "":
-		phase = v1alpha1.PhaseCreating
-	case !answered || !etcdstate.HasQuorum(voters, healthy+h.electing+len(v.unansweredVoters())):
-		phase = v1alpha1.PhaseUnavailable
-	case blocked || h.overdue || len(noSpace) > 0 || len(h.unplanned) > 0 && (prev != v1alpha1.PhaseCreating || s.action.Type == Hold):
-		phase = v1alpha1.PhaseDegraded
-	case (prev == v1alpha1.PhaseCreating || prev == "") && voters < v.size:
-		// Still growing to its first full size.
-		phase = v1alpha1.PhaseCreating
-	}
-	st := newStatus(v.obs, v.c, phase, s.action)
+	st := newStatus(v.obs, v.c, v.phase(s, h), s.action)
 	if s.maintenance != nil {
 		st.Maintenance = s.maintenance
 	}
@@ -406,96 +416,151 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 	if job != nil {
 		jobName = job.Name
 	}
+	// A step started while the cluster is Degraded is a repair.
 	st.History = startStep(hist, v.obs.Cluster.Status.Action, s.action, jobName, degraded, v.obs.Now)
 	st.TLS = v.tlsStatus()
-	if len(s.keep) > 0 {
-		st.JobFailures = int32(attemptOf(s.keep[0]))
-		if state, _ := stateOf(s.keep[0]); state == jobFailed {
-			st.JobFailures++
-		}
-	} else if s.job != nil {
-		st.JobFailures = int32(s.job.attempt)
-	}
-
+	st.JobFailures = jobFailures(s)
 	if asked {
-		st.Members = nil
-		for _, m := range v.members {
-			ms := v1alpha1.MemberStatus{
-				Name: m.name, ID: fmt.Sprintf("%x", m.ID), Ordinal: int32(m.ordinal),
-				IsLearner: m.IsLearner, IsLeader: m.IsLeader, Healthy: m.Healthy,
-				Version: v1alpha1.NormalizeVersion(m.Version),
-			}
-			if m.unanswered() {
-				since := metav1.NewTime(v.unansweredSince(m))
-				ms.UnansweredSince = &since
-			}
-			v.recordClocks(&ms, m)
-			st.Members = append(st.Members, ms)
-		}
-		st.ReadyMembers = int32(healthy)
-		st.Leader = ""
-		if v.leader != nil {
-			st.Leader = v.leader.name
-		}
-		st.ClusterID = fmt.Sprintf("%x", v.obs.Etcd.ClusterID)
-		st.CurrentVersion = v.runningVersion()
+		v.reportMembership(&st)
 	}
 
+	v.setAvailable(&st, s, h, asked)
+	cur := h.current
+	if r := runningStep(st.History); r != nil {
+		cur = r
+	}
+	on, why, msg := progressing(s, h, cur)
+	setCondition(&st, v.obs, v.c, v1alpha1.ConditionProgressing, on, why, msg)
+	setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, degraded, degradedWhy, degradedMsg)
+	return st
+}
+
+// degradedCondition is the Degraded condition: whether it is True, its reason and message.
+// It is the one place that says what makes the cluster Degraded, the most pressing cause
+// reported first; the phase and the repair mark of a step follow it.
+func degradedCondition(s step, h health) (degraded bool, reason, msg string) {
+	switch {
+	case h.blocked:
+		reason = s.degradedBy
+		if reason == "" {
+			reason = ReasonBlocked
+		}
+		return true, reason, s.degraded
+	case len(h.noSpace) > 0:
+		// Degraded while the alarm stands, whatever is being done about it.
+		return true, ReasonNoSpace, "NOSPACE alarm raised by " + memberNames(h.noSpace) + ": etcd refuses writes until it is disarmed"
+	case len(h.unplanned) > 0:
+		return true, ReasonMemberUnhealthy, "unhealthy: " + strings.Join(h.unplanned, ", ")
+	case h.overdue:
+		return true, ReasonProgressDeadlineExceeded, overdueMessage(h.current, s)
+	case len(h.planned) > 0:
+		c := h.current
+		return false, ReasonPlannedDisruption, fmt.Sprintf("down for the current step: %s (%s %s, started %s, deadline %s)",
+			strings.Join(h.planned, ", "), c.Type, c.Member, c.Started.UTC().Format(time.RFC3339), stepDeadline(actionType(c.Type)))
+	}
+	return false, ReasonHealthy, "no unhealthy member seen"
+}
+
+// phase is the cluster's phase: Creating until etcd first answers and while the cluster grows
+// to its first full size, Unavailable when etcd did not answer or no quorum of voters may be
+// healthy, Degraded as the Degraded condition says, Running otherwise.
+func (v *view) phase(s step, h health) v1alpha1.Phase {
+	// answered: etcd answered at all; the phase follows what it said, trusted or not.
+	answered := v.obs.Etcd.Asked && len(v.members) > 0
+	voters, healthy := len(v.voters()), v.healthyVoters()
+	prev := v.obs.Cluster.Status.Phase
+	if prev == v1alpha1.PhaseCreating && s.action.Type != Hold {
+		// While the cluster is created, voters not healthy yet are starting, not failing.
+		h.unplanned = nil
+	}
+	degraded, _, _ := degradedCondition(s, h)
+	switch {
+	case !answered && v.obs.Cluster.Status.ClusterID == "":
+		return v1alpha1.PhaseCreating
+	case !answered || !etcdstate.HasQuorum(voters, healthy+h.electing+len(v.unansweredVoters())):
+		return v1alpha1.PhaseUnavailable
+	case degraded:
+		return v1alpha1.PhaseDegraded
+	case (prev == v1alpha1.PhaseCreating || prev == "") && voters < v.size:
+		// Still growing to its first full size.
+		return v1alpha1.PhaseCreating
+	}
+	return v1alpha1.PhaseRunning
+}
+
+// jobFailures is status.jobFailures for the step: the attempt of the Job it keeps, counting
+// that Job if it failed, or the attempt of the Job it starts.
+func jobFailures(s step) int32 {
+	if len(s.keep) > 0 {
+		n := int32(attemptOf(s.keep[0]))
+		if state, _ := stateOf(s.keep[0]); state == jobFailed {
+			n++
+		}
+		return n
+	}
+	if s.job != nil {
+		return int32(s.job.attempt)
+	}
+	return 0
+}
+
+// reportMembership puts membership as etcd answered it into st.
+func (v *view) reportMembership(st *v1alpha1.EtcdClusterStatus) {
+	st.Members = nil
+	for _, m := range v.members {
+		ms := v1alpha1.MemberStatus{
+			Name: m.name, ID: fmt.Sprintf("%x", m.ID), Ordinal: int32(m.ordinal),
+			IsLearner: m.IsLearner, IsLeader: m.IsLeader, Healthy: m.Healthy,
+			Version: v1alpha1.NormalizeVersion(m.Version),
+		}
+		if m.unanswered() {
+			since := metav1.NewTime(v.unansweredSince(m))
+			ms.UnansweredSince = &since
+		}
+		v.recordClocks(&ms, m)
+		st.Members = append(st.Members, ms)
+	}
+	st.ReadyMembers = int32(v.healthyVoters())
+	st.Leader = ""
+	if v.leader != nil {
+		st.Leader = v.leader.name
+	}
+	st.ClusterID = fmt.Sprintf("%x", v.obs.Etcd.ClusterID)
+	st.CurrentVersion = v.runningVersion()
+}
+
+// setAvailable sets the Available condition: Unknown while etcd's answer cannot be trusted,
+// True with a healthy quorum (voters that see no leader only while leadership moves count),
+// Unknown again when only voters the hook does not reach would make one, False otherwise.
+func (v *view) setAvailable(st *v1alpha1.EtcdClusterStatus, s step, h health, asked bool) {
+	voters, healthy := len(v.voters()), v.healthyVoters()
 	switch {
 	case !asked:
-		setConditionValue(&st, v.obs, v.condition(v1alpha1.ConditionAvailable, metav1.ConditionUnknown, ReasonEtcdUnknown, s.action.Reason))
+		setConditionValue(st, v.obs, v.condition(v1alpha1.ConditionAvailable, metav1.ConditionUnknown, ReasonEtcdUnknown, s.action.Reason))
 	case etcdstate.HasQuorum(voters, healthy+h.electing):
 		msg := fmt.Sprintf("%d of %d voters healthy", healthy, voters)
 		if h.electing > 0 {
 			msg += fmt.Sprintf("; %d more see no leader while leadership moves", h.electing)
 		}
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, true, ReasonQuorumHealthy, msg)
+		setCondition(st, v.obs, v.c, v1alpha1.ConditionAvailable, true, ReasonQuorumHealthy, msg)
 	case etcdstate.HasQuorum(voters, healthy+len(v.unansweredVoters())):
-		setConditionValue(&st, v.obs, v.condition(v1alpha1.ConditionAvailable, metav1.ConditionUnknown, ReasonQuorumUnconfirmed,
+		setConditionValue(st, v.obs, v.condition(v1alpha1.ConditionAvailable, metav1.ConditionUnknown, ReasonQuorumUnconfirmed,
 			fmt.Sprintf("%d of %d voters healthy; %d more did not answer the hook but their pods are Ready", healthy, voters, len(v.unansweredVoters()))))
 	default:
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionAvailable, false, ReasonQuorumLost, fmt.Sprintf("%d of %d voters healthy", healthy, voters))
+		setCondition(st, v.obs, v.c, v1alpha1.ConditionAvailable, false, ReasonQuorumLost, fmt.Sprintf("%d of %d voters healthy", healthy, voters))
 	}
-	cur := h.current
-	if n := len(st.History); n > 0 && st.History[n-1].Result == v1alpha1.StepRunning {
-		cur = &st.History[n-1]
-	}
-	on, why, msg := progressing(s, h, cur, blocked)
-	setCondition(&st, v.obs, v.c, v1alpha1.ConditionProgressing, on, why, msg)
-	switch {
-	case blocked:
-		reason := s.degradedBy
-		if reason == "" {
-			reason = ReasonBlocked
-		}
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, reason, s.degraded)
-	case len(noSpace) > 0:
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonNoSpace, "NOSPACE alarm raised by "+memberNames(noSpace)+": etcd refuses writes until it is disarmed")
-	case len(h.unplanned) > 0:
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonMemberUnhealthy, "unhealthy: "+strings.Join(h.unplanned, ", "))
-	case h.overdue:
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, true, ReasonProgressDeadlineExceeded, overdueMessage(h.current, s))
-	case len(h.planned) > 0:
-		c := h.current
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, false, ReasonPlannedDisruption,
-			fmt.Sprintf("down for the current step: %s (%s %s, started %s, deadline %s)", strings.Join(h.planned, ", "), c.Type, c.Member,
-				c.Started.UTC().Format(time.RFC3339), stepDeadline(actionType(c.Type))))
-	default:
-		setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, false, ReasonHealthy, "no unhealthy member seen")
-	}
-	return st
 }
 
 // progressing is the Progressing condition: True while a step is under way or waited for,
 // its reason the step's type (or Wait, for a wait outside any step); False when steady, on
 // hold, blocked, or past the current step's deadline.
-func progressing(s step, h health, cur *v1alpha1.StepRecord, blocked bool) (bool, string, string) {
+func progressing(s step, h health, cur *v1alpha1.StepRecord) (bool, string, string) {
 	switch {
-	case blocked && isStep(s.action.Type):
+	case h.blocked && isStep(s.action.Type):
 		// A repair under way (remediating NOSPACE, recovering quorum) progresses, whatever
 		// keeps the cluster Degraded meanwhile.
 		return true, s.action.Type.String(), s.action.Reason
-	case blocked:
+	case h.blocked:
 		return false, ReasonBlocked, s.action.Reason
 	case h.overdue && !isStep(s.action.Type):
 		return false, ReasonProgressDeadlineExceeded, overdueMessage(h.current, s)
