@@ -58,7 +58,7 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 		clientService(v.c, v.labels),
 		joinConfigMap(v.c, v.labels, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID)),
 		podDisruptionBudget(v.c, v.labels, len(v.voters()), v.budgetClosed(s)),
-		statefulSet(v.c, v.labels, v.spec, s.replicas, s.partition),
+		statefulSet(v.c, v.labels, v.spec, s.replicas, s.partition, v.claimRetention(s.replicas)),
 	}
 	for _, j := range s.keep {
 		children = append(children, unchanged("batch/v1", "Job", j.ObjectMeta, j))
@@ -128,7 +128,7 @@ func (v *view) heldChildren(s step) []Child {
 	if s.rollForward {
 		for i, c := range children {
 			if c.Kind == "StatefulSet" && c.Name == StatefulSetName(v.c.Name) {
-				children[i] = statefulSet(v.c, v.labels, v.spec, v.replicas, s.partition)
+				children[i] = statefulSet(v.c, v.labels, v.spec, v.replicas, s.partition, retainClaims)
 			}
 		}
 	}
@@ -154,7 +154,7 @@ func (v *view) heldChildren(s step) []Child {
 		}
 	}
 	if v.sts == nil {
-		missing = append(missing, statefulSet(v.c, v.labels, v.spec, v.lastKnownReplicas(), v.protectivePartition()))
+		missing = append(missing, statefulSet(v.c, v.labels, v.spec, v.lastKnownReplicas(), v.protectivePartition(), retainClaims))
 	}
 	for _, c := range missing {
 		if !have[c.Kind+"/"+c.Name] {

@@ -38,19 +38,19 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		s                         serving
 		config, spec, statefulSet string
 	}{
-		{"plain", cluster(nil), serving{}, "cc76f9f86a", "1c39e1042f", "d3436d1291104fb1"},
+		{"plain", cluster(nil), serving{}, "cc76f9f86a", "1c39e1042f", "bc4a8a2262e3e1bb"},
 		{"no storage, options", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec = nil
 			c.Spec.EtcdOptions = []string{"--quota-backend-bytes=4294967296", "--log-level=warn"}
-		}), serving{}, "921ce91d2e", "b5b7267bb5", "594177f15c1be4f0"},
+		}), serving{}, "921ce91d2e", "b5b7267bb5", "91185ec355539904"},
 		{"storage class, limit, delete", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec.StorageClassName, c.Spec.StorageSpec.WhenDeleted = "fast", v1alpha1.PVCDelete
 			c.Spec.StorageSpec.VolumeSizeLimit = ptrTo(resource.MustParse("16Gi"))
-		}), serving{}, "cc76f9f86a", "1c39e1042f", "93907ef6b3cf8069"},
-		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "197d8e7f2b", "f0d32e5bee", "d8c9d7dfc1d7da65"},
-		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "f45425a179", "4d70c7d6a4", "ec27b49f887bfc2f"},
-		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "37596d80d2", "828f097aa4", "394ff878f8fa0ec2"},
-		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "e3c2f75b7d", "ac4c093687", "e8222ca21e387dbe"},
+		}), serving{}, "cc76f9f86a", "1c39e1042f", "0f2979901697c02e"},
+		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "197d8e7f2b", "f0d32e5bee", "be76bfdcbe6e77db"},
+		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "f45425a179", "4d70c7d6a4", "e5295a7362d89c5f"},
+		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "37596d80d2", "828f097aa4", "1c99bdabbd6d9295"},
+		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "e3c2f75b7d", "ac4c093687", "14b7fe69f958b8e0"},
 		{"user pod settings", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.PodTemplate = &v1alpha1.PodTemplate{
 				Metadata: &v1alpha1.PodMetadata{Labels: map[string]string{"team": "db", LabelCluster: "spoofed"}, Annotations: map[string]string{"a": "<&>"}},
@@ -67,16 +67,16 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 					}}}},
 				},
 			}
-		}), serving{}, "51aff7b1c4", "26c65f2aec", "84463360f6779d93"},
+		}), serving{}, "51aff7b1c4", "26c65f2aec", "dcb4fcba60f24a1f"},
 		{"restore from S3", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: s3, Name: "latest"}}
-		}), serving{}, "62644ea4e8", "ae8f8f11e6", "2956571e495ddcda"},
+		}), serving{}, "62644ea4e8", "ae8f8f11e6", "cbea53015fa28ae7"},
 		{"restore from a claim, TLS", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: pvc, Name: "snap.db"}}
-		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "4a0e722f64", "dc7f016904", "fc7beb908b62d146"},
+		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "4a0e722f64", "dc7f016904", "2f96bf419e03fa48"},
 	} {
 		ps := renderPodSpec(simConfig, tc.c, tc.s)
-		sts := digest(t, statefulSet(tc.c, labelsOf(tc.c), ps, 3, 1).Object)
+		sts := digest(t, statefulSet(tc.c, labelsOf(tc.c), ps, 3, 1, retainClaims).Object)
 		if ps.configHash != tc.config || ps.specHash != tc.spec || sts != tc.statefulSet {
 			t.Errorf("%s: config hash %s, spec hash %s, StatefulSet %s; want %s, %s, %s", tc.story, ps.configHash, ps.specHash, sts, tc.config, tc.spec, tc.statefulSet)
 		}

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -61,6 +62,30 @@ func (o observedObject) MarshalJSON() ([]byte, error) {
 		}
 	}
 	return json.Marshal(prune(m))
+}
+
+// retentionSet encodes an observed StatefulSet as unchanged does, with its claims' retention
+// replaced.
+type retentionSet struct {
+	observed  observedObject
+	retention claimRetention
+}
+
+func (o retentionSet) MarshalJSON() ([]byte, error) {
+	b, err := o.observed.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("sync: decoding an observed StatefulSet: %w", err)
+	}
+	spec, ok := m["spec"].(map[string]any)
+	if !ok {
+		return nil, errors.New("sync: an observed StatefulSet without a spec")
+	}
+	spec["persistentVolumeClaimRetentionPolicy"] = o.retention
+	return json.Marshal(m)
 }
 
 // isJSONObject reports whether s is one valid JSON object.

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
@@ -64,17 +65,24 @@ func Plan(cfg Config, obs Observed) Decision {
 
 // finalize tears down in order: member Jobs first (no membership change may run into the
 // teardown), then the StatefulSet until its pods are gone, then the Services, the join
-// ConfigMap and the PodDisruptionBudget. Finalized only once nothing is observed. Volume
-// claims follow spec.storageSpec.whenDeleted through the StatefulSet's retention policy.
+// ConfigMap and the PodDisruptionBudget. Finalized only once nothing is observed. The claims
+// are retained until then; with spec.storageSpec.whenDeleted: Delete, the StatefulSet is
+// first told to take them along (its retention policy), and deleted once its controller has
+// seen that, so the garbage collector deletes them after the pods.
 func finalize(obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	ch := obs.Children
 	pods := len(ownPods(obs))
 	var keep Children
 	var reason string
+	var claimsAlong []Child
 	switch {
 	case len(ch.Jobs) > 0:
 		keep = Children{StatefulSets: ch.StatefulSets, Services: ch.Services, ConfigMaps: ch.ConfigMaps, PDBs: ch.PDBs}
 		reason = fmt.Sprintf("deleting %d member Job(s)", len(ch.Jobs))
+	case len(ch.StatefulSets) > 0 && c.Spec.StorageSpec != nil && c.Spec.StorageSpec.WhenDeleted == v1alpha1.PVCDelete && !claimsGoAlong(ch.StatefulSets):
+		keep = Children{Services: ch.Services, ConfigMaps: ch.ConfigMaps, PDBs: ch.PDBs}
+		claimsAlong = withClaimsDeleted(ch.StatefulSets)
+		reason = "spec.storageSpec.whenDeleted is Delete: setting the StatefulSet to delete the claims with it, before it is deleted"
 	case len(ch.StatefulSets) > 0 || pods > 0:
 		keep = Children{Services: ch.Services, ConfigMaps: ch.ConfigMaps, PDBs: ch.PDBs}
 		reason = fmt.Sprintf("deleting the StatefulSet; %d pod(s) left", pods)
@@ -86,13 +94,39 @@ func finalize(obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		return checkedTeardown(obs, c, d)
 	}
 	a := Action{Type: Teardown, Reason: reason}
+	children := append(observedChildren(keep), claimsAlong...)
+	sortChildren(children)
 	d := Decision{
-		Children:           observedChildren(keep),
+		Children:           children,
 		Status:             newStatus(obs, c, v1alpha1.PhaseDeleting, a),
 		Action:             a,
 		ResyncAfterSeconds: resyncSoon,
 	}
 	return checkedTeardown(obs, c, d)
+}
+
+// claimsGoAlong: every StatefulSet deletes its claims with it, and its controller has seen so
+// (it sets the claims' owner references then).
+func claimsGoAlong(sets []appsv1.StatefulSet) bool {
+	for _, s := range sets {
+		p := s.Spec.PersistentVolumeClaimRetentionPolicy
+		if p == nil || p.WhenDeleted != appsv1.DeletePersistentVolumeClaimRetentionPolicyType || s.Status.ObservedGeneration < s.Generation {
+			return false
+		}
+	}
+	return true
+}
+
+// withClaimsDeleted are the observed StatefulSets, unchanged but for the claims' retention:
+// deleted with the StatefulSet.
+func withClaimsDeleted(sets []appsv1.StatefulSet) []Child {
+	var out []Child
+	for i := range sets {
+		c := unchanged("apps/v1", "StatefulSet", sets[i].ObjectMeta, &sets[i])
+		c.Object = retentionSet{observed: c.Object.(observedObject), retention: claimRetention{WhenDeleted: "Delete", WhenScaled: "Retain"}}
+		out = append(out, c)
+	}
+	return out
 }
 
 // checkedTeardown returns a finalize decision that keeps the teardown's invariants, or a hold
@@ -206,7 +240,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		clientService(c, v.labels),
 		joinConfigMap(c, v.labels, state, ledger{seed: {}}, ""),
 		podDisruptionBudget(c, v.labels, 1, false),
-		statefulSet(c, v.labels, v.spec, 1, partition),
+		statefulSet(c, v.labels, v.spec, 1, partition, retainClaims),
 	}
 	sortChildren(children)
 	st := newStatus(obs, c, v1alpha1.PhaseCreating, action)

@@ -69,8 +69,8 @@ func TestRenderingIsStableAndOwnsOnlyItsFields(t *testing.T) {
 	if spec.PodManagementPolicy != appsv1.ParallelPodManagement || spec.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType {
 		t.Errorf("pod management %q, update strategy %q", spec.PodManagementPolicy, spec.UpdateStrategy.Type)
 	}
-	if r := spec.PersistentVolumeClaimRetentionPolicy; r == nil || r.WhenScaled != appsv1.DeletePersistentVolumeClaimRetentionPolicyType || r.WhenDeleted != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
-		t.Errorf("claim retention %+v: a scaled-away ordinal must lose its claim, deletion keeps them by default", r)
+	if r := spec.PersistentVolumeClaimRetentionPolicy; r == nil || r.WhenScaled != appsv1.RetainPersistentVolumeClaimRetentionPolicyType || r.WhenDeleted != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+		t.Errorf("claim retention %+v: no claim may go with the StatefulSet or its replicas but by a decision", r)
 	}
 	if len(spec.VolumeClaimTemplates) != 1 || spec.VolumeClaimTemplates[0].Kind != "" {
 		t.Errorf("volume claim templates %+v", spec.VolumeClaimTemplates)

@@ -1,7 +1,6 @@
 package sync
 
 import (
-	"flag"
 	"fmt"
 	"strings"
 	"testing"
@@ -19,15 +18,6 @@ import (
 // the claim of an ordinal the StatefulSet scales away, whenDeleted: Delete every claim of a
 // StatefulSet deleted with its pods (not one deleted orphaning them, which orphans the claims
 // too). A deleted claim goes once no pod uses it, as the claim's protection finalizer keeps it.
-
-// simClaimsDeleted turns on, in TestRandomPartialKnowledge, spec.storageSpec.whenDeleted:
-// Delete on the worlds with volumes, so that its fault "StatefulSet deleted with its pods"
-// takes every claim with it. Off by default: the planner renders the policy onto the
-// StatefulSet, so the data goes with it (issue 23). With it on, seeds 1 and 5 fail: the
-// StatefulSet is deleted (seed 1 at 2 members, seed 5 at 5 during a roll), the planner
-// re-creates it, the pods come back on empty claims, the launchers refuse the established
-// members, and checkWorld reports "only 0 of 2 (5) voters hold the data".
-var simClaimsDeleted = flag.Bool("sim-claims-deleted", false, "random runs with spec.storageSpec.whenDeleted: Delete")
 
 // deleteStatefulSet is the StatefulSet deleted, by the planner's answer or behind its back;
 // orphan: with --cascade=orphan, which leaves its pods and claims.
@@ -124,17 +114,19 @@ func TestRecreatedClusterRefusesOldClaims(t *testing.T) {
 	}
 }
 
-// optInClaimsDeleted sets spec.storageSpec.whenDeleted: Delete on a world with volumes when
-// the random runs ask for it (-sim-claims-deleted).
-func (w *simWorld) optInClaimsDeleted() {
-	if *simClaimsDeleted && w.storage() {
+// claimsDeletedWithCluster sets spec.storageSpec.whenDeleted: Delete on a world with volumes,
+// the setting under which a StatefulSet deleted with its pods could take the claims along: the
+// random runs' fault "StatefulSet deleted with its pods" must lose nothing all the same.
+func (w *simWorld) claimsDeletedWithCluster() {
+	if w.storage() {
 		w.cluster.Spec.StorageSpec.WhenDeleted = v1alpha1.PVCDelete
 		w.cluster.Generation++
 	}
 }
 
-// TestClaimsFollowRetentionPolicy: claims go with a scale-in and, under whenDeleted: Delete,
-// with the StatefulSet; under Retain they outlive the cluster's deletion.
+// TestClaimsFollowRetentionPolicy: claims go with the planner's scale-in and, under
+// whenDeleted: Delete, with the cluster's teardown; under Retain they outlive the cluster's
+// deletion. Nothing else deletes one: not the StatefulSet deleted, not its replicas dropped.
 func TestClaimsFollowRetentionPolicy(t *testing.T) {
 	t.Run("scaled away", func(t *testing.T) {
 		w, _ := created(t, 3, true)
@@ -162,19 +154,28 @@ func TestClaimsFollowRetentionPolicy(t *testing.T) {
 			}
 		})
 	}
-	// A StatefulSet deleted behind the planner's back takes the claims with it under
-	// whenDeleted: Delete, and the planner re-creates it on empty volumes: every voter's data
-	// is gone (issue 23). Here only the mechanism is checked, with the world's checks off.
+	// A StatefulSet deleted behind the planner's back, under whenDeleted: Delete, leaves the
+	// claims: the policy it is rendered with retains them, and only the teardown sets it to
+	// Delete. The planner re-creates it and every member comes back on its data.
 	t.Run("StatefulSet deleted behind the planner's back", func(t *testing.T) {
 		w, _ := created(t, 3, true)
 		w.edit(func(w *simWorld) { w.cluster.Spec.StorageSpec.WhenDeleted = v1alpha1.PVCDelete })
+		// Every pod goes with it at once: availability is lost by the person, not the data.
+		w.faulty = true
 		w.deleteChild("statefulset", false)
-		for i := 0; i < 4; i++ {
-			w.sync()
-			w.tick()
+		w.run(100)
+		if len(w.data) != 3 {
+			t.Fatalf("claims %v: a StatefulSet deleted under whenDeleted: Delete took claims along", sortedInts(w.data))
 		}
-		if len(w.data) != 0 {
-			t.Fatalf("claims %v outlived a StatefulSet deleted under whenDeleted: Delete", sortedInts(w.data))
+	})
+	// Replicas dropped by hand below members that hold data keep their claims: the policy
+	// deletes a scaled-away claim only while the planner shrinks past removed members.
+	t.Run("replicas dropped by hand", func(t *testing.T) {
+		w, _ := created(t, 3, true)
+		w.sts.replicas = 1
+		w.run(100)
+		if len(w.data) != 3 {
+			t.Fatalf("claims %v after replicas were dropped to 1 by hand", sortedInts(w.data))
 		}
 	})
 	t.Run("StatefulSet deleted orphaning its pods", func(t *testing.T) {

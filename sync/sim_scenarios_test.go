@@ -360,7 +360,7 @@ func TestRandomPartialKnowledge(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			w, _ := created(t, 3, seed%2 == 1)
 			w.faulty = true
-			w.optInClaimsDeleted()
+			w.claimsDeletedWithCluster()
 			w.slowNodes(rng, 4*time.Minute)
 			changes := []func(){
 				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },

@@ -257,27 +257,49 @@ func podVolumes(c *v1alpha1.EtcdCluster, s serving) []volume {
 	return vols
 }
 
-// statefulSet renders the StatefulSet with the replicas and partition the planner chose.
-func statefulSet(c *v1alpha1.EtcdCluster, lb childLabels, ps podSpec, replicas, partition int) Child {
-	whenDeleted := "Retain"
-	if c.Spec.StorageSpec != nil && c.Spec.StorageSpec.WhenDeleted == v1alpha1.PVCDelete {
-		whenDeleted = "Delete"
-	}
+// statefulSet renders the StatefulSet with the replicas and partition the planner chose, and
+// its claims' retention (view.claimRetention).
+func statefulSet(c *v1alpha1.EtcdCluster, lb childLabels, ps podSpec, replicas, partition int, retention claimRetention) Child {
 	spec := statefulSetSpec{
 		Replicas:    replicas,
 		ServiceName: HeadlessServiceName(c.Name),
 		Selector:    labelSelector{MatchLabels: lb.selector},
 		// Members start together: the planner, not the StatefulSet, orders membership.
-		PodManagementPolicy: "Parallel",
-		UpdateStrategy:      updateStrategy{Type: "RollingUpdate", RollingUpdate: rollingUpdate{Partition: partition}},
-		// A scaled-away ordinal loses its claim, so it can never come back with stale data.
-		PersistentVolumeClaimRetentionPolicy: claimRetention{WhenScaled: "Delete", WhenDeleted: whenDeleted},
+		PodManagementPolicy:                  "Parallel",
+		UpdateStrategy:                       updateStrategy{Type: "RollingUpdate", RollingUpdate: rollingUpdate{Partition: partition}},
+		PersistentVolumeClaimRetentionPolicy: retention,
 		Template:                             ps.template,
 	}
 	if s := c.Spec.StorageSpec; s != nil {
 		spec.VolumeClaimTemplates = []volumeClaimObject{volumeClaimTemplate(s)}
 	}
 	return child("apps/v1", "StatefulSet", metadata(c, StatefulSetName(c.Name), lb.common), spec)
+}
+
+// retainClaims keeps every claim, whatever happens to the StatefulSet or its replicas: a
+// member's data is deleted only by a decision of the planner, never as a side effect of the
+// StatefulSet being deleted (kubectl delete, to change an immutable field) or re-created.
+var retainClaims = claimRetention{WhenDeleted: "Retain", WhenScaled: "Retain"}
+
+// claimRetention is the StatefulSet's claim retention for replicas. The claims are retained,
+// except while the StatefulSet shrinks past ordinals none of whose members etcd still lists
+// (the planner's own scale-in, which removed them first): then a scaled-away claim goes with
+// its pod, so it holds no stale data. A claim left behind all the same is safe: a member added
+// again at its ordinal has a new incarnation, and the launcher wipes the old data first.
+func (v *view) claimRetention(replicas int) claimRetention {
+	beyond := max(v.replicas, replicas)
+	for ord := range v.pods {
+		beyond = max(beyond, ord+1)
+	}
+	if v.unknown != "" || v.sts == nil || beyond <= replicas {
+		return retainClaims
+	}
+	for _, m := range v.members {
+		if m.ordinal >= replicas {
+			return retainClaims
+		}
+	}
+	return claimRetention{WhenDeleted: "Retain", WhenScaled: "Delete"}
 }
 
 func volumeClaimTemplate(s *v1alpha1.StorageSpec) volumeClaimObject {

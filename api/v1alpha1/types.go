@@ -252,8 +252,9 @@ type StorageSpec struct {
 	// +optional
 	VolumeSizeLimit *resource.Quantity `json:"volumeSizeLimit,omitempty"`
 	// WhenDeleted says what happens to the claims when the EtcdCluster is deleted:
-	// Retain (default) keeps them, Delete removes them. A scaled-away member's claim is
-	// always deleted so that its ordinal can never come back with stale data.
+	// Retain (default) keeps them, Delete removes them with the teardown. Nothing else
+	// deletes a claim but the scale-in that removed its member: not the StatefulSet deleted
+	// or re-created, not its replicas dropped.
 	//
 	// +kubebuilder:default=Retain
 	// +kubebuilder:validation:Enum=Retain;Delete
