@@ -14,11 +14,13 @@ import (
 const ConfigMapKey = "join-state.json"
 
 // A launcher that refuses to start etcd says why in its container's termination message,
-// which the planner reads from the pod's status: Refused begins the message, and
-// ForeignCluster begins the reason when the volume holds another cluster's data.
+// which the planner reads from the pod's status: Refused begins the message; ForeignCluster
+// begins the reason when the volume holds another cluster's data, DataLost when it lacks the
+// data of a member that was established (its claim was lost or replaced).
 const (
 	Refused        = "launch refused: "
 	ForeignCluster = "the volume holds data of cluster "
+	DataLost       = "the volume lost the member's data: "
 )
 
 // Cluster states, as etcd's --initial-cluster-state takes them.

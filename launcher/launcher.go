@@ -144,7 +144,7 @@ func Decide(in Input) Decision {
 	}
 	stale := v.HasData && v.Incarnation < me.Incarnation
 	if me.Established && (!v.HasData || stale) {
-		return Decision{Kind: Refuse, Reason: fmt.Sprintf("established member %s has no data of incarnation %d in %s", in.Name, me.Incarnation, in.DataDir)}
+		return Decision{Kind: Refuse, Reason: fmt.Sprintf("%sestablished member %s has no data of incarnation %d in %s", joinstate.DataLost, in.Name, me.Incarnation, in.DataDir)}
 	}
 	d := Decision{Kind: Start, Wipe: stale, Incarnation: me.Incarnation, Token: in.Join.Token, Args: []string{
 		"--name=" + in.Name,

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -300,7 +301,7 @@ func unknownStateReason(v *view) (reason, degradedBy string) {
 	}
 	switch {
 	case !e.Asked:
-		return "etcd not reachable: " + e.Err, ReasonEtcdUnreachable
+		return "etcd not reachable: " + e.Err + v.refusals(), ReasonEtcdUnreachable
 	case len(forked) > 0:
 		slices.Sort(forked)
 		return fmt.Sprintf("etcd answers as more than one membership (%s): %s; no membership change until a person resolves it (docs/runbooks.md, two memberships answer)",
@@ -317,6 +318,22 @@ func unknownStateReason(v *view) (reason, degradedBy string) {
 			"nothing is changed until the annotation %s=%s accepts the new cluster on purpose", got, v.clusterID, v1alpha1.AnnotationAcceptClusterID, got), ReasonClusterIDChanged
 	}
 	return "", ""
+}
+
+// refusals says which pods' launchers refuse to start etcd, and why: when etcd cannot be
+// reached, that is often the reason (claims lost, another cluster's volumes), and a hold that
+// only said "not reachable" would hide it.
+func (v *view) refusals() string {
+	var out []string
+	for _, ord := range slices.Sorted(maps.Keys(v.pods)) {
+		if why := launcherRefusal(v.pods[ord]); why != "" {
+			out = append(out, v.pods[ord].Name+": "+why)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; launchers refuse to start etcd: " + strings.Join(out, "; ")
 }
 
 // strangeUnlisted are the answers from outside the member list that are not a removed member

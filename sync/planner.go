@@ -12,6 +12,7 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/joinstate"
 )
 
 // planner runs the phases from 6 on over one view. Its fields are set before the phases run
@@ -526,6 +527,9 @@ func (p *planner) failureReason(m *member) string {
 		// Its pod is being (re)created, with the same volume and identity; or it cannot start,
 		// and neither could a replacement.
 		return ""
+	case strings.HasPrefix(launcherRefusal(m.pod), joinstate.DataLost):
+		// Its pod's own report: its claim no longer holds its data, and no wait brings it back.
+		return "its launcher refuses: " + launcherRefusal(m.pod)
 	case isCrashLooping(m.pod):
 		return "its pod keeps crashing"
 	case p.defragmenting(m):

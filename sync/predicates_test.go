@@ -166,7 +166,7 @@ func TestPodStartFailure(t *testing.T) {
 			"its launcher refuses: " + foreign[len(joinstate.Refused):]},
 		{"etcd runs again after a refusal", corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{running(refused(foreign))}}}, ""},
 		{"a refusal a replacement fixes (an established member without its data) is a failure, not a start failure",
-			corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{refused(joinstate.Refused + "established member etcd-1 has no data of incarnation 0 in /var/lib/etcd/data")}}}, ""},
+			corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{refused(joinstate.Refused + joinstate.DataLost + "established member etcd-1 has no data of incarnation 0 in /var/lib/etcd/data")}}}, ""},
 		{"etcd's own exit", corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{refused("panic: tocommit(9) is out of range")}}}, ""},
 	} {
 		if got := podStartFailure(&tc.pod); got != tc.want {

@@ -518,6 +518,9 @@ func (v *view) reportMembership(st *v1alpha1.EtcdClusterStatus) {
 			ms.UnansweredSince = &since
 		}
 		v.recordClocks(&ms, m)
+		if m.pod != nil {
+			ms.LaunchRefused = launcherRefusal(m.pod)
+		}
 		st.Members = append(st.Members, ms)
 	}
 	st.ReadyMembers = int32(v.healthyVoters())

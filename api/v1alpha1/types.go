@@ -628,6 +628,12 @@ type MemberStatus struct {
 	//
 	// +optional
 	ProgressSince *metav1.Time `json:"progressSince,omitempty"`
+	// LaunchRefused is why the launcher in the member's pod last refused to start etcd (for
+	// example: its volume lost the member's data, or holds another cluster's), while the pod
+	// does not run etcd.
+	//
+	// +optional
+	LaunchRefused string `json:"launchRefused,omitempty"`
 }
 
 // Action is the operator's current step: a membership change, a pod replacement, or a wait.
