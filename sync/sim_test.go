@@ -728,6 +728,9 @@ func (w *simWorld) newJob(b []byte) *simJob {
 // tick advances the world: Jobs run, the StatefulSet acts, pods start, raft moves.
 func (w *simWorld) tick() {
 	w.now = w.now.Add(simTick)
+	if w.probes != nil {
+		w.defragmentationsEnd()
+	}
 	for _, name := range sortedKeysOf(w.jobs) {
 		if j := w.jobs[name]; j.state == jobRunning {
 			w.runJob(j)
