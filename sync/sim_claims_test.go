@@ -24,9 +24,9 @@ import (
 // Delete on the worlds with volumes, so that its fault "StatefulSet deleted with its pods"
 // takes every claim with it. Off by default: the planner renders the policy onto the
 // StatefulSet, so the data goes with it (issue 23). With it on, seeds 1 and 5 fail: the
-// StatefulSet is deleted (seed 1 at 2 members, seed 5 at 5 during a roll), the planner
+// StatefulSet is deleted (seed 1 at 3 members, seed 5 at 2), the planner
 // re-creates it, the pods come back on empty claims, the launchers refuse the established
-// members, and checkWorld reports "only 0 of 2 (5) voters hold the data".
+// members, and checkWorld reports "only 0 of 3 (2) voters hold the data".
 var simClaimsDeleted = flag.Bool("sim-claims-deleted", false, "random runs with spec.storageSpec.whenDeleted: Delete")
 
 // deleteStatefulSet is the StatefulSet deleted, by the planner's answer or behind its back;

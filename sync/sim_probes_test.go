@@ -38,6 +38,8 @@ type simProbes struct {
 	failures    map[int]int
 	restartedAt map[int]time.Time
 	restarts    int
+	// begun counts the defragmentations begun on a member.
+	begun int
 }
 
 // simDefrag is a defragmentation etcd runs on a member until end, whether or not the tool
@@ -101,6 +103,7 @@ func (w *simWorld) slowDefragment(j *simJob, fail func()) bool {
 	took := time.Duration((m.live + m.history) / p.rate * int64(time.Second))
 	p.busy[m.ord] = simDefrag{end: begin.Add(took), id: m.id, pod: pod, restarts: pod.restarts}
 	p.calls[j], p.callOrd[j] = p.busy[m.ord].end, m.ord
+	p.begun++
 	return true
 }
 
@@ -178,6 +181,14 @@ func (w *simWorld) slowDatabases(live, file int64) {
 		m.live, m.history, m.file = live, 0, file
 	}
 	w.probes = newSimProbes(live / (simDefragMinutes * 60))
+}
+
+// fragment leaves every member's database file four times what it holds, as a large delete
+// and its compaction do: a scheduled defragmentation then has minutes of work on each.
+func (w *simWorld) fragment() {
+	for _, m := range w.members {
+		m.file = max(m.file, 4*(m.live+m.history))
+	}
 }
 
 // TestScheduledDefragmentationUnderLivenessProbes: a scheduled defragmentation of three
