@@ -18,9 +18,13 @@ import (
 // budget's spec changed since the controller last counted (status.observedGeneration behind
 // metadata.generation) or when it allows no more disruptions, and otherwise deletes the pod
 // gracefully and counts one disruption more. Evictions come between an answer being applied
-// and the world moving on, when the controller has not seen the answer's effect yet.
+// and the world moving on, when the controller has not seen the answer's effect yet. Installed
+// as the world's drain, it counts after every tick and, while draining, evicts a pod at random
+// in one step of three (simWorld.step).
 type simDrain struct {
-	w *simWorld
+	w        *simWorld
+	rng      *rand.Rand
+	draining bool
 	// spec is the budget as last applied; generation counts its changes, observed is the one
 	// the controller last counted for, and allowed what it found.
 	spec                 string
@@ -83,9 +87,13 @@ func (d *simDrain) count() {
 	d.allowed = max(0, healthy-(expected-mu))
 }
 
-// evict asks the eviction API for one pod, picked at random.
-func (d *simDrain) evict(rng *rand.Rand) {
-	if p := d.w.randomPod(rng); p != nil && !p.terminating {
+// evictSometimes is the drain's move between a sync and the next tick: while draining, in one
+// step of three it asks the eviction API for a pod picked at random.
+func (d *simDrain) evictSometimes() {
+	if !d.draining || d.rng.Intn(3) != 0 {
+		return
+	}
+	if p := d.w.randomPod(d.rng); p != nil && !p.terminating {
 		d.evictPod(p)
 	}
 }
@@ -103,18 +111,6 @@ func (d *simDrain) evictPod(p *simPod) {
 	d.w.log = append(d.w.log, fmt.Sprintf("drain: %s evicted", d.w.podName(p.ord)))
 }
 
-// step is one sync, perhaps an eviction, one tick and the controller's count, with every check.
-func (d *simDrain) step(rng *rand.Rand) {
-	d.w.t.Helper()
-	d.w.sync()
-	if rng.Intn(3) == 0 {
-		d.evict(rng)
-	}
-	d.w.tick()
-	d.count()
-	d.w.checkWorld()
-}
-
 // TestRandomDrains runs scale and rolling changes, and defragmentations that take minutes,
 // while a drain evicts a pod at random moments, as often as the budget allows. No other fault
 // is injected, so every quorum lost is one an eviction the budget allowed caused: each fails
@@ -125,7 +121,8 @@ func TestRandomDrains(t *testing.T) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			w, _ := created(t, 3, seed%2 == 1) // odd seeds with volumes, even ones without
-			d := &simDrain{w: w}
+			d := &simDrain{w: w, rng: rng}
+			w.drain = d
 			d.count()
 			changes := []func(){
 				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },
@@ -140,9 +137,11 @@ func TestRandomDrains(t *testing.T) {
 			for _, change := range changes {
 				change()
 				w.cluster.Generation++
+				d.draining = true
 				for range 80 {
-					d.step(rng)
+					w.step()
 				}
+				d.draining = false
 				w.run(500)
 			}
 			if d.evicted == 0 || d.refused == 0 {

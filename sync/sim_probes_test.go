@@ -24,43 +24,58 @@ import (
 type simProbes struct {
 	// rate is how many bytes of a member's database a defragmentation copies per second.
 	rate int64
-	// busy is, per ordinal, until when a defragmentation holds the member's backend.
-	busy map[int]time.Time
+	// busy is, per ordinal, the defragmentation that holds the member's backend.
+	busy map[int]simDefrag
 	// calls are the defragment Jobs' calls in flight: when each ends on the member, and the
-	// member's ordinal.
-	calls   map[string]time.Time
-	callOrd map[string]int
+	// member's ordinal. Keyed by Job, not name: a Job deleted and created again under its
+	// name is a new pod, with its own call and timeout.
+	calls   map[*simJob]time.Time
+	callOrd map[*simJob]int
 	// started is when each Job began, for the member tool's --timeout.
-	started map[string]time.Time
+	started map[*simJob]time.Time
 	// failures counts each ordinal's consecutive failed liveness probes; restartedAt is when
 	// the kubelet last restarted its container for them.
 	failures    map[int]int
 	restartedAt map[int]time.Time
 	restarts    int
+	// begun counts the defragmentations begun on a member.
+	begun int
+}
+
+// simDefrag is a defragmentation etcd runs on a member until end, whether or not the tool
+// that asked for it still waits: on member id, in pod at its restarts then, whose etcd must
+// run on to finish it.
+type simDefrag struct {
+	end      time.Time
+	id       uint64
+	pod      *simPod
+	restarts int
 }
 
 func newSimProbes(rate int64) *simProbes {
-	return &simProbes{rate: rate, busy: map[int]time.Time{}, calls: map[string]time.Time{}, callOrd: map[string]int{},
-		started: map[string]time.Time{}, failures: map[int]int{}, restartedAt: map[int]time.Time{}}
+	return &simProbes{rate: rate, busy: map[int]simDefrag{}, calls: map[*simJob]time.Time{}, callOrd: map[*simJob]int{},
+		started: map[*simJob]time.Time{}, failures: map[int]int{}, restartedAt: map[int]time.Time{}}
 }
 
 // holds reports whether a defragmentation holds ord's backend at now.
 func (p *simProbes) holds(ord int, now time.Time) bool {
-	return p != nil && now.Before(p.busy[ord])
+	return p != nil && now.Before(p.busy[ord].end)
 }
 
 // slowDefragment plays a defragment Job whose call takes the member's database size over the
 // rate: queued behind a defragmentation still running on the member (etcd runs one at a time),
 // lost when the member's container restarts (the tool then calls again), given up at the
-// tool's --timeout while etcd goes on. It reports whether it decided the Job's tick; false
-// once the call has returned, and runJob completes the Job as an instant one.
+// tool's --timeout while etcd goes on (defragmentationsEnd). It reports whether it decided
+// the Job's tick; false once the call has returned, and runJob completes the Job as an
+// instant one.
 func (w *simWorld) slowDefragment(j *simJob, fail func()) bool {
 	p := w.probes
-	if _, ok := p.started[j.name]; !ok {
-		p.started[j.name] = w.now.Add(-simTick)
+	if _, ok := p.started[j]; !ok {
+		p.started[j] = w.now.Add(-simTick)
 	}
-	if j.timeout > 0 && w.now.Sub(p.started[j.name]) >= j.timeout {
-		delete(p.calls, j.name)
+	if j.timeout > 0 && w.now.Sub(p.started[j]) >= j.timeout {
+		delete(p.calls, j)
+		delete(p.callOrd, j)
 		fail()
 		return true
 	}
@@ -68,11 +83,12 @@ func (w *simWorld) slowDefragment(j *simJob, fail func()) bool {
 	if m == nil {
 		return false
 	}
-	if end, ok := p.calls[j.name]; ok {
+	if end, ok := p.calls[j]; ok {
 		if w.now.Before(end) {
 			return true
 		}
-		delete(p.calls, j.name)
+		delete(p.calls, j)
+		delete(p.callOrd, j)
 		return false
 	}
 	pod := w.pods[m.ord]
@@ -82,12 +98,29 @@ func (w *simWorld) slowDefragment(j *simJob, fail func()) bool {
 	}
 	begin := w.now
 	if p.holds(m.ord, w.now) {
-		begin = p.busy[m.ord]
+		begin = p.busy[m.ord].end
 	}
 	took := time.Duration((m.live + m.history) / p.rate * int64(time.Second))
-	p.busy[m.ord] = begin.Add(took)
-	p.calls[j.name], p.callOrd[j.name] = p.busy[m.ord], m.ord
+	p.busy[m.ord] = simDefrag{end: begin.Add(took), id: m.id, pod: pod, restarts: pod.restarts}
+	p.calls[j], p.callOrd[j] = p.busy[m.ord].end, m.ord
+	p.begun++
 	return true
+}
+
+// defragmentationsEnd shrinks the database file of each member whose defragmentation ended,
+// as etcd finishes one also after the tool that asked gave up at its --timeout; unless the
+// member's etcd stopped meanwhile.
+func (w *simWorld) defragmentationsEnd() {
+	p := w.probes
+	for ord, d := range p.busy {
+		if w.now.Before(d.end) {
+			continue
+		}
+		if m := w.memberByID(d.id); m != nil && w.pods[ord] == d.pod && d.pod.running && d.pod.restarts == d.restarts {
+			m.file = m.live + m.history
+		}
+		delete(p.busy, ord)
+	}
 }
 
 // livenessRestarts runs ord's liveness probe as its pod renders it, as often as its period
@@ -115,10 +148,10 @@ func (w *simWorld) livenessRestarts(ord int, pod *simPod) bool {
 	p.restartedAt[ord] = w.now
 	p.restarts++
 	delete(p.busy, ord)
-	for name, o := range p.callOrd {
+	for j, o := range p.callOrd {
 		if o == ord {
-			delete(p.calls, name)
-			delete(p.callOrd, name)
+			delete(p.calls, j)
+			delete(p.callOrd, j)
 		}
 	}
 	return true
@@ -148,6 +181,14 @@ func (w *simWorld) slowDatabases(live, file int64) {
 		m.live, m.history, m.file = live, 0, file
 	}
 	w.probes = newSimProbes(live / (simDefragMinutes * 60))
+}
+
+// fragment leaves every member's database file four times what it holds, as a large delete
+// and its compaction do: a scheduled defragmentation then has minutes of work on each.
+func (w *simWorld) fragment() {
+	for _, m := range w.members {
+		m.file = max(m.file, 4*(m.live+m.history))
+	}
 }
 
 // TestScheduledDefragmentationUnderLivenessProbes: a scheduled defragmentation of three

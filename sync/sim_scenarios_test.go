@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"etcdops.dev/etcdops/api/v1alpha1"
 )
 
@@ -273,57 +275,67 @@ func TestScenariosWithLaggingCaches(t *testing.T) {
 	}
 }
 
-// TestRandomSingleFaults runs scale and rolling changes while single members crash, hang or
-// lose their node (it stops reporting) at random moments and recover later. A fault may strike right after a pod was taken down
-// on purpose, so availability may dip; the data must survive every step, and the cluster
-// must converge once the fault heals.
+// TestRandomSingleFaults runs scale and rolling changes in a slowWorld while single members
+// crash, hang, lose their node (it stops reporting) or have a second membership answer at
+// their address, a drain evicts pods as the budget allows, or every database fragments, at
+// random moments, each healed later. A fault may strike right after a pod was taken down on
+// purpose, so availability may dip; the data must survive every step, and the cluster must
+// converge once the fault heals.
 func TestRandomSingleFaults(t *testing.T) {
+	var slow simSlowness
 	for seed := int64(1); seed <= 6; seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
-			w, _ := created(t, 3, seed%2 == 1) // odd seeds with volumes, even ones without
+			w := slowWorld(t, rng, seed%2 == 1) // odd seeds with volumes, even ones without
 			w.faulty = true
-			w.slowNodes(rng, 4*time.Minute)
 			changes := []func(){
 				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },
 				func() { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} },
 				func() { w.cluster.Spec.Version = "v3.6.17" },
 				func() { w.cluster.Spec.Size = ptrTo(int32(3)) },
 			}
+			var heal []func()
+			healAll := func() {
+				for _, h := range heal {
+					h()
+				}
+				heal = nil
+			}
+			faults := append([]func(){
+				func() {
+					if p := w.randomPod(rng); p != nil {
+						p.crash = true
+						heal = append(heal, func() { p.crash = false })
+					}
+				},
+				func() {
+					if p := w.randomPod(rng); p != nil {
+						p.down = true
+						heal = append(heal, func() { p.down = false })
+					}
+				},
+				func() { // its node stops reporting (sim_node_test.go)
+					if p := w.randomPod(rng); p != nil {
+						w.loseNode(p)
+						heal = append(heal, func() { p.nodeLost, p.down, p.blind = false, false, false })
+					}
+				},
+				func() { w.randomFork(rng, &heal) }, // a second membership answers (sim_fork_test.go)
+			}, w.slowFaults(&heal)...)
 			for _, change := range changes {
 				change()
 				w.cluster.Generation++
-				faulted, healAt := -1, 0
-				for i := 0; i < 60; i++ {
-					if faulted < 0 && rng.Intn(8) == 0 {
-						if ords := sortedInts(w.pods); len(ords) > 0 {
-							faulted = ords[rng.Intn(len(ords))]
-							switch rng.Intn(3) {
-							case 0:
-								w.pods[faulted].crash = true
-							case 1:
-								w.pods[faulted].down = true
-							default: // its node stops reporting (sim_node_test.go)
-								w.loseNode(w.pods[faulted])
-							}
-							healAt = i + 3 + rng.Intn(10)
-						}
-					}
-					if faulted >= 0 && i == healAt {
-						if p := w.pods[faulted]; p != nil {
-							p.crash, p.down, p.nodeLost, p.blind = false, false, false, false
-						}
-						faulted = -1
-					}
-					w.step()
-				}
-				if faulted >= 0 && w.pods[faulted] != nil {
-					w.pods[faulted].crash, w.pods[faulted].down, w.pods[faulted].nodeLost, w.pods[faulted].blind = false, false, false, false
-				}
+				w.faultsDuring(rng, faults, 8, healAll)
 				w.run(400)
 			}
+			// The rendered whenScaled: Delete took the claims of etcd-3 and etcd-4 with them.
+			if got := sortedInts(w.data); len(got) != 3 {
+				t.Errorf("claims %v at size 3 after scaling in from 5", got)
+			}
+			slow.add(w)
 		})
 	}
+	slow.check(t)
 }
 
 // TestEmptyDirRollStartsEachMemberOnce: without a volume a member's data lives and dies with
@@ -348,20 +360,21 @@ func TestEmptyDirRollStartsEachMemberOnce(t *testing.T) {
 }
 
 // TestRandomPartialKnowledge mixes what the hook cannot know with the usual faults, during
-// scale and rolling changes: members only the hook cannot reach, a leader failing its health
-// checks, children deleted behind the planner's back (the StatefulSet with or without its
-// pods, the join ConfigMap), leadership that moves back, a learner's pod that cannot be
-// scheduled, a cluster that suddenly answers with another cluster ID (accepted a little later,
-// as after a restore), a database filled to NOSPACE, a member found CORRUPT, a second membership answering at a pod's address. Every step keeps the invariants, and the cluster converges once the
-// world heals.
+// scale and rolling changes in a slowWorld: members only the hook cannot reach, a leader
+// failing its health checks, children deleted behind the planner's back (the StatefulSet with
+// or without its pods, the join ConfigMap), leadership that moves back, a learner's pod that
+// cannot be scheduled, a cluster that suddenly answers with another cluster ID (accepted a
+// little later, as after a restore), a database filled to NOSPACE, a member found CORRUPT, a
+// second membership answering at a pod's address, a drain, fragmented databases. Every step
+// keeps the invariants, and the cluster converges once the world heals.
 func TestRandomPartialKnowledge(t *testing.T) {
+	var slow simSlowness
 	for seed := int64(1); seed <= 8; seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
-			w, _ := created(t, 3, seed%2 == 1)
+			w := slowWorld(t, rng, seed%2 == 1)
 			w.faulty = true
 			w.claimsDeletedWithCluster()
-			w.slowNodes(rng, 4*time.Minute)
 			changes := []func(){
 				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },
 				func() { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} },
@@ -376,7 +389,7 @@ func TestRandomPartialKnowledge(t *testing.T) {
 				}
 				heal = nil
 			}
-			faults := []func(){
+			faults := append([]func(){
 				func() { // the hook alone loses a member
 					if p := w.randomPod(rng); p != nil {
 						p.blind = true
@@ -431,7 +444,7 @@ func TestRandomPartialKnowledge(t *testing.T) {
 						w.cluster.Annotations[v1alpha1.AnnotationAcceptClusterID] = id
 					})
 				},
-			}
+			}, w.slowFaults(&heal)...)
 			for _, change := range changes {
 				change()
 				w.cluster.Generation++
@@ -443,8 +456,10 @@ func TestRandomPartialKnowledge(t *testing.T) {
 				}
 				w.run(500)
 			}
+			slow.add(w)
 		})
 	}
+	slow.check(t)
 }
 
 // randomPod is one of the pods that exist, or nil.
@@ -475,4 +490,68 @@ func (w *simWorld) faultsDuring(rng *rand.Rand, faults []func(), oneIn int, heal
 		w.step()
 	}
 	healAll()
+}
+
+// slowWorld is a random run's world, created at size 3 as slowly as Kubernetes goes: mounted
+// files reach each pod a minute or more late, later at each higher ordinal
+// (sim_mounts_test.go); a new pod stays Pending up to 4 minutes while its image pulls and its
+// volume attaches (sim_pending_test.go); each database is large enough that defragmenting it
+// holds its member for minutes under the liveness probe, scheduled once it is mostly free
+// space (sim_probes_test.go); and a drain is ready to evict pods as the budget allows
+// (sim_drain_test.go). Scale-in deletes the claims of the ordinals it removes, as the rendered
+// whenScaled: Delete says (sim_claims_test.go). slowFaults start the drain and fragment the
+// databases.
+func slowWorld(t *testing.T, rng *rand.Rand, storage bool) *simWorld {
+	t.Helper()
+	w := newSimWorld(t, 3, storage)
+	w.withMountDelays(time.Duration(60+rng.Intn(30))*time.Second, time.Duration(15+rng.Intn(30))*time.Second)
+	w.slowNodes(rng, 4*time.Minute)
+	w.drain = &simDrain{w: w, rng: rng}
+	w.cluster.Spec.Maintenance = &v1alpha1.MaintenanceSpec{Defragment: &v1alpha1.DefragmentSpec{InUseBelowPercent: 50, MinFree: ptrTo(resource.MustParse("1Mi"))}}
+	w.run(300)
+	w.slowDatabases(1<<30, 1<<30)
+	return w
+}
+
+// slowFaults are a slowWorld's own faults, healed through heal: a drain evicting while it
+// lasts, and a large delete that leaves every database mostly free space. Not the latter at
+// a size of 2: defragmenting either member would pause the quorum, so the planner rightly
+// waits for ever and the run could not converge.
+func (w *simWorld) slowFaults(heal *[]func()) []func() {
+	return []func(){
+		func() {
+			w.drain.draining = true
+			*heal = append(*heal, func() { w.drain.draining = false })
+		},
+		func() {
+			if *w.cluster.Spec.Size != 2 {
+				w.fragment()
+			}
+		},
+	}
+}
+
+// simSlowness adds up what the slow worlds of a random run did, so that the run fails when
+// its drains evicted nothing or no defragmentation ran under the probes.
+type simSlowness struct {
+	evicted, refused, defragmentations int
+}
+
+// add counts w's figures, and fails w's run when a liveness probe restarted a member during
+// its defragmentation: the probe rendered must wait for one.
+func (s *simSlowness) add(w *simWorld) {
+	w.t.Helper()
+	if w.probes.restarts > 0 {
+		w.t.Errorf("%d containers restarted by their liveness probe during a defragmentation", w.probes.restarts)
+	}
+	s.evicted, s.refused = s.evicted+w.drain.evicted, s.refused+w.drain.refused
+	s.defragmentations += w.probes.begun
+}
+
+func (s *simSlowness) check(t *testing.T) {
+	t.Helper()
+	if s.evicted == 0 || s.defragmentations == 0 {
+		t.Errorf("%d pods evicted, %d defragmentations: the slow worlds were not slow", s.evicted, s.defragmentations)
+	}
+	t.Logf("%d pods evicted, %d evictions refused, %d defragmentations", s.evicted, s.refused, s.defragmentations)
 }

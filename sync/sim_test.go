@@ -244,6 +244,8 @@ type simWorld struct {
 	forks []*simFork
 	// alarmSim: the members' quotas (sim_alarms_test.go).
 	alarmSim simAlarms
+	// drain, when set, is a node drain against the disruption budget (sim_drain_test.go).
+	drain *simDrain
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -728,6 +730,9 @@ func (w *simWorld) newJob(b []byte) *simJob {
 // tick advances the world: Jobs run, the StatefulSet acts, pods start, raft moves.
 func (w *simWorld) tick() {
 	w.now = w.now.Add(simTick)
+	if w.probes != nil {
+		w.defragmentationsEnd()
+	}
 	for _, name := range sortedKeysOf(w.jobs) {
 		if j := w.jobs[name]; j.state == jobRunning {
 			w.runJob(j)
@@ -1207,11 +1212,18 @@ func (w *simWorld) checkWorld() {
 	}
 }
 
-// step is one sync followed by one tick, with every check.
+// step is one sync followed by one tick, with every check; a drain evicts between the two and
+// its disruption controller counts after the tick.
 func (w *simWorld) step() Decision {
 	w.t.Helper()
 	d := w.sync()
+	if w.drain != nil {
+		w.drain.evictSometimes()
+	}
 	w.tick()
+	if w.drain != nil {
+		w.drain.count()
+	}
 	w.checkWorld()
 	return d
 }
