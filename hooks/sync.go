@@ -80,11 +80,12 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 	// One reading of the clock, after etcd answered, for everything the planner is given.
 	now := h.Now()
 	return sync.Observed{
-		Cluster:  c,
-		Children: children,
-		Pods:     pods,
-		Etcd:     snap,
-		CAs:      sync.CADigests(&c, secrets),
+		Cluster:   c,
+		Children:  children,
+		Pods:      pods,
+		Etcd:      snap,
+		CAs:       sync.CADigests(&c, secrets),
+		CABundles: sync.CABundles(&c, secrets),
 		// Certificates members would reject are caught before a TLS change relies on them.
 		CertProblems: sync.CertificateProblems(h.Config, &c, secrets, now),
 		Finalizing:   req.finalizing || finalize,

@@ -441,7 +441,8 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		ReadyMembers:       3,
 		Members: []v1alpha1.MemberStatus{
 			{Name: "status-0", ID: "8e9e05c52164694d", Ordinal: 0, IsLeader: true, Healthy: true, Version: "3.6.16"},
-			{Name: "status-1", ID: "91bc3c398fb3c146", Ordinal: 1, Version: "3.6.16", UnansweredSince: &since, UnhealthySince: &since},
+			{Name: "status-1", ID: "91bc3c398fb3c146", Ordinal: 1, Version: "3.6.16", UnansweredSince: &since, UnhealthySince: &since,
+				LaunchRefused: "the volume lost the member's data: established member status-1 has no data of incarnation 2 in /var/lib/etcd/data"},
 			{Name: "status-2", ID: "fd422379fda50e48", Ordinal: 2, IsLearner: true, Version: "3.6.16", RunningSince: &since, AppliedIndex: 42, ProgressSince: &since},
 		},
 		Leader:         "status-0",
@@ -472,6 +473,8 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		},
 		TLS: &v1alpha1.TLSStatus{Client: "http+https", Peer: "https", ServerSecret: "status-server", PeerSecret: "status-peer",
 			ClientSecret: "status-client", Progress: "client TLS on, stage 1 of 2: 1 of 3 pods rolled"},
+		Client: &v1alpha1.ClientStatus{Endpoints: []string{"https://status-0.status.default.svc.cluster.local:2379"}, Service: "https://status-client.default.svc.cluster.local:2379",
+			Scheme: "https", ClientSecret: "status-client", ConfigMap: "status-client"},
 	}
 }
 

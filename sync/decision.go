@@ -59,6 +59,7 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 		joinConfigMap(v.c, v.labels, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID)),
 		podDisruptionBudget(v.c, v.labels, len(v.voters()), v.budgetClosed(s)),
 		statefulSet(v.c, v.labels, v.spec, s.replicas, s.partition, v.claimRetention(s.replicas)),
+		v.clientConfigMap(v.clientStatus()),
 	}
 	for _, j := range s.keep {
 		children = append(children, unchanged("batch/v1", "Job", j.ObjectMeta, j))
@@ -73,7 +74,7 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 func ownChild(cluster, kind, name string) bool {
 	switch kind {
 	case "ConfigMap":
-		return name == JoinConfigMapName(cluster)
+		return name == JoinConfigMapName(cluster) || name == ClientConfigMapName(cluster)
 	case "Service":
 		return name == HeadlessServiceName(cluster) || name == ClientServiceName(cluster)
 	case "PodDisruptionBudget":
@@ -119,7 +120,7 @@ func (v *view) rebaseline() bool {
 
 // heldChildren are the observed children unchanged, plus whatever is missing: a hold never
 // leaves a cluster without its children. The Services and the PodDisruptionBudget do not
-// depend on what a hold cannot judge; the join ConfigMap is rebuilt from the last membership
+// depend on what a hold cannot judge; the client ConfigMap is rendered from status.client; the join ConfigMap is rebuilt from the last membership
 // status recorded and the durable ledger; the StatefulSet from the spec, at the replicas the
 // last known members and pods need, with every live outdated pod kept on its template. A
 // roll-forward (view.rollForward) lowers the observed StatefulSet's partition onto one pod.
@@ -137,6 +138,10 @@ func (v *view) heldChildren(s step) []Child {
 		have[c.Kind+"/"+c.Name] = true
 	}
 	missing := []Child{headlessService(v.c, v.labels), clientService(v.c, v.labels), podDisruptionBudget(v.c, v.labels, v.size, false)}
+	if last := v.obs.Cluster.Status.Client; last != nil {
+		// Applications read it: rendered again as status last recorded it.
+		missing = append(missing, v.clientConfigMap(last))
+	}
 	if v.join == nil {
 		state := v.lastKnownJoinState()
 		applyRecovery(&state, v.recoveryAfter(s))

@@ -278,6 +278,9 @@ func checkBootstrap(obs *Observed, d Decision) error {
 				return fmt.Errorf("bootstrap recreates seed %s, which ran etcd without a volume, for a new template", seed.Name)
 			}
 		case "ConfigMap":
+			if c.Name != JoinConfigMapName(obs.Cluster.Name) {
+				continue
+			}
 			st, err := joinstate.Decode([]byte(c.Object.(apiObject).Data[joinstate.ConfigMapKey]))
 			if err != nil {
 				return err

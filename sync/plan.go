@@ -243,12 +243,15 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		podDisruptionBudget(c, v.labels, 1, false),
 		statefulSet(c, v.labels, v.spec, 1, partition, retainClaims),
 	}
+	client := v.clientStatus()
+	children = append(children, v.clientConfigMap(client))
 	sortChildren(children)
 	st := newStatus(obs, c, v1alpha1.PhaseCreating, action)
 	if f := fromBackup(c); f != nil {
 		st.RestoredFrom = f.Name
 	}
 	st.TLS = v.tlsStatus()
+	st.Client = client
 	if held || cannotStart != "" {
 		degradedBy := ReasonNoVolumeToRoll
 		if !held {

@@ -451,10 +451,10 @@ func (w *simWorld) observe() Observed {
 		}
 		obs.Pods = append(obs.Pods, pod)
 	}
-	obs.CAs = map[string]string{}
+	obs.CAs, obs.CABundles = map[string]string{}, map[string]string{}
 	for _, n := range SecretNames(&w.cluster) {
 		if ca, ok := w.secrets[n]; ok {
-			obs.CAs[n] = ca
+			obs.CAs[n], obs.CABundles[n] = ca, simCABundle(ca)
 		}
 	}
 	obs.CertProblems = map[string]string{}
@@ -632,7 +632,7 @@ func (w *simWorld) apply(d Decision) {
 				// Another hook's child: the world keeps no state of it (sim_foreign_test.go).
 			case kind == "StatefulSet":
 				w.deleteStatefulSet(false)
-			case kind == "ConfigMap":
+			case kind == "ConfigMap" && name == JoinConfigMapName(w.cluster.Name):
 				w.join = nil
 			}
 		}
@@ -650,6 +650,9 @@ func (w *simWorld) apply(d Decision) {
 		case "StatefulSet":
 			w.applySTS(b)
 		case "ConfigMap":
+			if name != JoinConfigMapName(w.cluster.Name) {
+				continue // the client ConfigMap: nothing in the world reads it
+			}
 			var cm corev1.ConfigMap
 			w.decode(b, &cm)
 			st, err := joinstate.Decode([]byte(cm.Data[joinstate.ConfigMapKey]))

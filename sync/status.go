@@ -134,6 +134,7 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		History:        startStep(prev.History, prev.Action, a, "", false, obs.Now),
 		Backup:         prev.Backup,
 		RestoredFrom:   prev.RestoredFrom,
+		Client:         prev.Client,
 	}
 }
 
@@ -530,6 +531,7 @@ func (v *view) reportMembership(st *v1alpha1.EtcdClusterStatus) {
 	}
 	st.ClusterID = fmt.Sprintf("%x", v.obs.Etcd.ClusterID)
 	st.CurrentVersion = v.runningVersion()
+	st.Client = v.clientStatus()
 }
 
 // setAvailable sets the Available condition: Unknown while etcd's answer cannot be trusted,

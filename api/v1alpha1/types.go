@@ -456,6 +456,37 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	TLS *TLSStatus `json:"tls,omitempty"`
+	// Client is how applications reach the cluster; the ConfigMap it names holds the same,
+	// with the CA bundle, for them to mount.
+	//
+	// +optional
+	Client *ClientStatus `json:"client,omitempty"`
+}
+
+// ClientStatus is how applications reach the cluster, kept current as members come and go and
+// as TLS is turned on or off.
+type ClientStatus struct {
+	// Endpoints are the voters' client URLs, one per member, as clientv3's balancer takes them.
+	//
+	// +optional
+	Endpoints []string `json:"endpoints,omitempty"`
+	// Service is the client Service's URL, for a client that takes one address.
+	//
+	// +optional
+	Service string `json:"service,omitempty"`
+	// Scheme is http or https: what every voter serves now.
+	//
+	// +optional
+	Scheme string `json:"scheme,omitempty"`
+	// ClientSecret names the Secret with the client certificate the members require (with
+	// https); empty when they require none.
+	//
+	// +optional
+	ClientSecret string `json:"clientSecret,omitempty"`
+	// ConfigMap names the ConfigMap with these details and the CA bundle (ca.crt).
+	//
+	// +optional
+	ConfigMap string `json:"configMap,omitempty"`
 }
 
 // TLSStatus is what the members' pods are configured to serve, and the Secrets the operator
