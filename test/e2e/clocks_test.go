@@ -91,11 +91,12 @@ func TestPendingLearnerKeptOnceStarted(t *testing.T) {
 	var slow atomic.Bool
 	opts := envOptions(t, false)
 	const pending = 40 * time.Second // 4s in real time
+	others := opts.PendingFor
 	opts.PendingFor = func(pod string) time.Duration {
 		if pod == "etcd-3" && slow.Load() {
 			return pending
 		}
-		return 0
+		return others(pod)
 	}
 	env := startEnv(t, opts)
 	env.Create(spec(3))

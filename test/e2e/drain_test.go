@@ -49,7 +49,7 @@ const (
 	// drainAttempts bounds the evictions asked for in one scenario, refused ones included.
 	drainAttempts = 400
 	// drainEvictions bounds the pods evicted in one scenario.
-	drainEvictions = 10
+	drainEvictions = 3
 )
 
 // drainer is one scenario's drains, and what the Eviction API answered them.
