@@ -90,12 +90,13 @@ func TestPendingLearnerKeptOnceStarted(t *testing.T) {
 	t.Parallel()
 	var slow atomic.Bool
 	opts := envOptions(t, false)
-	const pending = 4 * time.Second
+	const pending = 40 * time.Second // 4s in real time
+	others := opts.PendingFor
 	opts.PendingFor = func(pod string) time.Duration {
 		if pod == "etcd-3" && slow.Load() {
 			return pending
 		}
-		return 0
+		return others(pod)
 	}
 	env := startEnv(t, opts)
 	env.Create(spec(3))

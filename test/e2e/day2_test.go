@@ -179,7 +179,7 @@ func quorumRecovery(t *testing.T, env *harness.Env) int {
 		t.Fatalf("quorum not reported lost: %v\n%s", err, env.Describe())
 	}
 	env.Store.AnnotateParent(v1alpha1.AnnotationForceNewClusterFrom, survivor)
-	passFencing(t, env, 0)
+	passFencing(t, env, kubeletMountDelay*6/4)
 	waitSteady(t, env, 3)
 	r := env.Store.Parent().Status.Recovery
 	if r == nil || r.Phase != "Done" || r.Survivor != survivor || r.Trigger != "Annotation" {

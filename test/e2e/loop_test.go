@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
+	gosync "sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,6 +79,37 @@ func envOptions(t *testing.T, noOperator bool) harness.Options {
 			}
 		},
 		NoOperator: noOperator,
+		// The kubelet is as slow as a real one: mounted ConfigMaps and Secrets refreshed a
+		// minute or more late, pod by pod, new pods Pending for their image and volume, and a
+		// drained pod's volume attaching on its new node.
+		MountDelay:  kubeletMountDelay,
+		PendingFor:  kubeletPending(),
+		AttachDelay: 30 * time.Second,
+	}
+}
+
+// kubeletMountDelay is the kubelet's sync period plus its ConfigMap cache's TTL, about a
+// minute: how late a changed ConfigMap or Secret reaches the pod of ordinal 0 (15s more per
+// higher ordinal; Kubelet.MountDelay).
+const kubeletMountDelay = 60 * time.Second
+
+// kubeletPending is how long each new pod stays Pending, in Kubernetes time: 2 to 30
+// seconds, drawn from its name and incarnation so that a run is repeatable and the pods of
+// one change do not all start together. Most pods wait a few seconds (the image is cached, the
+// volume attaches at once) and a few up to half a minute, which keeps the suite within its
+// budget: uniform draws doubled its added time.
+func kubeletPending() func(pod string) time.Duration {
+	var mu gosync.Mutex
+	incarnations := map[string]int{}
+	return func(pod string) time.Duration {
+		mu.Lock()
+		incarnations[pod]++
+		n := incarnations[pod]
+		mu.Unlock()
+		h := fnv.New32a()
+		fmt.Fprintf(h, "%s/%d", pod, n)
+		u := float64(h.Sum32()) / (1 << 32)
+		return 2*time.Second + time.Duration(u*u*u*float64(28*time.Second))
 	}
 }
 

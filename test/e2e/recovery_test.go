@@ -8,10 +8,6 @@ import (
 	"etcdops.dev/etcdops/test/harness"
 )
 
-// e2eMountDelay is how seldom the kubelet refreshes mounted files in the stale-mount scenario:
-// 60s for ordinal 0, 15s more per ordinal, run ten times faster (timeScale).
-const e2eMountDelay = 60 * time.Second
-
 // recoveryFenceWait is the hook's fenceMountDelay: how long the fences must stand in the join
 // ConfigMap before the survivor is told to force.
 const recoveryFenceWait = 3 * time.Minute
@@ -50,8 +46,6 @@ func TestQuorumRecoveryStaleMount(t *testing.T) {
 }
 
 func staleMountRecovery(t *testing.T, env *harness.Env) int {
-	env.Kubelet.SetMountDelay(e2eMountDelay)
-	defer env.Kubelet.SetMountDelay(0)
 	survivor := leaderOf(t, env)
 	var others []string
 	for _, m := range env.Monitor.View().Members {
@@ -73,7 +67,7 @@ func staleMountRecovery(t *testing.T, env *harness.Env) int {
 		t.Fatalf("quorum not reported lost: %v\n%s", err, env.Describe())
 	}
 	env.Store.AnnotateParent(v1alpha1.AnnotationForceNewClusterFrom, survivor)
-	passFencing(t, env, e2eMountDelay*6/4)
+	passFencing(t, env, kubeletMountDelay*6/4)
 	if _, err := env.WaitFor(changeBound, func() (bool, string) {
 		r := env.Store.Parent().Status.Recovery
 		return r != nil && r.Phase == "Done", "recovery not done"

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -74,16 +76,63 @@ func onClusterCrashing(t *testing.T, s v1alpha1.EtcdClusterSpec, c harness.Crash
 }
 
 // TestScale scales one cluster out and in; planned work, so no sync of it may set Degraded.
+// Each scale-in deletes the removed members' claims and volumes (the StatefulSet's whenScaled:
+// Delete, which the operator always renders), and keeps the others' claims, volumes and
+// members as they were.
 func TestScale(t *testing.T) {
 	t.Parallel()
 	onCluster(t, spec(1), scenario{name: "1-3-5-3-1", act: planned(func(t *testing.T, env *harness.Env) int {
-		for _, size := range []int32{3, 5, 3} {
+		for _, size := range []int32{3, 5} {
 			scaleTo(env, size)
 			waitSteady(t, env, int(size))
 		}
-		scaleTo(env, 1)
+		scaleInDropsClaims(t, env, 5, 3)
+		scaleInDropsClaims(t, env, 3, 1)
 		return 1
 	})})
+}
+
+// scaleInDropsClaims scales a steady cluster from from to to members and checks the claims:
+// gone with their volumes for the removed ordinals, the same claims on the same volumes,
+// holding the same members' data, for the others.
+func scaleInDropsClaims(t *testing.T, env *harness.Env, from, to int) {
+	t.Helper()
+	o, _ := env.Store.Get("StatefulSet", env.Cluster)
+	if pol := o.(*appsv1.StatefulSet).Spec.PersistentVolumeClaimRetentionPolicy; pol == nil || pol.WhenScaled != appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
+		t.Errorf("the StatefulSet's claim retention policy is %+v, want whenScaled: Delete", pol)
+	}
+	claim := func(ord int) string { return "data-" + env.Pod(ord) }
+	dirs, ids, uids := map[int]string{}, map[int]string{}, map[int]string{}
+	for ord := range from {
+		c, ok := env.Store.Get("PersistentVolumeClaim", claim(ord))
+		if !ok || env.STS.VolumeDir(claim(ord)) == "" {
+			t.Fatalf("no claim or volume %s at %d members", claim(ord), from)
+		}
+		dirs[ord], ids[ord], uids[ord] = env.STS.VolumeDir(claim(ord)), memberID(env, env.Pod(ord)), string(c.GetUID())
+	}
+	scaleTo(env, int32(to))
+	waitSteady(t, env, to)
+	for ord := range from {
+		c, ok := env.Store.Get("PersistentVolumeClaim", claim(ord))
+		if ord >= to {
+			if ok {
+				t.Errorf("the claim %s of a removed member survived the scale-in", claim(ord))
+			}
+			if _, err := os.Stat(dirs[ord]); !os.IsNotExist(err) {
+				t.Errorf("the volume of the removed member %s is still there: %v", env.Pod(ord), err)
+			}
+			continue
+		}
+		switch {
+		case !ok || string(c.GetUID()) != uids[ord] || env.STS.VolumeDir(claim(ord)) != dirs[ord]:
+			t.Errorf("the claim %s of a kept member was replaced", claim(ord))
+		case memberID(env, env.Pod(ord)) != ids[ord]:
+			t.Errorf("the kept member %s was replaced (ID %s, was %s)", env.Pod(ord), memberID(env, env.Pod(ord)), ids[ord])
+		}
+		if _, err := os.Stat(filepath.Join(dirs[ord], "data", "member", "wal")); err != nil {
+			t.Errorf("the kept member %s lost its data: %v", env.Pod(ord), err)
+		}
+	}
 }
 
 // TestThreeMembers runs the single-member faults, the rolling changes and the baseline on

@@ -35,8 +35,11 @@ type Options struct {
 	// and Job back-off, Job TTLs) so that scenarios finish in seconds; 1 is real time.
 	TimeScale float64
 	// PendingFor, when set, is how long each new pod stays Pending before its container starts
-	// (Kubelet.PendingFor), in real time.
+	// (Kubelet.PendingFor), in Kubernetes time (scaled by TimeScale).
 	PendingFor func(pod string) time.Duration
+	// AttachDelay is how much longer a drained pod's replacement stays Pending (Drain), in
+	// Kubernetes time: it lands on another node, where its volume must attach first.
+	AttachDelay time.Duration
 	// MountDelay makes the kubelet refresh mounted ConfigMaps and Secrets late, pod by pod
 	// (Kubelet.MountDelay); zero refreshes them on its next pass.
 	MountDelay time.Duration
@@ -63,8 +66,10 @@ type Env struct {
 	STS       *StatefulSets
 	Jobs      *Jobs
 	Kubelet   *Kubelet
-	MC        *Metacontroller
-	Monitor   *Monitor
+	// Disruptions is the disruption controller and the Eviction API (Drain).
+	Disruptions *Disruptions
+	MC          *Metacontroller
+	Monitor     *Monitor
 
 	opts   Options
 	cancel context.CancelFunc
@@ -131,6 +136,7 @@ func Start(opts Options) (*Env, error) {
 	e.Store = NewStore(opts.Namespace)
 	e.STS = NewStatefulSets(e.Store, filepath.Join(opts.Root, "volumes"))
 	e.Kubelet = NewKubelet(e.Store, e.STS, dns, opts.Tools, opts.Domain, opts.Root, opts.TimeScale)
+	e.Disruptions = NewDisruptions(e.Store)
 	e.Kubelet.PendingFor = opts.PendingFor
 	e.Kubelet.Logf = opts.Logf
 	e.Kubelet.MountDelay = opts.MountDelay
@@ -204,6 +210,7 @@ func Start(opts Options) (*Env, error) {
 		}
 	}
 	e.spawn(e.STS.Run)
+	e.spawn(e.Disruptions.Run)
 	e.spawn(e.Jobs.Run)
 	e.spawn(e.Monitor.Run)
 	kubeletCtx, stopKubelet := context.WithCancel(context.Background())
@@ -328,6 +335,21 @@ func (e *Env) Kill(pod string) error {
 	e.Monitor.markFault(pod)
 	e.logf("fault: kill %s", pod)
 	return e.Kubelet.Kill(pod)
+}
+
+// Drain evicts a pod as `kubectl drain` does, through the Eviction API: refused with an
+// error wrapping ErrBudget while the cluster's PodDisruptionBudget allows no disruption,
+// otherwise the pod is deleted gracefully, the StatefulSet controller recreates it, and its
+// volume takes AttachDelay to attach on the new node. Not a fault: the budget is the
+// operator's, so a quorum loss an allowed eviction causes is counted as the operator's.
+func (e *Env) Drain(pod string) error {
+	if err := e.Disruptions.Evict(pod); err != nil {
+		e.logf("drain: eviction of %s refused: %v", pod, err)
+		return err
+	}
+	e.Kubelet.Moved(pod, e.opts.AttachDelay)
+	e.logf("drain: %s evicted", pod)
+	return nil
 }
 
 // Isolate cuts a member's node off until Heal.

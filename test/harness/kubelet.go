@@ -57,7 +57,8 @@ type Kubelet struct {
 	// OnPanic hears of every etcd member that panicked, with etcd's message.
 	OnPanic func(pod, msg string)
 	// PendingFor, when set, is how long a new pod stays Pending before its container starts
-	// (its image pulling, its volume attaching), by pod name; each incarnation asks again.
+	// (its image pulling, its volume attaching), by pod name, scaled by TimeScale; each
+	// incarnation asks again.
 	PendingFor func(pod string) time.Duration
 	// MountDelay, when set, is how seldom the kubelet refreshes the mounted ConfigMaps and
 	// Secrets of the pod of ordinal 0 (scaled by TimeScale); each higher ordinal waits a
@@ -74,6 +75,10 @@ type Kubelet struct {
 	probe   *http.Client
 
 	defragHolds defragHolds // HoldNextDefragment (defrag.go)
+
+	// attach is how much longer the next incarnation of a pod stays Pending, by pod name:
+	// its volume moving to another node (Moved).
+	attach map[string]time.Duration
 }
 
 // podRuntime is what the kubelet keeps of one pod incarnation.
@@ -203,9 +208,13 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 	rt, ok := k.pods[p.UID]
 	if !ok {
 		rt = &podRuntime{name: p.Name, ip: allocateIP()}
+		pending := k.attach[p.Name]
+		delete(k.attach, p.Name)
 		if k.PendingFor != nil {
-			rt.pendingUntil = time.Now().Add(k.PendingFor(p.Name))
+			pending += k.PendingFor(p.Name)
 		}
+		// Not k.scaled: no delay stays no delay.
+		rt.pendingUntil = time.Now().Add(time.Duration(float64(pending) * k.TimeScale))
 		rt.dir = filepath.Join(k.Root, "pods", p.Name+"-"+string(p.UID)[len(p.UID)-6:])
 		k.pods[p.UID] = rt
 	}
@@ -849,6 +858,17 @@ func (k *Kubelet) Heal(pod string) {
 	}
 	k.mu.Unlock()
 	k.Store.touch()
+}
+
+// Moved says that pod's next incarnation runs on another node, where its volume takes attach
+// (scaled) to attach before the container can start, on top of PendingFor.
+func (k *Kubelet) Moved(pod string, attach time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.attach == nil {
+		k.attach = map[string]time.Duration{}
+	}
+	k.attach[pod] = attach
 }
 
 // Isolated reports whether a pod is cut off by Isolate.

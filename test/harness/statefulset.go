@@ -166,6 +166,7 @@ func (c *StatefulSets) reconcile(sts *appsv1.StatefulSet) {
 		}
 	}
 	c.retainOrDeleteScaledClaims(sts, replicas, pods)
+	c.markClaimsDeletedWithSet(sts)
 
 	// Rolling update: walk down from the highest ordinal to the partition.
 	if sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
@@ -212,6 +213,26 @@ func (c *StatefulSets) deleteClaim(name string) {
 	c.mu.Unlock()
 	if dir != "" {
 		os.RemoveAll(dir)
+	}
+}
+
+// markClaimsDeletedWithSet keeps the set's claims marked for deletion with it exactly while
+// whenDeleted is Delete: the controller moves the claims' owner references to the set, or off
+// it, whenever the policy changes, not only when it creates them.
+func (c *StatefulSets) markClaimsDeletedWithSet(sts *appsv1.StatefulSet) {
+	pol := sts.Spec.PersistentVolumeClaimRetentionPolicy
+	del := pol != nil && pol.WhenDeleted == appsv1.DeletePersistentVolumeClaimRetentionPolicyType
+	for _, o := range c.Store.List("PersistentVolumeClaim") {
+		pvc := o.(*corev1.PersistentVolumeClaim)
+		if pvc.Labels[stsLabel] != sts.Name || (pvc.Annotations[deleteWithSet] == "true") == del {
+			continue
+		}
+		if del {
+			metav1.SetMetaDataAnnotation(&pvc.ObjectMeta, deleteWithSet, "true")
+		} else {
+			delete(pvc.Annotations, deleteWithSet)
+		}
+		_ = c.Store.Update(pvc)
 	}
 }
 
@@ -275,9 +296,6 @@ func (c *StatefulSets) createClaim(sts *appsv1.StatefulSet, t corev1.PersistentV
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{stsLabel: sts.Name}}, Spec: *t.Spec.DeepCopy()}
 	for k, v := range t.Labels {
 		pvc.Labels[k] = v
-	}
-	if pol := sts.Spec.PersistentVolumeClaimRetentionPolicy; pol != nil && pol.WhenDeleted == appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
-		pvc.Annotations = map[string]string{deleteWithSet: "true"}
 	}
 	dir, err := os.MkdirTemp(c.VolumeRoot, "pv-"+name+"-")
 	if err != nil {

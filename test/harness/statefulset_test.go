@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"os"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -73,6 +74,50 @@ func TestStatefulSetRollsOnePodAtATimeAbovePartition(t *testing.T) {
 	}
 	if _, ok := s.Get("PersistentVolumeClaim", "data-e-1"); !ok {
 		t.Error("the claim of a kept ordinal was deleted")
+	}
+}
+
+// Deleting a StatefulSet deletes its claims with whenDeleted: Delete, also when the policy was
+// set after the claims were created, and keeps them with Retain.
+func TestStatefulSetDeletedTakesClaimsPerPolicy(t *testing.T) {
+	s := NewStore("ns")
+	c := NewStatefulSets(s, t.TempDir())
+	one := int32(1)
+	for _, name := range []string{"keep", "drop"} {
+		if err := s.Create(&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appsv1.StatefulSetSpec{
+			Replicas:             &one,
+			Template:             corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: "v1"}}}},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}}},
+			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+				WhenScaled: appsv1.DeletePersistentVolumeClaimRetentionPolicyType, WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.reconcileAll()
+	o, _ := s.Get("StatefulSet", "drop")
+	sts := o.(*appsv1.StatefulSet)
+	sts.Spec.PersistentVolumeClaimRetentionPolicy.WhenDeleted = appsv1.DeletePersistentVolumeClaimRetentionPolicyType
+	if err := s.Update(sts); err != nil {
+		t.Fatal(err)
+	}
+	c.reconcileAll()
+	dropDir := c.VolumeDir("data-drop-0")
+	if dropDir == "" || c.VolumeDir("data-keep-0") == "" {
+		t.Fatal("no volumes for the claims")
+	}
+	s.Delete("StatefulSet", "keep")
+	s.Delete("StatefulSet", "drop")
+	c.reconcileAll()
+	assertDeleting(t, s, "keep-0", "drop-0")
+	if _, ok := s.Get("PersistentVolumeClaim", "data-drop-0"); ok {
+		t.Error("the claim survived its StatefulSet's deletion with whenDeleted: Delete")
+	}
+	if _, err := os.Stat(dropDir); !os.IsNotExist(err) {
+		t.Errorf("the deleted claim's volume is still there: %v", err)
+	}
+	if _, ok := s.Get("PersistentVolumeClaim", "data-keep-0"); !ok || c.VolumeDir("data-keep-0") == "" {
+		t.Error("the claim of a StatefulSet with whenDeleted: Retain was deleted with it")
 	}
 }
 
