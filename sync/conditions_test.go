@@ -225,6 +225,10 @@ func TestPlannedWorkIsNotDegradation(t *testing.T) {
 		{"rolling config change, 3 members without volumes", 3, false, options},
 		{"rolling config change, 2 members (a temporary third joins)", 2, true, options},
 		{"patch upgrade", 3, true, func(w *simWorld) { w.cluster.Spec.Version = "v3.6.17" }},
+		{"patch upgrade, each pod's etcd stopped before its deletion is seen", 3, true, func(w *simWorld) {
+			w.podsSeenLate = true
+			w.cluster.Spec.Version = "v3.6.17"
+		}},
 		{"scale out 3→5", 3, true, func(w *simWorld) { w.cluster.Spec.Size = ptrTo(int32(5)) }},
 		{"scale in 5→3, the leader at the top", 5, true, func(w *simWorld) { w.setLeader(4); w.cluster.Spec.Size = ptrTo(int32(3)) }},
 		{"scale in 3→1", 3, true, func(w *simWorld) { w.cluster.Spec.Size = ptrTo(int32(1)) }},

@@ -118,6 +118,9 @@ type simPod struct {
 	created time.Time
 	// pendingUntil: its image pulls and its volume attaches until then.
 	pendingUntil time.Time
+	// unseen: deleted, its etcd already stopped, while the hook's cache still shows it as it
+	// was (podsSeenLate).
+	unseen bool
 }
 
 type simSTS struct {
@@ -246,6 +249,9 @@ type simWorld struct {
 	alarmSim simAlarms
 	// drain, when set, is a node drain against the disruption budget (sim_drain_test.go).
 	drain *simDrain
+	// podsSeenLate: a pod the StatefulSet deletes to roll it stops its etcd before the hook's
+	// cache of pods shows it terminating, for one observation.
+	podsSeenLate bool
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -416,7 +422,7 @@ func (w *simWorld) observe() Observed {
 		// Ready is the kubelet's probe of the member's own health: the hook's reach plays no
 		// part in it.
 		ready := corev1.ConditionFalse
-		if w.ready(ord) {
+		if w.ready(ord) || p.unseen {
 			ready = corev1.ConditionTrue
 		}
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
@@ -445,7 +451,7 @@ func (w *simWorld) observe() Observed {
 		}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
 		nodeStoppedReporting(p, &pod)
-		if p.terminating {
+		if p.terminating && !p.unseen {
 			ts := metav1.NewTime(w.now)
 			pod.DeletionTimestamp = &ts
 		}
@@ -499,7 +505,7 @@ func (w *simWorld) snapshot(pods []corev1.Pod) etcdstate.Snapshot {
 			em.Name = w.podName(m.ord)
 		}
 		p := w.pods[m.ord]
-		if m.started && p != nil && p.running && !p.blind && !p.old && asked[m.ord] {
+		if m.started && p != nil && p.running && !p.blind && !p.old && !p.unseen && asked[m.ord] {
 			em.Reachable = true
 			em.RaftIndex, em.RaftAppliedIndex = m.raft, m.raft
 			em.Version = strings.TrimPrefix(p.version, "v")
@@ -733,6 +739,9 @@ func (w *simWorld) newJob(b []byte) *simJob {
 // tick advances the world: Jobs run, the StatefulSet acts, pods start, raft moves.
 func (w *simWorld) tick() {
 	w.now = w.now.Add(simTick)
+	for _, p := range w.pods {
+		p.unseen = false // the cache has caught up
+	}
 	if w.probes != nil {
 		w.defragmentationsEnd()
 	}
@@ -893,7 +902,7 @@ func (w *simWorld) statefulSetController() {
 			break
 		}
 		if p.spec != s.updateSpec {
-			p.terminating = true
+			p.terminating, p.unseen = true, w.podsSeenLate
 			w.stats.replacements++
 			break
 		}

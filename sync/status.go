@@ -280,7 +280,7 @@ func (v *view) takesDown(cur *v1alpha1.StepRecord, name string, pod *corev1.Pod)
 	case cur == nil:
 		return false
 	case cur.Type == ReplacePod.String():
-		return cur.Member == name && podDownAsPlanned(v, pod)
+		return cur.Member == name && (podDownAsPlanned(v, pod) || v.deletionNotSeenYet(cur, pod))
 	case cur.Type == MoveLeader.String():
 		return pod != nil && !isTerminating(pod) && isReady(pod)
 	case cur.Type == UpdatePeerURL.String():
@@ -322,6 +322,21 @@ func (v *view) holdIsPlanned(cur *v1alpha1.StepRecord, held string) bool {
 	}
 	m := v.byOrd[ord]
 	return cur.Member == held && m != nil && m.IsLearner
+}
+
+// podCacheLag bounds how long after a replacement starts the pod it deletes may still look
+// untouched to the hook (Metacontroller's pod cache lags the kubelet, which already stopped
+// its etcd).
+const podCacheLag = time.Minute
+
+// deletionNotSeenYet: the replacement cur has just lowered the partition onto pod, which the
+// StatefulSet deletes, and the hook's cache does not show it terminating yet.
+func (v *view) deletionNotSeenYet(cur *v1alpha1.StepRecord, pod *corev1.Pod) bool {
+	if pod == nil || isTerminating(pod) || !v.outdated(pod) || v.obs.Now.Sub(cur.Started.Time) > podCacheLag {
+		return false
+	}
+	ord, ok := ownPod(v.c, pod)
+	return ok && v.partition <= ord
 }
 
 // podDownAsPlanned: the pod is gone, going, or new on the current spec with an etcd that
