@@ -330,9 +330,10 @@ func (v *view) holdIsPlanned(cur *v1alpha1.StepRecord, held string) bool {
 const podCacheLag = time.Minute
 
 // deletionNotSeenYet: the replacement cur has just lowered the partition onto pod, which the
-// StatefulSet deletes, and the hook's cache does not show it terminating yet.
+// StatefulSet deletes, and the hook's cache still shows it as it was: Ready, not terminating.
+// A pod not Ready was down before the replacement touched it.
 func (v *view) deletionNotSeenYet(cur *v1alpha1.StepRecord, pod *corev1.Pod) bool {
-	if pod == nil || isTerminating(pod) || !v.outdated(pod) || v.obs.Now.Sub(cur.Started.Time) > podCacheLag {
+	if pod == nil || isTerminating(pod) || !isReady(pod) || !v.outdated(pod) || v.obs.Now.Sub(cur.Started.Time) > podCacheLag {
 		return false
 	}
 	ord, ok := ownPod(v.c, pod)
