@@ -76,9 +76,9 @@ func onClusterCrashing(t *testing.T, s v1alpha1.EtcdClusterSpec, c harness.Crash
 }
 
 // TestScale scales one cluster out and in; planned work, so no sync of it may set Degraded.
-// Each scale-in deletes the removed members' claims and volumes (the StatefulSet's whenScaled:
-// Delete, which the operator always renders), and keeps the others' claims, volumes and
-// members as they were.
+// Each scale-in deletes the removed members' claims and volumes (the StatefulSet says
+// whenScaled: Delete while the operator shrinks it past members it removed), and keeps the
+// others' claims, volumes and members as they were.
 func TestScale(t *testing.T) {
 	t.Parallel()
 	onCluster(t, spec(1), scenario{name: "1-3-5-3-1", act: planned(func(t *testing.T, env *harness.Env) int {
@@ -97,10 +97,7 @@ func TestScale(t *testing.T) {
 // holding the same members' data, for the others.
 func scaleInDropsClaims(t *testing.T, env *harness.Env, from, to int) {
 	t.Helper()
-	o, _ := env.Store.Get("StatefulSet", env.Cluster)
-	if pol := o.(*appsv1.StatefulSet).Spec.PersistentVolumeClaimRetentionPolicy; pol == nil || pol.WhenScaled != appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
-		t.Errorf("the StatefulSet's claim retention policy is %+v, want whenScaled: Delete", pol)
-	}
+	checkClaimsRetained(t, env)
 	claim := func(ord int) string { return "data-" + env.Pod(ord) }
 	dirs, ids, uids := map[int]string{}, map[int]string{}, map[int]string{}
 	for ord := range from {
@@ -133,6 +130,54 @@ func scaleInDropsClaims(t *testing.T, env *harness.Env, from, to int) {
 			t.Errorf("the kept member %s lost its data: %v", env.Pod(ord), err)
 		}
 	}
+}
+
+// checkClaimsRetained: at rest the StatefulSet keeps every claim, whatever happens to it.
+func checkClaimsRetained(t *testing.T, env *harness.Env) {
+	t.Helper()
+	o, _ := env.Store.Get("StatefulSet", env.Cluster)
+	retain := appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+	if pol := o.(*appsv1.StatefulSet).Spec.PersistentVolumeClaimRetentionPolicy; pol == nil || pol.WhenScaled != retain || pol.WhenDeleted != retain {
+		t.Errorf("the StatefulSet's claim retention policy is %+v, want Retain for both", pol)
+	}
+}
+
+// TestStatefulSetDeleted deletes the StatefulSet with its pods (kubectl delete statefulset,
+// as for changing an immutable field) under each spec.storageSpec.whenDeleted: the claims
+// stay, the operator renders the StatefulSet again, every member comes back on its own data,
+// and no acknowledged write is lost.
+func TestStatefulSetDeleted(t *testing.T) {
+	t.Parallel()
+	s := spec(3)
+	s.StorageSpec.WhenDeleted = v1alpha1.PVCDelete
+	deleted := func(whenDeleted v1alpha1.PVCRetention) func(t *testing.T, env *harness.Env) int {
+		return func(t *testing.T, env *harness.Env) int {
+			env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.StorageSpec.WhenDeleted = whenDeleted })
+			checkClaimsRetained(t, env)
+			uids, ids := map[string]string{}, map[string]string{}
+			for ord := range 3 {
+				c, ok := env.Store.Get("PersistentVolumeClaim", "data-"+env.Pod(ord))
+				if !ok {
+					t.Fatalf("no claim for %s", env.Pod(ord))
+				}
+				uids[env.Pod(ord)], ids[env.Pod(ord)] = string(c.GetUID()), memberID(env, env.Pod(ord))
+			}
+			env.DeleteStatefulSet()
+			waitSteady(t, env, 3)
+			for pod, uid := range uids {
+				if c, ok := env.Store.Get("PersistentVolumeClaim", "data-"+pod); !ok || string(c.GetUID()) != uid {
+					t.Errorf("the claim of %s did not outlive the StatefulSet", pod)
+				}
+				if id := memberID(env, pod); id != ids[pod] {
+					t.Errorf("%s came back as member %s, was %s: not on its own data", pod, id, ids[pod])
+				}
+			}
+			return 3
+		}
+	}
+	onCluster(t, s,
+		scenario{name: "deleted-under-whenDeleted-Delete", act: deleted(v1alpha1.PVCDelete)},
+		scenario{name: "deleted-under-whenDeleted-Retain", act: deleted(v1alpha1.PVCRetain)})
 }
 
 // TestThreeMembers runs the single-member faults, the rolling changes and the baseline on

@@ -337,6 +337,17 @@ func (e *Env) Kill(pod string) error {
 	return e.Kubelet.Kill(pod)
 }
 
+// DeleteStatefulSet deletes the cluster's StatefulSet with its pods, as `kubectl delete
+// statefulset` does: a fault to every pod, which go down together. Its claims follow its
+// retention policy.
+func (e *Env) DeleteStatefulSet() {
+	for _, p := range e.Pods() {
+		e.Monitor.markFault(p.Name)
+	}
+	e.logf("fault: delete StatefulSet %s with its pods", e.Cluster)
+	e.Store.Delete("StatefulSet", e.Cluster)
+}
+
 // Drain evicts a pod as `kubectl drain` does, through the Eviction API: refused with an
 // error wrapping ErrBudget while the cluster's PodDisruptionBudget allows no disruption,
 // otherwise the pod is deleted gracefully, the StatefulSet controller recreates it, and its

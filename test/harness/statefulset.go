@@ -187,20 +187,36 @@ func (c *StatefulSets) reconcile(sts *appsv1.StatefulSet) {
 	c.writeStatus(sts, replicas, current, update)
 }
 
-// retainOrDeleteScaledClaims applies whenScaled: Delete removes the claims of ordinals at or
-// above replicas once their pods are gone (Kubernetes does it through owner references).
+// retainOrDeleteScaledClaims applies whenScaled as Kubernetes does, through owner
+// references: the claim of a pod at or above replicas is owned by that pod while the policy
+// says Delete (and released while it says Retain), and goes once the pod is gone if it was
+// owned then, whatever the policy says by that time.
 func (c *StatefulSets) retainOrDeleteScaledClaims(sts *appsv1.StatefulSet, replicas int, pods map[int]*corev1.Pod) {
 	pol := sts.Spec.PersistentVolumeClaimRetentionPolicy
-	if pol == nil || pol.WhenScaled != appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
-		return
-	}
+	del := pol != nil && pol.WhenScaled == appsv1.DeletePersistentVolumeClaimRetentionPolicyType
 	for _, o := range c.Store.List("PersistentVolumeClaim") {
 		pvc := o.(*corev1.PersistentVolumeClaim)
 		for _, t := range sts.Spec.VolumeClaimTemplates {
 			ord, ok := podOrdinal(t.Name+"-"+sts.Name, pvc.Name)
-			if _, podLeft := pods[ord]; ok && ord >= replicas && !podLeft {
-				c.deleteClaim(pvc.Name)
+			if !ok || ord < replicas {
+				continue
 			}
+			owned := pvc.Annotations[deleteWithPod] == "true"
+			if _, podLeft := pods[ord]; !podLeft {
+				if owned {
+					c.deleteClaim(pvc.Name)
+				}
+				continue
+			}
+			if owned == del {
+				continue
+			}
+			if del {
+				metav1.SetMetaDataAnnotation(&pvc.ObjectMeta, deleteWithPod, "true")
+			} else {
+				delete(pvc.Annotations, deleteWithPod)
+			}
+			_ = c.Store.Update(pvc)
 		}
 	}
 }
@@ -257,6 +273,8 @@ func (c *StatefulSets) collectOrphans(live map[string]bool) {
 const (
 	stsLabel      = "harness.etcdops.dev/statefulset"
 	deleteWithSet = "harness.etcdops.dev/delete-with-statefulset"
+	// deleteWithPod marks a scaled-away claim owned by its pod (whenScaled: Delete).
+	deleteWithPod = "harness.etcdops.dev/delete-with-pod"
 )
 
 func (c *StatefulSets) createPod(sts *appsv1.StatefulSet, ord int, rev string) {
