@@ -340,7 +340,8 @@ func logPanic(path string) (string, bool) {
 	return "", false
 }
 
-// lastFatal is the message of the log's last fatal or error entry, or its last line.
+// lastFatal is what etcd said when it gave up: its last fatal entry, or a flag it refused
+// (printed before its usage text), or the log's first line.
 func lastFatal(log string) string {
 	lines := strings.Split(strings.TrimSpace(log), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
@@ -348,10 +349,14 @@ func lastFatal(log string) string {
 			return logMessage(lines[i])
 		}
 	}
-	if len(lines) > 0 {
-		return lines[len(lines)-1]
+	for _, l := range lines {
+		for _, p := range []string{"flag provided but not defined", "invalid value", "error verifying flags", "etcd: "} {
+			if strings.Contains(l, p) {
+				return strings.TrimSpace(l)
+			}
+		}
 	}
-	return ""
+	return strings.TrimSpace(lines[0])
 }
 
 func logMessage(line string) string {

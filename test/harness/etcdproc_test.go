@@ -54,4 +54,8 @@ func TestLogMessages(t *testing.T) {
 	if got := lastFatal(log); got != "discovery failed: member has already been bootstrapped" {
 		t.Errorf("lastFatal = %q", got)
 	}
+	refused := "flag provided but not defined: -feature-gates\nUsage:\n\n  etcd [flags]\n    Start an etcd server.\n"
+	if got := lastFatal(refused); got != "flag provided but not defined: -feature-gates" {
+		t.Errorf("lastFatal = %q", got)
+	}
 }
