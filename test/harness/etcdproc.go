@@ -23,6 +23,8 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
 	"go.uber.org/zap"
+
+	"etcdops.dev/etcdops/internal/etcdbin"
 )
 
 // Real etcd processes. With Options.EtcdBinary set, the kubelet runs each etcd container as
@@ -91,7 +93,8 @@ func (k *Kubelet) startContainerEtcd(image string, args []string, rt *podRuntime
 	if err := os.MkdirAll(rt.dir, 0o755); err != nil {
 		return nil, err
 	}
-	return startExternal(bin, args, rt.ip, filepath.Join(rt.dir, fmt.Sprintf("etcd-%d.log", time.Now().UnixNano())))
+	return startExternal(bin, args, rt.ip, filepath.Join(rt.dir, fmt.Sprintf("etcd-%d.log", time.Now().UnixNano())),
+		etcdbin.DNSEnv+"="+k.DNS.conn.LocalAddr().String())
 }
 
 // extEtcd is a real etcd process.
@@ -166,7 +169,7 @@ func podURL(s, podIP string) string {
 
 // startExternal starts a real etcd process; it returns once the process runs, and is not
 // included in the kubelet's servers until it has answered on its client port.
-func startExternal(bin string, args []string, podIP, logPath string) (*etcdProcess, error) {
+func startExternal(bin string, args []string, podIP, logPath string, env ...string) (*etcdProcess, error) {
 	if err := loopbackOnly(podIP); err != nil {
 		return nil, err
 	}
@@ -210,8 +213,9 @@ func startExternal(bin string, args []string, podIP, logPath string) (*etcdProce
 	}
 	cmd := exec.Command(bin, argv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// No environment of the test's: etcd reads ETCD_* variables as flags.
-	cmd.Env = []string{}
+	// No environment of the test's (etcd reads ETCD_* variables as flags), but the cluster
+	// DNS, as a pod's resolv.conf would name it.
+	cmd.Env = append([]string{}, env...)
 	// The process dies with the test process, whatever ends it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -359,16 +363,20 @@ func lastFatal(log string) string {
 	return strings.TrimSpace(lines[0])
 }
 
+// logMessage is a zap entry's message with the fields that say what failed.
 func logMessage(line string) string {
-	if _, rest, ok := strings.Cut(line, `"msg":"`); ok {
-		msg, _, _ := strings.Cut(rest, `"`)
-		if _, e, ok := strings.Cut(rest, `"error":"`); ok {
-			errMsg, _, _ := strings.Cut(e, `"`)
-			return msg + ": " + errMsg
-		}
-		return msg
+	_, rest, ok := strings.Cut(line, `"msg":"`)
+	if !ok {
+		return line
 	}
-	return line
+	msg, _, _ := strings.Cut(rest, `"`)
+	for _, f := range []string{"error", "job", "panic"} {
+		if _, v, ok := strings.Cut(rest, `"`+f+`":"`); ok {
+			val, _, _ := strings.Cut(v, `"`)
+			msg += ", " + f + ": " + val
+		}
+	}
+	return msg
 }
 
 // The day-2 reads and calls, on either kind of member.

@@ -51,7 +51,7 @@ func TestLogMessages(t *testing.T) {
 	log := `{"level":"info","msg":"starting"}
 {"level":"fatal","ts":1,"caller":"etcdmain/etcd.go:204","msg":"discovery failed","error":"member has already been bootstrapped"}
 `
-	if got := lastFatal(log); got != "discovery failed: member has already been bootstrapped" {
+	if got := lastFatal(log); got != "discovery failed, error: member has already been bootstrapped" {
 		t.Errorf("lastFatal = %q", got)
 	}
 	refused := "flag provided but not defined: -feature-gates\nUsage:\n\n  etcd [flags]\n    Start an etcd server.\n"
