@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/internal/etcdbin"
 	"etcdops.dev/etcdops/test/harness"
@@ -227,9 +229,16 @@ func TestUpgrades(t *testing.T) {
 	t.Run("minor-below-minimum-refused", func(t *testing.T) {
 		refused(t, env, v36, "needs every member on v3.5.26 or later", belowUpgradeMinimum)
 	})
-	for _, step := range []struct{ from, to string }{{belowUpgradeMinimum, v35}, {v35, v36}, {v36, v37}} {
+	for _, step := range []struct {
+		from, to string
+		expect   scenario
+	}{
+		{from: belowUpgradeMinimum, to: v35},
+		{from: v35, to: v36},
+		{from: v36, to: v37, expect: v2EntriesPanic},
+	} {
 		t.Run("upgrade-"+step.from+"-to-"+step.to, func(t *testing.T) {
-			upgrade(t, env, step.from, step.to)
+			upgrade(t, env, step.from, step.to, step.expect)
 		})
 	}
 	t.Run("downgrade-refused", func(t *testing.T) {
@@ -237,15 +246,27 @@ func TestUpgrades(t *testing.T) {
 	})
 }
 
+// v2EntriesPanic: every v3.5 member writes v2 requests to the raft log (its attributes when it
+// starts, the cluster version), which v3.6 still applies and v3.7 no longer parses. A member
+// whose last raft snapshot is older than the last of them replays them when it restarts on
+// v3.7, and panics; it is then replaced through a learner, which starts from the leader's
+// snapshot. A member snapshots every --snapshot-count applied entries (10000 by default on
+// v3.6), so this happens when a cluster moves from v3.5 to v3.7 in fewer entries than that, as
+// here. The operator does not wait for those snapshots yet (docs/operate.md).
+var v2EntriesPanic = scenario{
+	expectPanic: "etcd v3.7.3 cannot apply the v2 requests a v3.5 member left in the raft log after the member's last snapshot (\"unmarshal should never fail\"); the member is replaced through a learner",
+	panicSays:   "unmarshal should never fail",
+}
+
 // upgrade moves the steady cluster from one release to the next under the workload and
 // checks that every member then runs it, one pod at a time (the monitor's invariants) and
 // the leader's last: when only one member still ran the old release, it was the leader.
-func upgrade(t *testing.T, env *harness.Env, from, to string) {
+func upgrade(t *testing.T, env *harness.Env, from, to string, expect scenario) {
 	t.Helper()
 	waitSteady(t, env, 3)
 	size := len(env.Pods())
 	order := &upgradeOrder{from: from, to: to}
-	measure(t, env, scenario{act: func(t *testing.T, env *harness.Env) int {
+	measure(t, env, scenario{expectPanic: expect.expectPanic, panicSays: expect.panicSays, act: func(t *testing.T, env *harness.Env) int {
 		stop := order.watch(env)
 		t.Cleanup(stop)
 		env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.Version = to })
@@ -339,16 +360,21 @@ func refused(t *testing.T, env *harness.Env, to, msg, running string) {
 	waitSteady(t, env, 3)
 	pods0 := podUIDs(env)
 	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.Version = to })
-	var status string
+	var status, said string
 	if _, err := env.WaitFor(changeBound, func() (bool, string) {
 		p := env.Store.Parent()
 		b, _ := json.Marshal(p.Status)
 		status = string(b)
-		return p.Status.Phase == v1alpha1.PhaseInvalid && strings.Contains(status, msg), "waiting for the hook to refuse " + to
+		for _, c := range p.Status.Conditions {
+			if c.Type == "Degraded" && strings.Contains(c.Message, msg) {
+				said = c.Message
+			}
+		}
+		return p.Status.Phase == v1alpha1.PhaseInvalid && said != "", "waiting for the hook to refuse " + to
 	}); err != nil {
 		t.Fatalf("%v; status %s", err, status)
 	}
-	t.Logf("%s refused: %s", to, status)
+	t.Logf("%s refused: %s", to, said)
 	syncs0 := env.MC.Syncs()
 	if _, err := env.WaitFor(changeBound, func() (bool, string) {
 		return env.MC.Syncs() >= syncs0+5, "waiting for syncs"
@@ -367,4 +393,88 @@ func refused(t *testing.T, env *harness.Env, to, msg, running string) {
 	}
 	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.Version = running })
 	waitSteady(t, env, 3)
+}
+
+// TestVersionMatrix runs the operator's everyday work on one cluster per supported minor
+// release, on real servers of its pinned patch, each act a window under the workload with
+// the history checked as everywhere: create, scale 3 to 5 and back, a rolling configuration
+// change, TLS turned on, a wiped member replaced, a scheduled defragmentation, and a backup
+// restored into a new cluster that must hold every acknowledged write.
+func TestVersionMatrix(t *testing.T) {
+	needVersions(t)
+	t.Parallel()
+	for _, v := range etcdbin.Versions() {
+		t.Run(v, func(t *testing.T) { versionMatrix(t, v) })
+	}
+}
+
+func versionMatrix(t *testing.T, v string) {
+	env := startEnv(t, realEtcdOptions(t, v))
+	dest := fakeS3(t)
+	addCredentials(t, env)
+	pki, err := harness.NewPKI(env.Namespace, env.Cluster, env.Domain)
+	must(t, err)
+	must(t, env.UseTLS(pki))
+	s := spec(3)
+	s.Version = v
+	minFree := resource.MustParse("1Mi")
+	s.Maintenance = &v1alpha1.MaintenanceSpec{Defragment: &v1alpha1.DefragmentSpec{InUseBelowPercent: 50, MinFree: &minFree}}
+	s.Backup = &v1alpha1.BackupSpec{Schedule: "0 0 1 1 *", Destination: dest}
+	t.Run("create", func(t *testing.T) {
+		env.Create(s)
+		waitLeader(t, env)
+		measure(t, env, scenario{act: func(*testing.T, *harness.Env) int { return 3 }})
+		checkServes(t, env, v)
+	})
+	for _, sc := range []scenario{
+		{name: "scale-out-5", act: func(t *testing.T, env *harness.Env) int { scaleTo(env, 5); return 5 }},
+		{name: "scale-in-3", act: func(t *testing.T, env *harness.Env) int { scaleTo(env, 3); return 3 }},
+		{name: "rolling-config-change", act: rollingConfigChange(20000)},
+		{name: "tls-on", act: func(t *testing.T, env *harness.Env) int {
+			env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) {
+				s.TLS = &v1alpha1.TLSSpec{ServerSecret: pki.Server, PeerSecret: pki.Peer, ClientSecret: pki.Client}
+			})
+			return 3
+		}},
+		{name: "wipe-member", act: wipeMember},
+		{name: "scheduled-defragment", act: scheduledDefragment},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			waitSteady(t, env, int(*env.Store.Parent().Spec.Size))
+			measure(t, env, sc)
+			if sc.name == "tls-on" {
+				wantServing(t, env, "https", "https")
+			}
+		})
+	}
+	t.Run("backup-restore", func(t *testing.T) {
+		waitSteady(t, env, 3)
+		w, err := env.StartWorkload("/restore")
+		must(t, err)
+		w.AwaitAcked(100, changeBound)
+		stats := w.Stop()
+		env.Store.AnnotateParent(v1alpha1.AnnotationBackupNow, "matrix")
+		if _, err := env.WaitFor(changeBound, func() (bool, string) {
+			b := lastBackup(env)
+			return b != nil && b.LastRequest == "matrix" && b.LastSuccessful != nil, "the requested backup has not finished"
+		}); err != nil {
+			t.Fatalf("%v\n%s", err, env.Describe())
+		}
+		env.Close()
+
+		restored := startEnv(t, realEtcdOptions(t, v))
+		addCredentials(t, restored)
+		r := spec(3)
+		r.Version = v
+		r.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: dest, Name: v1alpha1.LatestBackup}}
+		restored.Create(r)
+		waitLeader(t, restored)
+		measure(t, restored, scenario{act: func(*testing.T, *harness.Env) int { return 3 }})
+		lost, err := w.VerifyOn(restored, verifyBound)
+		must(t, err)
+		if len(lost) > 0 {
+			t.Fatalf("%d of %d acknowledged writes missing after the restore, first %s", len(lost), stats.Acked, lost[0])
+		}
+		checkServes(t, restored, v)
+	})
 }
