@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -23,6 +22,8 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"etcdops.dev/etcdops/internal/etcdbin"
 )
@@ -117,10 +118,18 @@ type extState struct {
 }
 
 func (s *extState) MemberID() types.ID            { return types.ID(s.id) }
-func (s *extState) AppliedIndex() uint64          { return s.applied }
-func (s *extState) Term() uint64                  { return s.term }
-func (s *extState) Lead() uint64                  { return s.lead }
 func (s *extState) members() []*membership.Member { return s.list }
+
+// AppliedIndex is 0 for a learner, which does not serve its membership: the harness takes the
+// membership from the member that applied the most, and a learner's state has none.
+func (s *extState) AppliedIndex() uint64 {
+	if s.list == nil {
+		return 0
+	}
+	return s.applied
+}
+func (s *extState) Term() uint64 { return s.term }
+func (s *extState) Lead() uint64 { return s.lead }
 
 // listenFlags bind the pod's address: see the comment at the top.
 var listenFlags = map[string]bool{"listen-peer-urls": true, "listen-client-urls": true, "listen-client-http-urls": true, "listen-metrics-urls": true}
@@ -223,6 +232,13 @@ func startExternal(bin string, args []string, podIP, logPath string, env ...stri
 	}
 	x.cmd = cmd
 	p := &etcdProcess{ext: x, exit: make(chan struct{}), closed: make(chan struct{}), panicked: make(chan struct{})}
+	// A member that restarts on its data is the member it was from its first instant, as an
+	// embedded one is once started; until it answers, it is seen as its last process left it.
+	if prev, ok := holders.Load(dir); ok && prev.(*etcdProcess).ext != nil {
+		if _, err := os.Stat(filepath.Join(dir, "member", "wal")); err == nil {
+			x.state.Store(prev.(*etcdProcess).ext.state.Load())
+		}
+	}
 	holders.Store(dir, p)
 	go func() {
 		x.status = cmd.Wait()
@@ -236,10 +252,16 @@ func startExternal(bin string, args []string, podIP, logPath string, env ...stri
 	return p, nil
 }
 
-// poll keeps the process's state as it answers, every 25ms, until it exits.
+// poll keeps the process's state as it answers, every 25ms, until it exits. Its client
+// redials within 200ms: the process may not listen yet when the poll starts, and gRPC's
+// default back-off would leave the member unseen for seconds.
 func (x *extEtcd) poll(p *etcdProcess) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{x.endpoint}, TLS: x.tls, DialTimeout: time.Second,
-		Logger: zap.NewNop(), DialKeepAliveTime: time.Second})
+		Logger: zap.NewNop(), DialKeepAliveTime: time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		})}})
 	if err != nil {
 		return
 	}
@@ -252,25 +274,45 @@ func (x *extEtcd) poll(p *etcdProcess) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		st, err := cli.Status(ctx, x.endpoint)
-		var ml *clientv3.MemberListResponse
-		if err == nil {
-			ml, err = cli.MemberList(ctx, clientv3.WithSerializable())
+		if s, ok := x.sample(cli); ok {
+			x.state.Store(s)
 		}
-		cancel()
-		if err != nil {
-			continue
-		}
-		s := &extState{id: st.Header.MemberId, applied: st.RaftAppliedIndex, term: st.RaftTerm, lead: st.Leader,
-			dbSize: st.DbSize, dbInUse: st.DbSizeInUse, version: st.Version}
-		for _, m := range ml.Members {
-			s.list = append(s.list, &membership.Member{ID: types.ID(m.ID),
-				RaftAttributes: membership.RaftAttributes{PeerURLs: m.PeerURLs, IsLearner: m.IsLearner},
-				Attributes:     membership.Attributes{Name: m.Name, ClientURLs: m.ClientURLs}})
-		}
-		x.state.Store(s)
 	}
+}
+
+// sample asks the member for its membership, then its status. A member that no longer finds
+// itself in the membership has applied its own removal and stops within a second; a Status
+// then makes etcd panic ("failed to find local ID in cluster members"), so the observer,
+// which a real cluster does not have, leaves it alone and keeps what it last saw.
+func (x *extEtcd) sample(cli *clientv3.Client) (*extState, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	s := &extState{}
+	ml, err := cli.MemberList(ctx, clientv3.WithSerializable())
+	if err != nil {
+		// A learner serves only its status (and serializable reads).
+		if !strings.Contains(err.Error(), "not supported for learner") {
+			return nil, false
+		}
+		ml = &clientv3.MemberListResponse{Header: &pb.ResponseHeader{}}
+	}
+	self := ml.Header.MemberId == 0
+	for _, m := range ml.Members {
+		self = self || m.ID == ml.Header.MemberId
+		s.list = append(s.list, &membership.Member{ID: types.ID(m.ID),
+			RaftAttributes: membership.RaftAttributes{PeerURLs: m.PeerURLs, IsLearner: m.IsLearner},
+			Attributes:     membership.Attributes{Name: m.Name, ClientURLs: m.ClientURLs}})
+	}
+	if !self {
+		return nil, false
+	}
+	st, err := cli.Status(ctx, x.endpoint)
+	if err != nil {
+		return nil, false
+	}
+	s.id, s.applied, s.term, s.lead = st.Header.MemberId, st.RaftAppliedIndex, st.RaftTerm, st.Leader
+	s.dbSize, s.dbInUse, s.version = st.DbSize, st.DbSizeInUse, st.Version
+	return s, true
 }
 
 // client is a client of this member alone, for the day-2 calls.
@@ -323,25 +365,53 @@ func (p *etcdProcess) exitReasonExternal() string {
 
 // logPanic finds a Go panic or a zap Panic entry in an etcd log. Fatal entries (a flag
 // refused, a data dir of another cluster) end the process without a panic: the exit reason
-// gives them.
+// gives them. A removed member stops a second after it applied its own removal, and a
+// request meanwhile panics ("failed to find local ID in cluster members"): that is a process
+// on its way out, as the embedded members' exiting rule says (etcd.go), not counted.
 func logPanic(path string) (string, bool) {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", false
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "panic: ") {
-			return strings.TrimPrefix(line, "panic: "), true
+	log := string(data)
+	for _, line := range strings.Split(log, "\n") {
+		msg, ok := "", false
+		switch {
+		case strings.HasPrefix(line, "panic: "):
+			msg, ok = strings.TrimPrefix(line, "panic: "), true
+		case strings.Contains(line, `"level":"panic"`):
+			msg, ok = logMessage(line), true
 		}
-		if strings.Contains(line, `"level":"panic"`) {
-			return logMessage(line), true
+		if !ok {
+			continue
 		}
+		if id := logField(line, "local-member-id"); id != "" && strings.Contains(line, "failed to find local ID in cluster members") &&
+			removedSelf(log, id) {
+			return "", false
+		}
+		return msg, true
 	}
 	return "", false
+}
+
+// removedSelf reports whether the log shows the member applying its own removal.
+func removedSelf(log, id string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `"msg":"removed member"`) && logField(line, "removed-remote-peer-id") == id {
+			return true
+		}
+	}
+	return false
+}
+
+// logField is the string value of a zap entry's field, or "".
+func logField(line, name string) string {
+	_, v, ok := strings.Cut(line, `"`+name+`":"`)
+	if !ok {
+		return ""
+	}
+	val, _, _ := strings.Cut(v, `"`)
+	return val
 }
 
 // lastFatal is what etcd said when it gave up: its last fatal entry, or a flag it refused
@@ -371,8 +441,7 @@ func logMessage(line string) string {
 	}
 	msg, _, _ := strings.Cut(rest, `"`)
 	for _, f := range []string{"error", "job", "panic"} {
-		if _, v, ok := strings.Cut(rest, `"`+f+`":"`); ok {
-			val, _, _ := strings.Cut(v, `"`)
+		if val := logField(rest, f); val != "" {
 			msg += ", " + f + ": " + val
 		}
 	}

@@ -1,7 +1,10 @@
 package harness
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -57,5 +60,25 @@ func TestLogMessages(t *testing.T) {
 	refused := "flag provided but not defined: -feature-gates\nUsage:\n\n  etcd [flags]\n    Start an etcd server.\n"
 	if got := lastFatal(refused); got != "flag provided but not defined: -feature-gates" {
 		t.Errorf("lastFatal = %q", got)
+	}
+}
+
+// A removed member's panic on a request in the second before it stops is not etcd's panic;
+// the same panic in a member that was not removed is.
+func TestLogPanicLeavesOutARemovedMember(t *testing.T) {
+	removed := `{"level":"info","msg":"removed member","cluster-id":"c","local-member-id":"a1","removed-remote-peer-id":"a1"}
+{"level":"panic","msg":"failed to find local ID in cluster members","cluster-id":"c","local-member-id":"a1"}
+panic: failed to find local ID in cluster members
+`
+	other := strings.Replace(removed, `"removed-remote-peer-id":"a1"`, `"removed-remote-peer-id":"b2"`, 1)
+	dir := t.TempDir()
+	for name, want := range map[string]bool{removed: false, other: true} {
+		f := filepath.Join(dir, "etcd.log")
+		if err := os.WriteFile(f, []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if msg, got := logPanic(f); got != want {
+			t.Errorf("logPanic = %q, %v; want %v for\n%s", msg, got, want, name)
+		}
 	}
 }
