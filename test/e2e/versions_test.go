@@ -260,7 +260,7 @@ var v2EntriesPanic = scenario{
 
 // upgrade moves the steady cluster from one release to the next under the workload and
 // checks that every member then runs it, one pod at a time (the monitor's invariants) and
-// the leader's last: when only one member still ran the old release, it was the leader.
+// the leader's last: when only one pod was left on the old release's image, its member led.
 func upgrade(t *testing.T, env *harness.Env, from, to string, expect scenario) {
 	t.Helper()
 	waitSteady(t, env, 3)
@@ -296,7 +296,7 @@ func upgrade(t *testing.T, env *harness.Env, from, to string, expect scenario) {
 type upgradeOrder struct {
 	from, to string
 	order    []string
-	lastOld  string // the one member on the old release, when it was the only one
+	lastOld  string // the one pod left on the old release's image, once the others had the new one
 	leader   string // the leader then
 	done     chan struct{}
 }
@@ -317,15 +317,15 @@ func (o *upgradeOrder) watch(env *harness.Env) (stop func()) {
 			vs := env.EtcdVersions()
 			leader := env.Monitor.View().Leader
 			var old []string
-			for pod, v := range vs {
-				if v == o.to && !slices.Contains(o.order, pod) {
-					o.order = append(o.order, pod)
+			for _, p := range env.Pods() {
+				if v := vs[p.Name]; v == o.to && !slices.Contains(o.order, p.Name) {
+					o.order = append(o.order, p.Name)
 				}
-				if v == o.from {
-					old = append(old, pod)
+				if harness.ImageVersion(p.Spec.Containers[0].Image) == o.from {
+					old = append(old, p.Name)
 				}
 			}
-			if len(old) == 1 && o.lastOld == "" && leader != "" && len(vs) == len(env.Pods()) {
+			if len(old) == 1 && o.lastOld == "" && leader != "" {
 				o.lastOld, o.leader = old[0], leader
 			}
 		}
