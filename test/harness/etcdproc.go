@@ -176,8 +176,9 @@ func podURL(s, podIP string) string {
 	return podURLs([]url.URL{*u}, podIP)[0].String()
 }
 
-// startExternal starts a real etcd process; it returns once the process runs, and is not
-// included in the kubelet's servers until it has answered on its client port.
+// startExternal starts a real etcd process; it returns once the process runs. It counts
+// among the kubelet's servers once it has answered on its client port, or at once when it
+// restarts on a data dir whose last process was seen.
 func startExternal(bin string, args []string, podIP, logPath string, env ...string) (*etcdProcess, error) {
 	if err := loopbackOnly(podIP); err != nil {
 		return nil, err
