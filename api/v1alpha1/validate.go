@@ -316,7 +316,11 @@ func CheckUpgrade(from, to string) error {
 // MinorUpgradeMinimums is, per target minor release, the lowest release of the minor before
 // it from which etcd's upgrade guide allows the move: for v3.6, "make sure that all of your 3.5
 // members are updated to 3.5.26 or later" (https://etcd.io/docs/latest/upgrades/upgrade_3_6/;
-// the v3.5 patches up to 3.5.26 fix membership data that a v3.6 member refuses).
+// the v3.5 patches up to 3.5.26 fix membership data that a v3.6 member refuses); for v3.7, "make
+// sure that all of your 3.6 members are updated to 3.6.11 or later. Earlier 3.6 patch releases
+// may not be compatible with a rolling upgrade to 3.7"
+// (https://etcd.io/docs/v3.7/upgrades/upgrade_3_7/).
 var MinorUpgradeMinimums = map[string]string{
 	"3.6": "3.5.26",
+	"3.7": "3.6.11",
 }

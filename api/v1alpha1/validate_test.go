@@ -24,6 +24,8 @@ func TestCheckUpgrade(t *testing.T) {
 		{"one minor forward is etcd's supported upgrade", "v3.5.26", "v3.6.0", ""},
 		{"one minor forward to any patch of it", "v3.5.30", "v3.6.16", ""},
 		{"etcd's guide wants 3.5 at 3.5.26 before 3.6", "v3.5.21", "v3.6.16", "version v3.6.16 needs every member on v3.5.26 or later first (etcd's v3.5 to v3.6 upgrade guide), and a member runs v3.5.21; allowed: upgrade to v3.5.26 first"},
+		{"etcd's guide wants 3.6 at 3.6.11 before 3.7", "v3.6.8", "v3.7.3", "version v3.7.3 needs every member on v3.6.11 or later first (etcd's v3.6 to v3.7 upgrade guide), and a member runs v3.6.8; allowed: upgrade to v3.6.11 first"},
+		{"from 3.6.11 to 3.7", "v3.6.11", "v3.7.0", ""},
 		{"the minimum is per target minor: 3.4 to 3.5 has none", "v3.4.0", "v3.5.0", ""},
 		{"a release candidate to its release is forward", "v3.6.0-rc.1", "v3.6.0", ""},
 		{"a patch backward is still a downgrade", "v3.6.5", "v3.6.4", "version v3.6.4 is a downgrade from v3.6.5; downgrades are not supported"},

@@ -54,6 +54,8 @@ type Options struct {
 	OnSync func(SyncRecord)
 	// NoOperator leaves Metacontroller out: the baseline drives the StatefulSet directly.
 	NoOperator bool
+	// EtcdBinary, when set, makes the kubelet run real etcd processes (Kubelet.EtcdBinary).
+	EtcdBinary EtcdBinaryForImage
 }
 
 // Env is one closed loop: store, Metacontroller, hook, StatefulSet and Job controllers,
@@ -140,6 +142,7 @@ func Start(opts Options) (*Env, error) {
 	e.Kubelet.PendingFor = opts.PendingFor
 	e.Kubelet.Logf = opts.Logf
 	e.Kubelet.MountDelay = opts.MountDelay
+	e.Kubelet.EtcdBinary = opts.EtcdBinary
 	e.Kubelet.OnPanic = func(pod, msg string) {
 		e.Monitor.mu.Lock()
 		e.Monitor.counts.Panics++
@@ -388,7 +391,10 @@ func (e *Env) Wipe(pod string) error {
 // dropped while its process, its client port and its pod stay up. It models a peer-network
 // partition of one member on loopback, where no firewall is available.
 func (e *Env) Partition(pod string) error {
-	servers := e.Kubelet.servers()
+	servers, err := embeddedServers(e.Kubelet.servers())
+	if err != nil {
+		return err
+	}
 	s, ok := servers[pod]
 	if !ok {
 		return fmt.Errorf("%s has no running etcd", pod)
@@ -409,7 +415,7 @@ func (e *Env) Partition(pod string) error {
 
 // Mend ends Partition for the processes still running.
 func (e *Env) Mend(pod string) {
-	servers := e.Kubelet.servers()
+	servers, _ := embeddedServers(e.Kubelet.servers())
 	e.Monitor.mu.Lock()
 	delete(e.Monitor.cut, pod)
 	e.Monitor.mu.Unlock()

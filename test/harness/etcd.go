@@ -50,6 +50,8 @@ type etcdProcess struct {
 	panicMsg  string
 	// holds, when set, are the kubelet's HoldNextDefragment (defrag.go).
 	holds *defragHolds
+	// ext, when set, is a real etcd process (etcdproc.go), and e is nil.
+	ext *extEtcd
 }
 
 // etcdConfig maps an etcd command line onto embed.Config the way etcd's own main does, and
@@ -240,6 +242,10 @@ func (h crashHook) OnWrite(ce *zapcore.CheckedEntry, _ []zapcore.Field) {
 // stopping; after stopBound it counts as ended anyway (its listeners are closed first), as
 // the kernel would end a dead process.
 func (p *etcdProcess) end(hard bool) {
+	if p.ext != nil {
+		p.endExternal(hard)
+		return
+	}
 	p.once.Do(func() {
 		go func() {
 			select {
@@ -307,6 +313,9 @@ func (p *etcdProcess) Kill() { p.end(true) }
 
 // exitReason says why the process ended on its own, as a container's termination message.
 func (p *etcdProcess) exitReason() string {
+	if p.ext != nil {
+		return p.exitReasonExternal()
+	}
 	if msg, ok := p.panicMessage(); ok {
 		return "etcd panicked: " + msg
 	}

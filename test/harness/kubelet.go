@@ -20,8 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-
-	"go.etcd.io/etcd/server/v3/etcdserver"
 )
 
 // Tools are the operator's binaries, run in-process.
@@ -66,6 +64,9 @@ type Kubelet struct {
 	// not refreshed, and one whose node comes back is refreshed a delay later. Zero refreshes
 	// on every pass. Set it before Run, or with SetMountDelay.
 	MountDelay time.Duration
+	// EtcdBinary, when set, runs each etcd container as a real etcd process of the binary
+	// it returns for the pod's image (etcdproc.go); otherwise members are embedded.
+	EtcdBinary EtcdBinaryForImage
 
 	mu      gosync.Mutex
 	closed  bool
@@ -319,7 +320,7 @@ func (k *Kubelet) runContainer(ctx context.Context, p *corev1.Pod, rt *podRuntim
 	if err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
-	return startEtcd(etcdArgs, rt.ip, &k.defragHolds)
+	return k.startContainerEtcd(c.Image, etcdArgs, rt)
 }
 
 // containerArgv is a command as the container runs it: $(VAR) expanded from the container's
@@ -888,7 +889,7 @@ func (k *Kubelet) Wipe(pod, dataSubdir string) error {
 	if rt == nil || rt.proc == nil {
 		return fmt.Errorf("pod %s has no running etcd", pod)
 	}
-	dir := rt.proc.e.Config().Dir
+	dir := rt.proc.dataDir()
 	rt.proc.Kill()
 	if filepath.Base(dir) != dataSubdir {
 		return fmt.Errorf("pod %s: data dir %s is not the volume's %q", pod, dir, dataSubdir)
@@ -897,13 +898,24 @@ func (k *Kubelet) Wipe(pod, dataSubdir string) error {
 }
 
 // servers returns the running etcd servers by pod name.
-func (k *Kubelet) servers() map[string]*etcdserver.EtcdServer {
+func (k *Kubelet) servers() map[string]etcdServer {
+	out := map[string]etcdServer{}
+	for name, p := range k.procs() {
+		if s := p.server(); s != nil {
+			out[name] = s
+		}
+	}
+	return out
+}
+
+// procs returns the running etcd processes by pod name.
+func (k *Kubelet) procs() map[string]*etcdProcess {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := map[string]*etcdserver.EtcdServer{}
+	out := map[string]*etcdProcess{}
 	for _, rt := range k.pods {
 		if !rt.stopping && rt.proc != nil && !rt.proc.Exited() {
-			out[rt.name] = rt.proc.e.Server
+			out[rt.name] = rt.proc
 		}
 	}
 	return out

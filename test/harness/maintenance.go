@@ -21,9 +21,8 @@ type DBSize struct {
 // DBSizes are the running members' database sizes, by pod.
 func (e *Env) DBSizes() map[string]DBSize {
 	out := map[string]DBSize{}
-	for pod, s := range e.Kubelet.servers() {
-		be := s.Backend()
-		out[pod] = DBSize{File: be.Size(), InUse: be.SizeInUse()}
+	for pod, p := range e.Kubelet.procs() {
+		out[pod] = serverDBSize(p)
 	}
 	return out
 }
@@ -31,9 +30,13 @@ func (e *Env) DBSizes() map[string]DBSize {
 // Alarms are the cluster's active alarms as a running member holds them ("NOSPACE" of
 // member ID), sorted; nil when no member runs.
 func (e *Env) Alarms() []string {
-	for _, s := range e.Kubelet.servers() {
+	for _, p := range e.Kubelet.procs() {
 		var out []string
-		for _, a := range s.Alarms() {
+		alarms, err := serverAlarms(p)
+		if err != nil {
+			continue
+		}
+		for _, a := range alarms {
 			out = append(out, fmt.Sprintf("%s of %x", a.Alarm, a.MemberID))
 		}
 		sort.Strings(out)
@@ -54,13 +57,12 @@ func (e *Env) RaiseAlarm(pod string, alarm pb.AlarmType) error {
 	if id == 0 {
 		return fmt.Errorf("%s is not a member", pod)
 	}
-	for _, s := range e.Kubelet.servers() {
+	for _, p := range e.Kubelet.procs() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		e.Monitor.markFault(pod)
 		e.logf("fault: %s alarm raised on %s", alarm, pod)
-		_, err := s.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: alarm})
-		return err
+		return serverAlarm(ctx, p, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: alarm})
 	}
 	return fmt.Errorf("no member runs")
 }

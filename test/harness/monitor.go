@@ -14,8 +14,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"go.etcd.io/etcd/server/v3/etcdserver"
-
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/joinstate"
 	"etcdops.dev/etcdops/sync"
@@ -222,7 +220,7 @@ func podOfPeerURL(peerURLs []string) string {
 // has applied the most, the leader from the one with the highest term.
 func (m *Monitor) View() View {
 	servers := m.env.Kubelet.servers()
-	var best *etcdserver.EtcdServer
+	var best etcdServer
 	var v View
 	for _, s := range servers {
 		if best == nil || s.AppliedIndex() > best.AppliedIndex() {
@@ -239,7 +237,7 @@ func (m *Monitor) View() View {
 	}
 	m.mu.Unlock()
 	byID := map[uint64]string{}
-	for _, mem := range best.Cluster().Members() {
+	for _, mem := range best.members() {
 		name := mem.Name
 		if name == "" {
 			name = podOfPeerURL(mem.PeerURLs)

@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -337,7 +336,7 @@ func servesClientTLS(p *corev1.Pod) bool {
 // that applied the most.
 func (e *Env) PeerURLs() map[string][]string {
 	out := map[string][]string{}
-	var best *etcdserver.EtcdServer
+	var best etcdServer
 	for _, s := range e.Kubelet.servers() {
 		if best == nil || s.AppliedIndex() > best.AppliedIndex() {
 			best = s
@@ -346,7 +345,7 @@ func (e *Env) PeerURLs() map[string][]string {
 	if best == nil {
 		return out
 	}
-	for _, m := range best.Cluster().Members() {
+	for _, m := range best.members() {
 		name := m.Name
 		if name == "" {
 			name = podOfPeerURL(m.PeerURLs)
