@@ -224,8 +224,13 @@ func TestChartMatchesKustomization(t *testing.T) {
 
 // The chart's values reach the objects they name, and flags the chart owns are refused.
 func TestChartValues(t *testing.T) {
+	// From a file, as a user's values come: YAML numbers reach the templates as floats.
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte("flags:\n  max-body-bytes: 16777216\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	objs := renderChart(t,
-		"--namespace", "ops",
+		"--namespace", "ops", "--values", values,
 		"--set", "image.repository=registry.example.com/etcdops,image.tag=v9.9.9,replicas=3",
 		"--set", "resources.requests.cpu=1,resources.limits.memory=1Gi",
 		"--set", "flags.cluster-domain=example.org,flags.log-level=debug",
@@ -258,7 +263,7 @@ func TestChartValues(t *testing.T) {
 	if cpu, mem := c.Resources.Requests.Cpu().String(), c.Resources.Limits.Memory().String(); cpu != "1" || mem != "1Gi" {
 		t.Errorf("cpu request %s, memory limit %s; want 1 and 1Gi", cpu, mem)
 	}
-	if want := []string{"--addr=:8080", "--tool-image=" + image, "--cluster-domain=example.org", "--log-level=debug"}; !slices.Equal(c.Args, want) {
+	if want := []string{"--addr=:8080", "--tool-image=" + image, "--cluster-domain=example.org", "--log-level=debug", "--max-body-bytes=16777216"}; !slices.Equal(c.Args, want) {
 		t.Errorf("args = %q, want %q", c.Args, want)
 	}
 	if ns := np.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"]; ns != "mc" {
