@@ -148,6 +148,7 @@ type prometheusRule struct {
 type dashboard struct {
 	Panels []struct {
 		Title   string `json:"title"`
+		Type    string `json:"type"`
 		Targets []struct {
 			Expr string `json:"expr"`
 		} `json:"targets"`
@@ -164,8 +165,8 @@ type dashboard struct {
 // labelValues reads Grafana's label_values(selector, label) variable query.
 var labelValues = regexp.MustCompile(`^label_values\((.*),\s*[a-zA-Z_]+\)$`)
 
-// TestMonitoringSpeaksOfServedMetrics: every metric an alert or a dashboard query reads is
-// one the hook serves after a sync; every alert and every per-cluster metric is in
+// TestMonitoringSpeaksOfServedMetrics: every metric a hook alert or a dashboard query above
+// the etcd members row reads is one the hook serves after a sync; every alert and every per-cluster metric is in
 // docs/monitoring.md.
 func TestMonitoringSpeaksOfServedMetrics(t *testing.T) {
 	srv := newServer(t, hooks.Deps{Etcd: recorded(t, "steady-3")})
@@ -227,6 +228,11 @@ func TestMonitoringSpeaksOfServedMetrics(t *testing.T) {
 		t.Fatalf("dashboard.json: %v", err)
 	}
 	for _, p := range dash.Panels {
+		// The member row's panels read etcd's own metrics: manifests' tests check those
+		// against a real etcd.
+		if p.Type == "row" && p.Title == "etcd members" {
+			break
+		}
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}

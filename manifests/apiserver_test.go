@@ -217,17 +217,37 @@ func fromUnstructured(t *testing.T, u *unstructured.Unstructured) v1alpha1.EtcdC
 
 // TestAPIServer installs the CRDs and the CompositeController on a real API server, creates
 // every sample, and checks defaulting, validation, immutability, the status subresource,
-// printer columns and the published OpenAPI schema.
+// printer columns and the published OpenAPI schema: once for the objects the kustomization
+// builds, once for those the Helm chart renders.
 func TestAPIServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and an API server")
+	}
+	t.Run("kustomize", func(t *testing.T) { testAPIServer(t, kustomizeBuild(t)) })
+	t.Run("helm", func(t *testing.T) { testAPIServer(t, renderChart(t)) })
+}
+
+func testAPIServer(t *testing.T, objs []*unstructured.Unstructured) {
+	var crd *apiextv1.CustomResourceDefinition
+	var controller *unstructured.Unstructured
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "CustomResourceDefinition":
+			crd = &apiextv1.CustomResourceDefinition{}
+			decode(t, o, crd)
+		case "CompositeController":
+			controller = o
+		}
+	}
+	if crd == nil || controller == nil {
+		t.Fatalf("no CRD or no CompositeController among %d objects", len(objs))
 	}
 	start := time.Now()
 	s := startAPIServer(t)
 	ctx := t.Context()
 	t.Logf("etcd and API server up in %s", time.Since(start).Round(time.Millisecond))
 
-	if err := s.createCRD(ctx, loadCRD(t)); err != nil {
+	if err := s.createCRD(ctx, crd); err != nil {
 		t.Fatal(err)
 	}
 
@@ -238,16 +258,9 @@ func TestAPIServer(t *testing.T) {
 		case err != nil:
 			t.Fatal(err)
 		}
-		for _, o := range kustomizeBuild(t) {
-			if o.GetKind() != "CompositeController" {
-				continue
-			}
-			if _, err := s.dynamic.Resource(compositeControllers).Create(ctx, o, strictCreate); err != nil {
-				t.Fatalf("create CompositeController %s: %v", o.GetName(), err)
-			}
-			return
+		if _, err := s.dynamic.Resource(compositeControllers).Create(ctx, controller, strictCreate); err != nil {
+			t.Fatalf("create CompositeController %s: %v", controller.GetName(), err)
 		}
-		t.Fatal("the kustomization builds no CompositeController")
 	})
 
 	t.Run("samples", func(t *testing.T) { testSamples(t, s) })

@@ -5,12 +5,15 @@
 // API server.
 //
 // The CRD is generated from the kubebuilder markers in api/v1alpha1; regenerate it with
-// go generate ./manifests after changing the types.
+// go generate ./manifests after changing the types. The Helm chart in chart/ renders the same
+// objects as the kustomization (and manifests/monitoring); Helm reads no file outside the
+// chart, so go generate also copies the CRD and the monitoring objects into chart/files.
 package manifests
 
 import "embed"
 
 //go:generate go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.20.1 crd paths=../api/... output:crd:dir=metacontroller/crd
+//go:generate cp metacontroller/crd/etcdops.dev_etcdclusters.yaml monitoring/prometheusrule.yaml monitoring/members-prometheusrule.yaml monitoring/podmonitor.yaml monitoring/dashboard.json chart/files/
 
 // FS holds manifests/metacontroller as it ships: the kustomization, its resources and the
 // samples.
