@@ -54,6 +54,9 @@ type Volume struct {
 	// Restored is the join state token of the cluster whose snapshot restore wrote the data
 	// dir, or "".
 	Restored string
+	// Established is true when the member of the marker's incarnation was seen a voter
+	// (RecordEstablished).
+	Established bool
 }
 
 // Input is everything the decision depends on.
@@ -143,7 +146,11 @@ func Decide(in Input) Decision {
 		return Decision{Kind: Wait, Reason: fmt.Sprintf("fenced: quorum is being recovered from %s; %s starts again once added back", survivor, in.Name)}
 	}
 	stale := v.HasData && v.Incarnation < me.Incarnation
-	if me.Established && (!v.HasData || stale) {
+	// The volume may know before the join state does: a voter's pod reads its established
+	// flag a minute or two after the promotion, and a data dir lost meanwhile must not let
+	// the member start again with an empty log.
+	established := me.Established || v.HasMarker && v.Established && v.Incarnation == me.Incarnation
+	if established && (!v.HasData || stale) {
 		return Decision{Kind: Refuse, Reason: fmt.Sprintf("%sestablished member %s has no data of incarnation %d in %s", joinstate.DataLost, in.Name, me.Incarnation, in.DataDir)}
 	}
 	d := Decision{Kind: Start, Wipe: stale, Incarnation: me.Incarnation, Token: in.Join.Token, Args: []string{

@@ -28,6 +28,10 @@ const (
 	TokenFile     = "cluster-token"
 	RecoveredFile = "recovered"
 	RestoredFile  = "restored"
+	// EstablishedFile holds the incarnation whose member was seen a voter on this volume
+	// (RecordEstablished), so that the launcher knows it even before the join state's
+	// established flag reaches the pod.
+	EstablishedFile = "established"
 )
 
 // MarkerPath is where the incarnation marker of dataDir lives: in its parent, so that wiping
@@ -50,6 +54,24 @@ func RecoveredPath(dataDir string) string {
 // RestoredPath is where the restore marker of dataDir lives, beside the incarnation marker.
 func RestoredPath(dataDir string) string {
 	return filepath.Join(filepath.Dir(filepath.Clean(dataDir)), RestoredFile)
+}
+
+// EstablishedPath is where the established marker of dataDir lives, beside the incarnation
+// marker.
+func EstablishedPath(dataDir string) string {
+	return filepath.Join(filepath.Dir(filepath.Clean(dataDir)), EstablishedFile)
+}
+
+// RecordEstablished notes on the volume that the member of its current incarnation is a
+// voter: from then on its data must never be replaced by an empty data dir, whatever a late
+// join state says. The liveness probe calls it when etcd reports itself no learner. A volume
+// without an incarnation marker records nothing.
+func RecordEstablished(dataDir string) error {
+	v, err := Inspect(filepath.Clean(dataDir))
+	if err != nil || !v.HasMarker || v.Established {
+		return err
+	}
+	return writeMarker(EstablishedPath(dataDir), strconv.FormatInt(v.Incarnation, 10))
 }
 
 // RestoreTarget is the new member a snapshot restore writes a data dir for.
@@ -295,6 +317,14 @@ func Inspect(dataDir string) (Volume, error) {
 		return Volume{}, fmt.Errorf("incarnation marker %s: %w", MarkerPath(dataDir), err)
 	}
 	v.HasMarker, v.Incarnation = true, n
+	est, err := os.ReadFile(EstablishedPath(dataDir))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return Volume{}, fmt.Errorf("read established marker: %w", err)
+	default:
+		v.Established = strings.TrimSpace(string(est)) == strconv.FormatInt(n, 10)
+	}
 	return v, nil
 }
 

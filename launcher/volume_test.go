@@ -308,3 +308,40 @@ func TestPrepareRefusesToForceWhileAPeerAnswers(t *testing.T) {
 		t.Fatalf("survivor once e-1 is gone: got %q %+v %v", argv, d, err)
 	}
 }
+
+// TestRecordEstablished: the probe's note that the member is a voter binds to the volume's
+// incarnation, survives a wiped data dir, and then makes Prepare refuse the empty dir although
+// the mounted join state still says the member is not established; a later incarnation of the
+// member is not bound by it.
+func TestRecordEstablished(t *testing.T) {
+	p := newPod(t)
+	if err := RecordEstablished(p.dataDir); err != nil {
+		t.Fatalf("a volume without a marker: %v", err)
+	}
+	if _, err := os.Stat(EstablishedPath(p.dataDir)); !os.IsNotExist(err) {
+		t.Fatalf("recorded on a volume without a marker: %v", err)
+	}
+	p.mount(join("existing", member("e-0", 1, true), member("e-1", 1, false)))
+	if err := os.MkdirAll(p.dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(MarkerPath(p.dataDir), []byte("1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := RecordEstablished(p.dataDir); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := Inspect(p.dataDir); err != nil || !v.Established {
+		t.Fatalf("after recording: %+v %v", v, err)
+	}
+	if err := os.RemoveAll(p.dataDir); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, err := p.launch("e-1"); err != nil || d.Kind != Refuse {
+		t.Fatalf("a lost data dir of a recorded voter: %+v %v, want a refusal", d, err)
+	}
+	p.mount(join("existing", member("e-0", 1, true), member("e-1", 2, false)))
+	if _, d, err := p.launch("e-1"); err != nil || d.Kind != Start {
+		t.Fatalf("the member added back as incarnation 2: %+v %v, want a start", d, err)
+	}
+}

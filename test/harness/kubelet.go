@@ -894,6 +894,13 @@ func (k *Kubelet) Wipe(pod, dataSubdir string) error {
 	if filepath.Base(dir) != dataSubdir {
 		return fmt.Errorf("pod %s: data dir %s is not the volume's %q", pod, dir, dataSubdir)
 	}
+	// Kill counts the process as ended after stopBound, but on a loaded machine etcd may
+	// still be closing its files then and write some back: wipe only once it has let go.
+	select {
+	case <-rt.proc.closed:
+	case <-time.After(releaseBound):
+		return fmt.Errorf("pod %s: etcd did not release %s within %s", pod, dir, releaseBound)
+	}
 	return os.RemoveAll(dir)
 }
 

@@ -403,6 +403,9 @@ func runProbe(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	err := getOK(ctx, *health, bound)
 	if err == nil {
+		if *defragMetrics != "" {
+			recordVoter(ctx, *defragMetrics, *dataDir, stderr)
+		}
 		return ExitOK
 	}
 	if *defragMetrics != "" {
@@ -442,34 +445,56 @@ func getOK(ctx context.Context, url string, bound time.Duration) error {
 // v3.5.1 on): 1 from the moment the backend is taken until it is released.
 const defragMetric = "etcd_disk_defrag_inflight"
 
+// learnerMetric is etcd's gauge of whether the member is a learner: 0 once it is a voter.
+const learnerMetric = "etcd_server_is_learner"
+
+// recordVoter notes on the volume that the member is a voter once etcd says so
+// (launcher.RecordEstablished): the launcher then refuses to start it on a lost data dir even
+// while the mounted join state still predates its promotion. A failure is told, never fatal:
+// the probe judges liveness.
+func recordVoter(ctx context.Context, url, dataDir string, stderr io.Writer) {
+	learner, err := gauge(ctx, url, learnerMetric)
+	if err == nil && learner == 0 {
+		err = launcher.RecordEstablished(filepath.Clean(dataDir))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "probe: recording whether the member is a voter: %v\n", err)
+	}
+}
+
 // defragInFlight reads etcd's metrics at url and reports whether defragMetric is 1. etcd serves
 // them without touching the backend, so they answer while a defragmentation holds it.
 func defragInFlight(ctx context.Context, url string) (bool, error) {
+	v, err := gauge(ctx, url, defragMetric)
+	return err == nil && v == 1, err
+}
+
+// gauge reads the value of an unlabelled metric from etcd's metrics at url.
+func gauge(ctx context.Context, url, name string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return false, fmt.Errorf("%s answered %s", url, resp.Status)
+		return 0, fmt.Errorf("%s answered %s", url, resp.Status)
 	}
 	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) == 2 && f[0] == defragMetric {
-			v, err := strconv.ParseFloat(f[1], 64)
-			return err == nil && v == 1, err
+		if len(f) == 2 && f[0] == name {
+			return strconv.ParseFloat(f[1], 64)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return false, err
+		return 0, err
 	}
-	return false, fmt.Errorf("%s does not report %s", url, defragMetric)
+	return 0, fmt.Errorf("%s does not report %s", url, name)
 }

@@ -369,3 +369,29 @@ func TestLaunchRefusalReachesTheTerminationLog(t *testing.T) {
 		t.Fatalf("termination log %q %v", msg, err)
 	}
 }
+
+// TestProbeRecordsAVoter: a healthy probe of a real etcd that reports itself no learner notes
+// on the volume that its member is a voter (launcher.RecordEstablished), so that a lost data
+// dir is refused before the join state says so.
+func TestProbeRecordsAVoter(t *testing.T) {
+	metrics := etcdtest.FreeURL(t)
+	cfg := etcdtest.Config("e-0", t.TempDir(), etcdtest.FreeURL(t), etcdtest.FreeURL(t))
+	cfg.ListenMetricsUrls = []url.URL{metrics}
+	etcdtest.Start(t, cfg)
+	dataDir := filepath.Join(t.TempDir(), "volume", "data")
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(launcher.MarkerPath(dataDir), []byte("3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "no-join-state.json")
+	code, _, errOut := run("probe", "--join-state="+missing, "--data-dir="+dataDir, "--name=e-0",
+		"--health="+metrics.String()+"/livez", "--defrag-metrics="+metrics.String()+"/metrics")
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if v, err := launcher.Inspect(dataDir); err != nil || !v.Established {
+		t.Fatalf("after a healthy probe of a voter: %+v %v (%s)", v, err, errOut)
+	}
+}
