@@ -86,21 +86,7 @@ func TestRenderedCommandLineAccepted(t *testing.T) {
 			checkServes(t, env, v)
 			put(t, env, "/accepted", v)
 
-			env.Store.AnnotateParent(v1alpha1.AnnotationBackupNow, "accepted")
-			if _, err := env.WaitFor(changeBound, func() (bool, string) {
-				b := lastBackup(env)
-				return b != nil && b.LastRequest == "accepted" && b.LastSuccessful != nil, "the requested backup has not finished"
-			}); err != nil {
-				t.Fatalf("%v\n%s", err, env.Describe())
-			}
-			env.Close()
-
-			restored := startEnv(t, realEtcdOptions(t, v))
-			addCredentials(t, restored)
-			r := spec(1)
-			r.Version = v
-			r.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: dest, Name: v1alpha1.LatestBackup}}
-			restored.Create(r)
+			restored := backupAndRestore(t, env, v, dest, "accepted", 1)
 			steadyOrRefused(t, restored, 1)
 			checkServes(t, restored, v)
 			if got := get(t, restored, "/accepted"); got != v {
@@ -108,6 +94,27 @@ func TestRenderedCommandLineAccepted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// backupAndRestore asks env for a backup under request, waits for it, closes env, and creates
+// a cluster of size members of release v restored from the newest backup in dest.
+func backupAndRestore(t *testing.T, env *harness.Env, v string, dest v1alpha1.BackupDestination, request string, size int32) *harness.Env {
+	t.Helper()
+	env.Store.AnnotateParent(v1alpha1.AnnotationBackupNow, request)
+	if _, err := env.WaitFor(changeBound, func() (bool, string) {
+		b := lastBackup(env)
+		return b != nil && b.LastRequest == request && b.LastSuccessful != nil, "the requested backup has not finished"
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, env.Describe())
+	}
+	env.Close()
+	restored := startEnv(t, realEtcdOptions(t, v))
+	addCredentials(t, restored)
+	r := spec(size)
+	r.Version = v
+	r.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: dest, Name: v1alpha1.LatestBackup}}
+	restored.Create(r)
+	return restored
 }
 
 // steadyOrRefused waits for the cluster to settle at size, and fails at once when an etcd
@@ -453,21 +460,7 @@ func versionMatrix(t *testing.T, v string) {
 		must(t, err)
 		w.AwaitAcked(100, changeBound)
 		stats := w.Stop()
-		env.Store.AnnotateParent(v1alpha1.AnnotationBackupNow, "matrix")
-		if _, err := env.WaitFor(changeBound, func() (bool, string) {
-			b := lastBackup(env)
-			return b != nil && b.LastRequest == "matrix" && b.LastSuccessful != nil, "the requested backup has not finished"
-		}); err != nil {
-			t.Fatalf("%v\n%s", err, env.Describe())
-		}
-		env.Close()
-
-		restored := startEnv(t, realEtcdOptions(t, v))
-		addCredentials(t, restored)
-		r := spec(3)
-		r.Version = v
-		r.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: dest, Name: v1alpha1.LatestBackup}}
-		restored.Create(r)
+		restored := backupAndRestore(t, env, v, dest, "matrix", 3)
 		waitLeader(t, restored)
 		measure(t, restored, scenario{act: func(*testing.T, *harness.Env) int { return 3 }})
 		lost, err := w.VerifyOn(restored, verifyBound)

@@ -881,23 +881,34 @@ func (k *Kubelet) Isolated(pod string) bool {
 }
 
 // Wipe crashes a pod's etcd and deletes its data dir (the volume's data subdirectory), a
-// stand-in for disk loss or corruption; the volume's other files stay.
+// stand-in for disk loss or corruption; the volume's other files stay. The container is not
+// restarted until the data dir is gone: a restart in between would start etcd on the data,
+// and the wipe would then only unlink files the running etcd keeps open.
 func (k *Kubelet) Wipe(pod, dataSubdir string) error {
 	k.mu.Lock()
 	rt := k.runtimeLocked(pod)
-	k.mu.Unlock()
 	if rt == nil || rt.proc == nil {
+		k.mu.Unlock()
 		return fmt.Errorf("pod %s has no running etcd", pod)
 	}
-	dir := rt.proc.dataDir()
-	rt.proc.Kill()
+	proc, held := rt.proc, rt.held
+	rt.held = true
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		rt.held = held
+		k.mu.Unlock()
+		k.Store.touch()
+	}()
+	dir := proc.dataDir()
+	proc.Kill()
 	if filepath.Base(dir) != dataSubdir {
 		return fmt.Errorf("pod %s: data dir %s is not the volume's %q", pod, dir, dataSubdir)
 	}
 	// Kill counts the process as ended after stopBound, but on a loaded machine etcd may
 	// still be closing its files then and write some back: wipe only once it has let go.
 	select {
-	case <-rt.proc.closed:
+	case <-proc.closed:
 	case <-time.After(releaseBound):
 		return fmt.Errorf("pod %s: etcd did not release %s within %s", pod, dir, releaseBound)
 	}
