@@ -193,14 +193,7 @@ func quorumRecovery(t *testing.T, env *harness.Env) int {
 			t.Fatal(err)
 		}
 	}
-	if _, err := env.WaitFor(changeBound, func() (bool, string) {
-		p := env.Store.Parent()
-		return p.Status.Phase == v1alpha1.PhaseUnavailable, "phase " + string(p.Status.Phase)
-	}); err != nil {
-		t.Fatalf("quorum not reported lost: %v\n%s", err, env.Describe())
-	}
-	env.Store.AnnotateParent(v1alpha1.AnnotationForceNewClusterFrom, survivor)
-	passFencing(t, env, kubeletMountDelay*6/4)
+	askRecovery(t, env, survivor)
 	waitSteady(t, env, 3)
 	r := env.Store.Parent().Status.Recovery
 	if r == nil || r.Phase != "Done" || r.Survivor != survivor || r.Trigger != "Annotation" {

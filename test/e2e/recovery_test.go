@@ -31,6 +31,20 @@ func passFencing(t *testing.T, env *harness.Env, mountDelay time.Duration) {
 	env.AdvanceHookClock(recoveryFenceWait)
 }
 
+// askRecovery waits for the cluster to report quorum lost, asks for a recovery from survivor
+// with the annotation, and lets the fences pass (passFencing).
+func askRecovery(t *testing.T, env *harness.Env, survivor string) {
+	t.Helper()
+	if _, err := env.WaitFor(changeBound, func() (bool, string) {
+		p := env.Store.Parent()
+		return p.Status.Phase == v1alpha1.PhaseUnavailable, "phase " + string(p.Status.Phase)
+	}); err != nil {
+		t.Fatalf("quorum not reported lost: %v\n%s", err, env.Describe())
+	}
+	env.Store.AnnotateParent(v1alpha1.AnnotationForceNewClusterFrom, survivor)
+	passFencing(t, env, kubeletMountDelay*6/4)
+}
+
 // TestQuorumRecoveryStaleMount recovers a lost quorum from the leader while one lost member
 // comes back on its old data: etcd-A's volume is lost for good (its pod restarts on an empty
 // disk, which the launcher refuses), etcd-B's node is cut off (its etcd stopped, its kubelet
@@ -60,14 +74,7 @@ func staleMountRecovery(t *testing.T, env *harness.Env) int {
 	if err := env.Isolate(back); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.WaitFor(changeBound, func() (bool, string) {
-		p := env.Store.Parent()
-		return p.Status.Phase == v1alpha1.PhaseUnavailable, "phase " + string(p.Status.Phase)
-	}); err != nil {
-		t.Fatalf("quorum not reported lost: %v\n%s", err, env.Describe())
-	}
-	env.Store.AnnotateParent(v1alpha1.AnnotationForceNewClusterFrom, survivor)
-	passFencing(t, env, kubeletMountDelay*6/4)
+	askRecovery(t, env, survivor)
 	if _, err := env.WaitFor(changeBound, func() (bool, string) {
 		r := env.Store.Parent().Status.Recovery
 		return r != nil && r.Phase == "Done", "recovery not done"

@@ -69,12 +69,7 @@ func TestRenderedCommandLineAccepted(t *testing.T) {
 	t.Parallel()
 	for _, v := range etcdbin.Versions() {
 		t.Run(v, func(t *testing.T) {
-			env := startEnv(t, realEtcdOptions(t, v))
-			dest := fakeS3(t)
-			addCredentials(t, env)
-			pki, err := harness.NewPKI(env.Namespace, env.Cluster, env.Domain)
-			must(t, err)
-			must(t, env.UseTLS(pki))
+			env, dest, pki := realEnvWithTLS(t, v)
 			s := spec(1)
 			s.Version = v
 			s.EtcdOptions = slices.Clone(representativeOptions)
@@ -415,13 +410,21 @@ func TestVersionMatrix(t *testing.T) {
 	}
 }
 
-func versionMatrix(t *testing.T, v string) {
+// realEnvWithTLS is a loop whose pods run real etcd servers of release v, with backup
+// credentials for an S3 destination and the cluster's certificates in place.
+func realEnvWithTLS(t *testing.T, v string) (*harness.Env, v1alpha1.BackupDestination, *harness.PKI) {
+	t.Helper()
 	env := startEnv(t, realEtcdOptions(t, v))
 	dest := fakeS3(t)
 	addCredentials(t, env)
 	pki, err := harness.NewPKI(env.Namespace, env.Cluster, env.Domain)
 	must(t, err)
 	must(t, env.UseTLS(pki))
+	return env, dest, pki
+}
+
+func versionMatrix(t *testing.T, v string) {
+	env, dest, pki := realEnvWithTLS(t, v)
 	s := spec(3)
 	s.Version = v
 	minFree := resource.MustParse("1Mi")
