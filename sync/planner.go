@@ -658,6 +658,9 @@ func (p *planner) scaleIn() (step, bool) {
 
 // upgrade: only the etcd version differs (Validate allowed the path); rolled like drift.
 func (p *planner) upgrade() (step, bool) {
+	if p.versionWait != "" {
+		return p.wait("", "upgrade to "+p.c.Spec.Version+" waits: "+p.versionWait, resyncSteady), true
+	}
 	return p.roll("upgrade to " + p.c.Spec.Version)
 }
 

@@ -44,6 +44,8 @@ type simMember struct {
 	started bool
 	learner bool
 	raft    uint64
+	// snap is the raft index of its last raft snapshot, which it replays its log from.
+	snap uint64
 	// live is the data the member holds at the current revision, history the older revisions
 	// compaction frees; file is its database file, which only defragmentation shrinks.
 	live, history, file int64
@@ -252,6 +254,9 @@ type simWorld struct {
 	// podsSeenLate: a pod the StatefulSet deletes to roll it stops its etcd before the hook's
 	// cache of pods shows it terminating, for one observation.
 	podsSeenLate bool
+	// v2Until is the highest raft index at which a v3.5 member may have written an etcd v2
+	// request, which a v3.7 member cannot apply (versions.go).
+	v2Until uint64
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -1028,6 +1033,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 			}
 			return "member removed from the cluster"
 		}
+		w.replaysV2(p, m.snap)
 		return ""
 	}
 	if join.ClusterState == joinstate.StateNew {
@@ -1044,6 +1050,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 			}
 			b := w.backups[len(w.backups)-1]
 			m.raft, m.live, m.file = b.revision, b.live, b.live
+			m.snap = m.raft
 			w.data[p.ord].restored = join.Token
 			w.clusterID++
 		}
@@ -1066,9 +1073,11 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 	m.started = true
 	m.raft = 0
 	if l := w.memberByID(w.leader); l != nil {
-		// The new member receives a snapshot of the leader's data.
+		// The new member receives a snapshot of the leader's data, and the log after it.
 		m.live, m.history = l.live, l.history
 		m.file = m.live + m.history
+		m.snap = l.snap
+		w.replaysV2(p, m.snap)
 	}
 	w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id, token: dec.Token}
 	return ""
@@ -1126,6 +1135,26 @@ func (w *simWorld) raft() {
 			continue
 		}
 		m.raft = w.followed(m, leader)
+	}
+	count := snapshotCount(w.cluster.Spec.EtcdOptions)
+	for _, m := range w.members {
+		if m.raft > m.snap && m.raft-m.snap > count {
+			m.snap = m.raft
+		}
+	}
+	for _, p := range w.pods {
+		if p.running && strings.HasPrefix(p.version, "v3.5.") {
+			w.v2Until = leader.raft
+		}
+	}
+}
+
+// replaysV2 fails the story when a pod starts etcd v3.7 on a log that holds etcd v2 requests
+// after the snapshot it starts from: etcd panics there ("unmarshal should never fail").
+func (w *simWorld) replaysV2(p *simPod, snap uint64) {
+	if minorOf(p.version) >= 7 && snap < w.v2Until {
+		w.t.Fatalf("%s starts etcd %s from a raft snapshot at index %d, before v2 requests written up to %d: it panics",
+			w.podName(p.ord), p.version, snap, w.v2Until)
 	}
 }
 

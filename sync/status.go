@@ -127,6 +127,7 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		Leader:         prev.Leader,
 		ClusterID:      prev.ClusterID,
 		CurrentVersion: prev.CurrentVersion,
+		V2LogIndex:     prev.V2LogIndex,
 		Action:         &v1alpha1.Action{Type: a.Type.String(), Member: a.Member, Reason: a.Reason, Since: since},
 		Warnings:       warnings(c),
 		Maintenance:    prev.Maintenance,
@@ -547,6 +548,7 @@ func (v *view) reportMembership(st *v1alpha1.EtcdClusterStatus) {
 	}
 	st.ClusterID = fmt.Sprintf("%x", v.obs.Etcd.ClusterID)
 	st.CurrentVersion = v.runningVersion()
+	st.V2LogIndex = v2LogIndex(v.obs.Cluster.Status, st.CurrentVersion, v.obs.Etcd.Members)
 	st.Client = v.clientStatus()
 }
 

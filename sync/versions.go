@@ -1,9 +1,14 @@
 package sync
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/version"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
 )
 
 // The upgrade gate (v1alpha1.CheckUpgrade) is asked from the lowest etcd version anything
@@ -70,4 +75,115 @@ func lowestOf(versions ...string) string {
 		return ""
 	}
 	return "v" + low.String()
+}
+
+// etcd v3.7 cannot apply the etcd v2 requests that v3.5 members write to the raft log (their
+// attributes when they start, the cluster version): a member that replays one on v3.7 panics
+// ("unmarshal should never fail"). A member replays its log from its last raft snapshot, and
+// takes one every --snapshot-count applied entries. So the raft index at which the last v3.5
+// member left is recorded (status.v2LogIndex), and the move to v3.7 waits until every member
+// has applied --snapshot-count entries past it, and so taken a snapshot past it. Meanwhile the
+// template keeps the release the StatefulSet runs, so no pod starts on v3.7 early: not a
+// replaced member, not a new one (a learner replays the leader's snapshot and the log after it).
+
+// v36SnapshotCount is etcd v3.6's default --snapshot-count.
+const v36SnapshotCount = 10000
+
+// v2LogMargin covers the requests a v3.5 member proposed that were still being committed when
+// the index was recorded, and etcd applying entries in batches.
+const v2LogMargin = 1000
+
+// v2LogIndex is status.v2LogIndex after this sync: recorded as the highest raft index any
+// member reports on the sync that first sees every member past v3.5 (running), kept until
+// every member runs v3.7, then cleared.
+func v2LogIndex(prev v1alpha1.EtcdClusterStatus, running string, members []etcdstate.Member) int64 {
+	switch {
+	case running == "" || minorOf(running) >= 7:
+		return 0
+	case prev.V2LogIndex != 0:
+		return prev.V2LogIndex
+	case minorOf(prev.CurrentVersion) != 5 || minorOf(running) != 6:
+		return 0
+	}
+	var top uint64
+	for _, m := range members {
+		top = max(top, m.RaftIndex)
+	}
+	return int64(top)
+}
+
+// v37Wait says why the move to v3.7 waits for the members' raft snapshots, "" when it does not:
+// no index is recorded, the spec does not ask for v3.7, or a pod runs v3.7 already (the move
+// began before the index was recorded, or the spec went back and forth: holding it half-way
+// would help nobody).
+func (v *view) v37Wait() string {
+	idx := v.obs.Cluster.Status.V2LogIndex
+	if idx <= 0 || minorOf(v.c.Spec.Version) < 7 {
+		return ""
+	}
+	for _, pv := range podVersions(v.obs) {
+		if minorOf(pv) >= 7 {
+			return ""
+		}
+	}
+	count := snapshotCount(v.c.Spec.EtcdOptions)
+	need := uint64(idx) + count + v2LogMargin
+	var behind []string
+	for _, m := range v.members {
+		switch {
+		case !m.Reachable:
+			behind = append(behind, m.name+" does not answer")
+		case m.RaftAppliedIndex < need:
+			behind = append(behind, fmt.Sprintf("%s has applied %d", m.name, m.RaftAppliedIndex))
+		}
+	}
+	if !v.obs.Etcd.Asked {
+		behind = append(behind, "etcd was not asked")
+	}
+	if len(behind) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("etcd v3.5 members may have written etcd v2 requests up to raft index %d, which %s cannot apply: it waits until every member has taken a raft snapshot past them, "+
+		"which each does by applied index %d (--snapshot-count %d); %s", idx, v.c.Spec.Version, need, count, strings.Join(behind, ", "))
+}
+
+// heldVersion is the release the template keeps while v37Wait holds the move: the one the
+// StatefulSet's template names, or without a StatefulSet status.currentVersion; "" when that
+// is not a v3.6 release. Once the template names v3.7 the move has begun, and it is never
+// held again: a member already on v3.7 must not be rolled back.
+func (v *view) heldVersion() string {
+	if v.sts == nil {
+		if cv := v.obs.Cluster.Status.CurrentVersion; minorOf(cv) == 6 {
+			return cv
+		}
+		return ""
+	}
+	for _, c := range v.sts.Spec.Template.Spec.Containers {
+		if _, tag, ok := strings.Cut(c.Image[strings.LastIndex(c.Image, "/")+1:], ":"); c.Name == "etcd" && ok && minorOf(tag) == 6 {
+			return tag
+		}
+	}
+	return ""
+}
+
+// snapshotCount is the --snapshot-count the members run with: the spec's etcd option, else
+// v3.6's default.
+func snapshotCount(options []string) uint64 {
+	for _, o := range options {
+		if s, ok := strings.CutPrefix(o, "--snapshot-count="); ok {
+			if n, err := strconv.ParseUint(s, 10, 64); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return v36SnapshotCount
+}
+
+// minorOf is the minor release of a v3 version, -1 when it does not parse or is not v3.
+func minorOf(s string) int {
+	v, err := version.ParseSemantic(s)
+	if err != nil || v.Major() != 3 {
+		return -1
+	}
+	return int(v.Minor())
 }

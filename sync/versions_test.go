@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
 )
 
@@ -49,6 +50,45 @@ func TestGateAndRunningVersion(t *testing.T) {
 		c := w.cluster
 		if got := newView(simConfig, &obs, &c).runningVersion(); got != tc.running {
 			t.Errorf("%s: running %s, want %s", tc.name, got, tc.running)
+		}
+	}
+}
+
+// TestV2LogIndex: the index is recorded on the sync that first sees the cluster past v3.5, as
+// the highest raft index any member reports, kept through v3.6 and cleared on v3.7.
+func TestV2LogIndex(t *testing.T) {
+	members := []etcdstate.Member{{RaftIndex: 900}, {RaftIndex: 1200}, {RaftIndex: 1100}}
+	for _, tc := range []struct {
+		name             string
+		prev, running    string
+		prevIndex, index int64
+	}{
+		{"the last v3.5 member left", "v3.5.35", "v3.6.16", 0, 1200},
+		{"still on v3.5", "v3.5.35", "v3.5.35", 0, 0},
+		{"recorded before", "v3.6.16", "v3.6.16", 700, 700},
+		{"created on v3.6: no v2 requests", "v3.6.15", "v3.6.16", 0, 0},
+		{"every member on v3.7", "v3.6.16", "v3.7.3", 700, 0},
+		{"status lost: nothing known", "", "v3.6.16", 0, 0},
+	} {
+		prev := v1alpha1.EtcdClusterStatus{CurrentVersion: tc.prev, V2LogIndex: tc.prevIndex}
+		if got := v2LogIndex(prev, tc.running, members); got != tc.index {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.index)
+		}
+	}
+}
+
+func TestSnapshotCount(t *testing.T) {
+	for _, tc := range []struct {
+		options []string
+		want    uint64
+	}{
+		{nil, 10000},
+		{[]string{"--heartbeat-interval=100", "--snapshot-count=2500"}, 2500},
+		{[]string{"--snapshot-count=x"}, 10000},
+		{[]string{"--snapshot-count=0"}, 10000},
+	} {
+		if got := snapshotCount(tc.options); got != tc.want {
+			t.Errorf("%v: %d, want %d", tc.options, got, tc.want)
 		}
 	}
 }

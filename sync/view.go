@@ -56,6 +56,9 @@ type view struct {
 	// unknown says why etcd's state cannot be trusted, "" when it can; unknownBy is the
 	// Degraded reason for it (unknownStateReason).
 	unknown, unknownBy string
+	// versionWait says why the spec's etcd release waits (v37Wait), "" when it does not; the
+	// template keeps the release the StatefulSet runs meanwhile.
+	versionWait string
 }
 
 // member is an etcd member with its ordinal and pod.
@@ -129,7 +132,15 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 	v.unknown, v.unknownBy = unknownStateReason(v)
 	// The template follows the pods through a TLS change, so it is rendered from what they run.
 	v.tls = newTLSView(v)
-	v.spec = renderPodSpec(cfg, c, v.tls.desired)
+	rendered := c
+	if held := v.heldVersion(); held != "" {
+		if v.versionWait = v.v37Wait(); v.versionWait != "" {
+			kept := *c
+			kept.Spec.Version = held
+			rendered = &kept
+		}
+	}
+	v.spec = renderPodSpec(cfg, rendered, v.tls.desired)
 	if b := c.Spec.Backup; b != nil {
 		if sched, err := v1alpha1.ParseSchedule(b.Schedule); err == nil {
 			v.schedule = sched

@@ -395,6 +395,13 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	CurrentVersion string `json:"currentVersion,omitempty"`
+	// V2LogIndex is the raft index up to which etcd v3.5 members may have written etcd v2
+	// requests to the raft log, recorded when the last v3.5 member left. etcd v3.7 cannot
+	// apply them, so the move to v3.7 waits until every member has taken a raft snapshot past
+	// it. Cleared once every member runs v3.7.
+	//
+	// +optional
+	V2LogIndex int64 `json:"v2LogIndex,omitempty"`
 	// Conditions: Available, Progressing, Degraded.
 	//
 	// +listType=map

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,7 +215,9 @@ const belowUpgradeMinimum = etcdbin.BelowUpgradeMinimum
 // on real servers, under the workload: from a v3.5 release below the v3.6 minimum (the move
 // to v3.6 refused with its message, nothing moved), a patch upgrade to the newest v3.5, then
 // v3.5 to v3.6 and v3.6 to v3.7, each one member at a time with the leader last; then a
-// downgrade, refused.
+// downgrade, refused. The move to v3.7 waits until every member has taken a raft snapshot past
+// the v2 requests the v3.5 members wrote (sync/versions.go); the test writes the entries that
+// takes, with a --snapshot-count of 200 so that it takes little.
 func TestUpgrades(t *testing.T) {
 	needVersions(t)
 	t.Parallel()
@@ -223,6 +226,7 @@ func TestUpgrades(t *testing.T) {
 	t.Run("create-"+belowUpgradeMinimum, func(t *testing.T) {
 		s := spec(3)
 		s.Version = belowUpgradeMinimum
+		s.EtcdOptions = []string{"--snapshot-count=" + strconv.Itoa(upgradeSnapshotCount)}
 		env.Create(s)
 		waitLeader(t, env)
 		measure(t, env, scenario{act: func(*testing.T, *harness.Env) int { return 3 }})
@@ -233,14 +237,15 @@ func TestUpgrades(t *testing.T) {
 	})
 	for _, step := range []struct {
 		from, to string
-		expect   scenario
+		// v2Wait: the move waits for the members' raft snapshots.
+		v2Wait bool
 	}{
 		{from: belowUpgradeMinimum, to: v35},
 		{from: v35, to: v36},
-		{from: v36, to: v37, expect: v2EntriesPanic},
+		{from: v36, to: v37, v2Wait: true},
 	} {
 		t.Run("upgrade-"+step.from+"-to-"+step.to, func(t *testing.T) {
-			upgrade(t, env, step.from, step.to, step.expect)
+			upgrade(t, env, step.from, step.to, step.v2Wait)
 		})
 	}
 	t.Run("downgrade-refused", func(t *testing.T) {
@@ -248,30 +253,24 @@ func TestUpgrades(t *testing.T) {
 	})
 }
 
-// v2EntriesPanic: every v3.5 member writes v2 requests to the raft log (its attributes when it
-// starts, the cluster version), which v3.6 still applies and v3.7 no longer parses. A member
-// whose last raft snapshot is older than the last of them replays them when it restarts on
-// v3.7, and panics; it is then replaced through a learner, which starts from the leader's
-// snapshot. A member snapshots every --snapshot-count applied entries (10000 by default on
-// v3.6), so this happens when a cluster moves from v3.5 to v3.7 in fewer entries than that, as
-// here. The operator does not wait for those snapshots yet (docs/operate.md).
-var v2EntriesPanic = scenario{
-	expectPanic: "etcd v3.7.3 cannot apply the v2 requests a v3.5 member left in the raft log after the member's last snapshot (\"unmarshal should never fail\"); the member is replaced through a learner",
-	panicSays:   "unmarshal should never fail",
-}
+// upgradeSnapshotCount is TestUpgrades' --snapshot-count.
+const upgradeSnapshotCount = 200
 
 // upgrade moves the steady cluster from one release to the next under the workload and
 // checks that every member then runs it, one pod at a time (the monitor's invariants) and
 // the leader's last: when only one pod was left on the old release's image, its member led.
-func upgrade(t *testing.T, env *harness.Env, from, to string, expect scenario) {
+func upgrade(t *testing.T, env *harness.Env, from, to string, v2Wait bool) {
 	t.Helper()
 	waitSteady(t, env, 3)
 	size := len(env.Pods())
 	order := &upgradeOrder{from: from, to: to}
-	measure(t, env, scenario{expectPanic: expect.expectPanic, panicSays: expect.panicSays, act: func(t *testing.T, env *harness.Env) int {
+	measure(t, env, scenario{act: func(t *testing.T, env *harness.Env) int {
 		stop := order.watch(env)
 		t.Cleanup(stop)
 		env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.Version = to })
+		if v2Wait {
+			waitForSnapshots(t, env, from)
+		}
 		if _, err := env.WaitFor(changeBound, func() (bool, string) {
 			vs := env.EtcdVersions()
 			for _, p := range env.Pods() {
@@ -291,6 +290,44 @@ func upgrade(t *testing.T, env *harness.Env, from, to string, expect scenario) {
 		t.Errorf("status.currentVersion %q, want %s", cv, to)
 	}
 	order.check(t, size)
+}
+
+// waitForSnapshots checks that the move waits, every pod still on from, while the members have
+// not taken a raft snapshot past the v2 requests of the v3.5 members; then writes the entries
+// that takes, and stops once the hook no longer waits.
+func waitForSnapshots(t *testing.T, env *harness.Env, from string) {
+	t.Helper()
+	const says = "etcd v3.5 members may have written etcd v2 requests"
+	waiting := func() string {
+		if a := env.Store.Parent().Status.Action; a != nil && strings.Contains(a.Reason, says) {
+			return a.Reason
+		}
+		return ""
+	}
+	if _, err := env.WaitFor(changeBound, func() (bool, string) { return waiting() != "", "waiting for the move to wait" }); err != nil {
+		t.Fatalf("%v: %s", err, env.Describe())
+	}
+	t.Logf("the move waits: %s", waiting())
+	cli, err := env.Client()
+	must(t, err)
+	defer cli.Close()
+	// The margin and the snapshot count, and as much again: the workload writes too.
+	writes := 0
+	for ; waiting() != "" && writes < 2*(upgradeSnapshotCount+1000); writes++ {
+		for _, p := range env.Pods() {
+			if v := harness.ImageVersion(p.Spec.Containers[0].Image); v != from {
+				t.Fatalf("pod %s runs %s while the move waits", p.Name, v)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := cli.Put(ctx, "upgrade-filler", strconv.Itoa(writes))
+		cancel()
+		must(t, err)
+	}
+	if _, err := env.WaitFor(changeBound, func() (bool, string) { return waiting() == "", "waiting for the move to go on" }); err != nil {
+		t.Fatalf("still waiting after %d writes: %v", writes, err)
+	}
+	t.Logf("the move went on after %d writes", writes)
 }
 
 // upgradeOrder records, while an upgrade rolls, the order in which the members came back on
