@@ -153,6 +153,8 @@ type simJob struct {
 
 	// timeout is the member tool's --timeout.
 	timeout time.Duration
+	// claim and size: expand-claim's.
+	claim, size string
 }
 
 type simStats struct {
@@ -252,6 +254,8 @@ type simWorld struct {
 	// podsSeenLate: a pod the StatefulSet deletes to roll it stops its etcd before the hook's
 	// cache of pods shows it terminating, for one observation.
 	podsSeenLate bool
+	// volumes are the claims and their class (sim_volumes_test.go).
+	volumes simVolumes
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -467,6 +471,7 @@ func (w *simWorld) observe() Observed {
 	for n, p := range w.badCerts {
 		obs.CertProblems[n] = p
 	}
+	w.observedVolumes(&obs)
 	obs.Etcd = w.snapshot(obs.Pods)
 	w.forkedAnswers(&obs.Etcd)
 	if w.etcdOverride != nil {
@@ -702,6 +707,9 @@ func (w *simWorld) applySTS(b []byte) {
 	if r := s.Spec.PersistentVolumeClaimRetentionPolicy; r != nil {
 		w.sts.whenDeleted, w.sts.whenScaled = string(r.WhenDeleted), string(r.WhenScaled)
 	}
+	for _, t := range s.Spec.VolumeClaimTemplates {
+		w.volumes.template = t.Spec.Resources.Requests[corev1.ResourceStorage]
+	}
 	if w.sts.currentTmpl.Spec.Containers == nil {
 		w.sts.currentTmpl = tmpl
 	}
@@ -727,6 +735,12 @@ func (w *simWorld) newJob(b []byte) *simJob {
 		if v, ok := strings.CutPrefix(a, "--timeout="); ok {
 			sj.timeout, _ = time.ParseDuration(v)
 		}
+		if v, ok := strings.CutPrefix(a, "--claim="); ok {
+			sj.claim = v
+		}
+		if v, ok := strings.CutPrefix(a, "--size="); ok {
+			sj.size = v
+		}
 		sj.clientCert = sj.clientCert || strings.HasPrefix(a, "--cert=")
 	}
 	if w.failJobs > 0 {
@@ -751,6 +765,7 @@ func (w *simWorld) tick() {
 		}
 	}
 	w.statefulSetController()
+	w.resizeClaims()
 	w.kubelet()
 	w.raft()
 	if w.onTick != nil {
@@ -765,6 +780,14 @@ func (w *simWorld) runJob(j *simJob) {
 	j.at = w.now
 	fail := func() { j.state = jobFailed; w.stats.jobFailures++ }
 	if j.verb == verbDefragment && w.probes != nil && w.slowDefragment(j, fail) {
+		return
+	}
+	if j.verb == verbExpandClaim && !j.failNow {
+		// It asks the API server, not etcd.
+		w.expandClaim(j)
+		if j.state == jobRunning {
+			j.state = jobSucceeded
+		}
 		return
 	}
 	if j.failNow || !w.hasQuorum() || !w.jobReaches(j) {
@@ -923,6 +946,7 @@ func (w *simWorld) statefulSetController() {
 		p.down = w.startDown[ord]
 		delete(w.startDown, ord)
 		w.pods[ord] = p
+		w.claimFor(ord)
 	}
 	all := true
 	for ord := 0; ord < s.replicas; ord++ {
@@ -1229,6 +1253,7 @@ func (w *simWorld) checkWorld() {
 func (w *simWorld) step() Decision {
 	w.t.Helper()
 	d := w.sync()
+	w.checkVolumes(d)
 	if w.drain != nil {
 		w.drain.evictSometimes()
 	}
@@ -1254,7 +1279,7 @@ func (w *simWorld) converged(d Decision) bool {
 			return false
 		}
 	}
-	return true
+	return w.volumesConverged()
 }
 
 // run steps until converged, failing after limit syncs; it returns the stats of the run.
