@@ -22,6 +22,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/sync"
@@ -49,8 +51,13 @@ type objectSets struct {
 	configMaps   map[string]*corev1.ConfigMap
 	pdbs         map[string]*policyv1.PodDisruptionBudget
 	jobs         map[string]*batchv1.Job
+	accounts     map[string]*corev1.ServiceAccount
+	roles        map[string]*rbacv1.Role
+	roleBindings map[string]*rbacv1.RoleBinding
 	pods         map[string]*corev1.Pod
 	secrets      map[string]*corev1.Secret
+	claims       map[string]*corev1.PersistentVolumeClaim
+	classes      map[string]*storagev1.StorageClass
 }
 
 // decodeOptions: the decoder validates and decodes in the same single pass (encoding/json
@@ -275,10 +282,20 @@ func (s *objectSets) decode(dec *jsontext.Decoder, typ string, req *syncRequest,
 		return decodeSet(dec, typ, &s.pdbs)
 	case children && typ == keyJob:
 		return decodeSet(dec, typ, &s.jobs)
+	case children && typ == keyAccount:
+		return decodeSet(dec, typ, &s.accounts)
+	case children && typ == keyRole:
+		return decodeSet(dec, typ, &s.roles)
+	case children && typ == keyRoleBinding:
+		return decodeSet(dec, typ, &s.roleBindings)
 	case !children && typ == keyPod:
 		return decodeSet(dec, typ, &s.pods)
 	case !children && typ == keySecret:
 		return decodeSet(dec, typ, &s.secrets)
+	case !children && typ == keyClaim:
+		return decodeSet(dec, typ, &s.claims)
+	case !children && typ == keyClass:
+		return decodeSet(dec, typ, &s.classes)
 	case !children:
 		return dec.SkipValue()
 	}
@@ -350,5 +367,8 @@ func (req *syncRequest) observedChildren() (sync.Children, error) {
 		ConfigMaps:   sorted(req.children.configMaps),
 		PDBs:         sorted(req.children.pdbs),
 		Jobs:         sorted(req.children.jobs),
+		Accounts:     sorted(req.children.accounts),
+		Roles:        sorted(req.children.roles),
+		RoleBindings: sorted(req.children.roleBindings),
 	}, nil
 }

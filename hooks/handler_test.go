@@ -284,7 +284,7 @@ func TestMissingClientSecretHoldsWithoutDialling(t *testing.T) {
 	}
 }
 
-func TestCustomizeRelatesPodsAndTLSSecrets(t *testing.T) {
+func TestCustomizeRelatesPodsSecretsAndClaims(t *testing.T) {
 	srv := newServer(t, hooks.Deps{Etcd: offline(t)})
 	tests := []struct {
 		story, parent, want string
@@ -297,6 +297,9 @@ func TestCustomizeRelatesPodsAndTLSSecrets(t *testing.T) {
 		{"with backups the backup Jobs' pods too, for their reports; not the credentials Secret, which only the Jobs mount",
 			`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"db"},"spec":{"backup":{"schedule":"@daily","destination":{"s3":{"endpoint":"https://s3.test","bucket":"b","credentialsSecret":"s3"}}}}}`,
 			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}}},{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/backup-of":"etcd"}}}]}`},
+		{"with storage the members' claims by the cluster label, and every StorageClass (a claim without a class name gets the default)",
+			`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"db"},"spec":{"storageSpec":{"volumeSizeRequest":"1Gi"}}}`,
+			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}}},{"apiVersion":"v1","resource":"persistentvolumeclaims","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}}},{"apiVersion":"storage.k8s.io/v1","resource":"storageclasses","labelSelector":{}}]}`},
 	}
 	for _, tt := range tests {
 		status, body := post(t, srv, "/customize", `{"controller":{},"parent":`+tt.parent+`}`)

@@ -83,6 +83,8 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 		Cluster:   c,
 		Children:  children,
 		Pods:      pods,
+		Claims:    sorted(req.related.claims),
+		Classes:   sorted(req.related.classes),
 		Etcd:      snap,
 		CAs:       sync.CADigests(&c, secrets),
 		CABundles: sync.CABundles(&c, secrets),
@@ -146,7 +148,8 @@ func clientTLS(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) (*etcdstate.TLS
 
 // customize asks Metacontroller for the cluster's pods, the Secrets named in spec.tls and
 // status.tls (the client certificate to observe with, and the CA bundles the pods trust),
-// and the pods of backup Jobs.
+// the pods of backup Jobs, and with spec.storageSpec the members' claims and the
+// StorageClasses (whether a claim may grow).
 func (h *handler) customize(w http.ResponseWriter, r *http.Request) {
 	var req customizeRequest
 	if err := readJSON(r, &req); err != nil {
@@ -175,6 +178,14 @@ func relatedResources(c *v1alpha1.EtcdCluster) customizeResponse {
 	if c.Spec.Backup != nil {
 		// A backup Job's pod reports its snapshot in its termination message.
 		rules = append(rules, relatedRule{APIVersion: "v1", Resource: "pods", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{sync.LabelBackupOf: c.Name}}})
+	}
+	if c.Spec.StorageSpec != nil {
+		// The StatefulSet controller labels each claim with the set's selector. Every class is
+		// asked for: a claim without a class name gets the default class, which only the
+		// claims name, and a cluster holds few classes.
+		rules = append(rules,
+			relatedRule{APIVersion: "v1", Resource: "persistentvolumeclaims", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{sync.LabelCluster: c.Name}}},
+			relatedRule{APIVersion: "storage.k8s.io/v1", Resource: "storageclasses", LabelSelector: &metav1.LabelSelector{}})
 	}
 	return customizeResponse{RelatedResources: rules}
 }

@@ -20,6 +20,11 @@ const (
 	keyJob         = "Job.batch/v1"
 	keyPod         = "Pod.v1"
 	keySecret      = "Secret.v1"
+	keyClaim       = "PersistentVolumeClaim.v1"
+	keyClass       = "StorageClass.storage.k8s.io/v1"
+	keyAccount     = "ServiceAccount.v1"
+	keyRole        = "Role.rbac.authorization.k8s.io/v1"
+	keyRoleBinding = "RoleBinding.rbac.authorization.k8s.io/v1"
 )
 
 // syncResponse is the answer to a sync or finalize call. Every field is always present:

@@ -399,7 +399,7 @@ func testOwnedFlags(t *testing.T, s *apiServer) {
 }
 
 // Storage settings baked into the StatefulSet's volume claim templates cannot change after
-// creation; the rest of the spec can.
+// creation, but for a volume size that grows; the rest of the spec can.
 func testImmutableStorage(t *testing.T, s *apiServer) {
 	ctx := t.Context()
 	created, err := s.clusters().Create(ctx, toUnstructured(t, sampleCluster("immutable")), strictCreate)
@@ -422,7 +422,11 @@ func testImmutableStorage(t *testing.T, s *apiServer) {
 	}{
 		{"storage removed", func(c *v1alpha1.EtcdCluster) { c.Spec.StorageSpec = nil }, "storageSpec cannot be added or removed"},
 		{"a storage class set", func(c *v1alpha1.EtcdCluster) { c.Spec.StorageSpec.StorageClassName = "fast" }, "storageClassName cannot change"},
-		{"a bigger volume", func(c *v1alpha1.EtcdCluster) { c.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi") }, "volumeSizeRequest cannot change"},
+		{"a smaller volume", func(c *v1alpha1.EtcdCluster) { c.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("512Mi") }, "volumeSizeRequest can only grow: a volume cannot shrink"},
+		{"a bigger volume past its limit", func(c *v1alpha1.EtcdCluster) {
+			c.Spec.StorageSpec.VolumeSizeLimit = new(resource.MustParse("1Gi"))
+			c.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi")
+		}, "volumeSizeLimit must be at least volumeSizeRequest"},
 		{"a volume limit set", func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec.VolumeSizeLimit = new(resource.MustParse("4Gi"))
 		}, "volumeSizeLimit cannot change"},
@@ -439,9 +443,10 @@ func testImmutableStorage(t *testing.T, s *apiServer) {
 	if err := update(func(c *v1alpha1.EtcdCluster) {
 		*c.Spec.Size = 5
 		c.Spec.StorageSpec.WhenDeleted = v1alpha1.PVCDelete
+		c.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi")
 		c.Spec.Paused = true
 	}); err != nil {
-		t.Errorf("size, whenDeleted and paused may change: %v", err)
+		t.Errorf("size, whenDeleted and paused may change, and volumeSizeRequest grow: %v", err)
 	}
 }
 
@@ -453,7 +458,8 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		Phase:              v1alpha1.PhaseRunning,
 		ReadyMembers:       3,
 		Members: []v1alpha1.MemberStatus{
-			{Name: "status-0", ID: "8e9e05c52164694d", Ordinal: 0, IsLeader: true, Healthy: true, Version: "3.6.16"},
+			{Name: "status-0", ID: "8e9e05c52164694d", Ordinal: 0, IsLeader: true, Healthy: true, Version: "3.6.16",
+				Volume: &v1alpha1.VolumeStatus{Requested: "2Gi", Capacity: "1Gi", Resizing: "FileSystemResizePending"}},
 			{Name: "status-1", ID: "91bc3c398fb3c146", Ordinal: 1, Version: "3.6.16", UnansweredSince: &since, UnhealthySince: &since,
 				LaunchRefused: "the volume lost the member's data: established member status-1 has no data of incarnation 2 in /var/lib/etcd/data"},
 			{Name: "status-2", ID: "fd422379fda50e48", Ordinal: 2, IsLearner: true, Version: "3.6.16", RunningSince: &since, AppliedIndex: 42, ProgressSince: &since},

@@ -336,11 +336,14 @@ func checkCompositeController(t *testing.T, cc *unstructured.Unstructured) {
 	}
 
 	want := map[string]string{
-		"apps/v1 statefulsets":           "InPlace",
-		"v1 services":                    "InPlace",
-		"v1 configmaps":                  "InPlace",
-		"policy/v1 poddisruptionbudgets": "InPlace",
-		"batch/v1 jobs":                  "OnDelete",
+		"apps/v1 statefulsets":                      "InPlace",
+		"v1 services":                               "InPlace",
+		"v1 serviceaccounts":                        "InPlace",
+		"rbac.authorization.k8s.io/v1 roles":        "InPlace",
+		"rbac.authorization.k8s.io/v1 rolebindings": "InPlace",
+		"v1 configmaps":                             "InPlace",
+		"policy/v1 poddisruptionbudgets":            "InPlace",
+		"batch/v1 jobs":                             "OnDelete",
 	}
 	got := map[string]string{}
 	for _, c := range spec["childResources"].([]any) {
@@ -369,7 +372,8 @@ func checkCompositeController(t *testing.T, cc *unstructured.Unstructured) {
 	}
 }
 
-// Nothing in the install grants API permissions: neither the hook nor the member Jobs need any.
+// Nothing in the install grants API permissions: the hook needs none, and the one member Job
+// that does (expand-claim) runs under a Role the hook renders per cluster, not the install.
 func TestNoRBAC(t *testing.T) {
 	for _, d := range readDocs(t, kustomizeDir) {
 		if d.obj.GroupVersionKind().Group == "rbac.authorization.k8s.io" {

@@ -41,6 +41,8 @@ const (
 	TakeBackup
 	// UpdatePeerURL: a Job updates a member's peer URL to the scheme its pod listens with.
 	UpdatePeerURL
+	// ExpandVolume: a Job asks for more storage on one member's claim.
+	ExpandVolume
 )
 
 var actionNames = [...]string{
@@ -61,6 +63,7 @@ var actionNames = [...]string{
 	RecoverQuorum:    "RecoverQuorum",
 	TakeBackup:       "Backup",
 	UpdatePeerURL:    "UpdatePeerURL",
+	ExpandVolume:     "ExpandVolume",
 }
 
 func (t ActionType) String() string {

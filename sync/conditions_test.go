@@ -147,10 +147,13 @@ func checkConditions(t testing.TB, gen int64, d Decision) {
 			t.Fatalf("condition %s: observedGeneration %d (want %d), lastTransitionTime %v, message %q", c.Type, c.ObservedGeneration, gen, c.LastTransitionTime, c.Message)
 		}
 	}
-	// BackedUp follows the three for a cluster with spec.backup.
+	// BackedUp follows the three for a cluster with spec.backup, then VolumesExpanded for one
+	// with spec.storageSpec.
 	want := []string{v1alpha1.ConditionAvailable, v1alpha1.ConditionProgressing, v1alpha1.ConditionDegraded}
-	if len(types) == 4 && types[3] == v1alpha1.ConditionBackedUp {
-		want = append(want, v1alpha1.ConditionBackedUp)
+	for _, opt := range []string{v1alpha1.ConditionBackedUp, v1alpha1.ConditionVolumesExpanded} {
+		if len(types) > len(want) && types[len(want)] == opt {
+			want = append(want, opt)
+		}
 	}
 	if d.Action.Type != Bootstrap && !slices.Equal(types, want) {
 		t.Fatalf("conditions %v, want %v", types, want)

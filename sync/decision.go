@@ -39,6 +39,7 @@ func (v *view) decision(s step) Decision {
 		st.Backup = s.backup
 	}
 	v.backupCondition(&st)
+	v.volumesCondition(&st)
 	s.resync = v.backupResync(s.resync)
 	return Decision{
 		Children:           children,
@@ -58,9 +59,10 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 		clientService(v.c, v.labels),
 		joinConfigMap(v.c, v.labels, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID)),
 		podDisruptionBudget(v.c, v.labels, len(v.voters()), v.budgetClosed(s)),
-		statefulSet(v.c, v.labels, v.spec, s.replicas, s.partition, v.claimRetention(s.replicas)),
+		statefulSet(v.c, v.claimTemplate(), v.labels, v.spec, s.replicas, s.partition, v.claimRetention(s.replicas)),
 		v.clientConfigMap(v.clientStatus()),
 	}
+	children = append(children, claimsAccess(v.c, v.labels)...)
 	for _, j := range s.keep {
 		children = append(children, unchanged("batch/v1", "Job", j.ObjectMeta, j))
 	}
@@ -81,6 +83,8 @@ func ownChild(cluster, kind, name string) bool {
 		return name == PDBName(cluster)
 	case "StatefulSet":
 		return name == StatefulSetName(cluster)
+	case "ServiceAccount", "Role", "RoleBinding":
+		return name == ClaimsAccountName(cluster)
 	}
 	return false
 }
@@ -129,7 +133,7 @@ func (v *view) heldChildren(s step) []Child {
 	if s.rollForward {
 		for i, c := range children {
 			if c.Kind == "StatefulSet" && c.Name == StatefulSetName(v.c.Name) {
-				children[i] = statefulSet(v.c, v.labels, v.spec, v.replicas, s.partition, retainClaims)
+				children[i] = statefulSet(v.c, v.claimTemplate(), v.labels, v.spec, v.replicas, s.partition, retainClaims)
 			}
 		}
 	}
@@ -138,6 +142,7 @@ func (v *view) heldChildren(s step) []Child {
 		have[c.Kind+"/"+c.Name] = true
 	}
 	missing := []Child{headlessService(v.c, v.labels), clientService(v.c, v.labels), podDisruptionBudget(v.c, v.labels, v.size, false)}
+	missing = append(missing, claimsAccess(v.c, v.labels)...)
 	if last := v.obs.Cluster.Status.Client; last != nil {
 		// Applications read it: rendered again as status last recorded it.
 		missing = append(missing, v.clientConfigMap(last))
@@ -159,7 +164,7 @@ func (v *view) heldChildren(s step) []Child {
 		}
 	}
 	if v.sts == nil {
-		missing = append(missing, statefulSet(v.c, v.labels, v.spec, v.lastKnownReplicas(), v.protectivePartition(), retainClaims))
+		missing = append(missing, statefulSet(v.c, v.claimTemplate(), v.labels, v.spec, v.lastKnownReplicas(), v.protectivePartition(), retainClaims))
 	}
 	for _, c := range missing {
 		if !have[c.Kind+"/"+c.Name] {
@@ -211,6 +216,9 @@ func missingChildren(observed Children, desired []Child, cluster string) string 
 	for _, missing := range []string{
 		firstMissing("ConfigMap", observed.ConfigMaps, desired, cluster),
 		firstMissing("PodDisruptionBudget", observed.PDBs, desired, cluster),
+		firstMissing("Role", observed.Roles, desired, cluster),
+		firstMissing("RoleBinding", observed.RoleBindings, desired, cluster),
+		firstMissing("ServiceAccount", observed.Accounts, desired, cluster),
 		firstMissing("Service", observed.Services, desired, cluster),
 		firstMissing("StatefulSet", observed.StatefulSets, desired, cluster),
 	} {

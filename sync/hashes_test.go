@@ -76,7 +76,7 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "4a0e722f64", "dc7f016904", "2f96bf419e03fa48"},
 	} {
 		ps := renderPodSpec(simConfig, tc.c, tc.s)
-		sts := digest(t, statefulSet(tc.c, labelsOf(tc.c), ps, 3, 1, retainClaims).Object)
+		sts := digest(t, statefulSet(tc.c, tc.c.Spec.StorageSpec, labelsOf(tc.c), ps, 3, 1, retainClaims).Object)
 		if ps.configHash != tc.config || ps.specHash != tc.spec || sts != tc.statefulSet {
 			t.Errorf("%s: config hash %s, spec hash %s, StatefulSet %s; want %s, %s, %s", tc.story, ps.configHash, ps.specHash, sts, tc.config, tc.spec, tc.statefulSet)
 		}

@@ -65,10 +65,16 @@ type memberJob struct {
 	backupFor string
 	// clientSecret is the client certificate the tool presents; "" while no member serves TLS.
 	clientSecret string
+	// claim and size: expand-claim, the claim and the storage it is to ask for.
+	claim, size string
 }
 
 // args is the member tool's command line (docs/architecture.md).
 func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
+	if j.verb == verbExpandClaim {
+		// It talks to the Kubernetes API, not to etcd.
+		return []string{toolName, j.verb, "--member=" + j.member, "--namespace=" + c.Namespace, "--claim=" + j.claim, "--size=" + j.size}
+	}
 	args := []string{toolName, j.verb, "--endpoints=" + strings.Join(j.endpoints, ","), "--member=" + j.member}
 	if j.peerURL != "" {
 		args = append(args, "--peer-url="+j.peerURL)
@@ -104,14 +110,18 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	}
 
 	container := object{"name": "member", "image": cfg.ToolImage, "command": j.args(c), "securityContext": containerSecurityContext()}
-	// The member tool talks to etcd only, never to the Kubernetes API.
+	// The member tool talks to etcd only, never to the Kubernetes API, but to patch a claim.
 	podSpec := object{
 		"restartPolicy":                "Never",
 		"containers":                   []any{container},
 		"securityContext":              podSecurityContext(),
 		"automountServiceAccountToken": false,
 	}
-	if j.clientSecret != "" {
+	if j.verb == verbExpandClaim {
+		podSpec["serviceAccountName"] = ClaimsAccountName(c.Name)
+		podSpec["automountServiceAccountToken"] = true
+	}
+	if j.clientSecret != "" && j.verb != verbExpandClaim {
 		container["volumeMounts"] = []volumeMount{{Name: "client-tls", MountPath: ClientTLSDir, ReadOnly: true}}
 		podSpec["volumes"] = []volume{{Name: "client-tls", Secret: &secretSource{SecretName: j.clientSecret}}}
 	}
@@ -142,6 +152,9 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	meta := metadata(c, name, labels)
 	if j.id != 0 {
 		meta.Annotations = map[string]string{AnnotationMemberID: fmt.Sprintf("%x", j.id)}
+	}
+	if j.size != "" {
+		meta.Annotations = map[string]string{AnnotationClaimSize: j.size}
 	}
 	return child("batch/v1", "Job", meta, spec)
 }

@@ -48,7 +48,7 @@ func TestMetricsFollowTheDecision(t *testing.T) {
 	if m.HealthyVoters != 3 || !m.LeaderKnown || m.Alarms["NOSPACE"] != 1 || m.Alarms["CORRUPT"] != 0 || m.QuotaBytes != 2<<30 {
 		t.Errorf("healthy %d leader %v alarms %v quota %d; want 3, true, NOSPACE 1 CORRUPT 0, 2 GiB", m.HealthyVoters, m.LeaderKnown, m.Alarms, m.QuotaBytes)
 	}
-	if m.Action != d.Action.Type || !m.ActionSince.Equal(d.Status.Action.Since.Time) || len(m.Conditions) != 3 {
+	if m.Action != d.Action.Type || !m.ActionSince.Equal(d.Status.Action.Since.Time) || len(m.Conditions) != len(d.Status.Conditions) || len(m.Conditions) != 4 {
 		t.Errorf("action %v since %v, %d conditions; want the decision's", m.Action, m.ActionSince, len(m.Conditions))
 	}
 	// Every member that answered has a size, the learner too.

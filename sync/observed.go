@@ -138,6 +138,18 @@ func observedChildren(ch Children) []Child {
 		o := &ch.Jobs[i]
 		out = append(out, unchanged("batch/v1", "Job", o.ObjectMeta, o))
 	}
+	for i := range ch.Accounts {
+		o := &ch.Accounts[i]
+		out = append(out, unchanged("v1", "ServiceAccount", o.ObjectMeta, o))
+	}
+	for i := range ch.Roles {
+		o := &ch.Roles[i]
+		out = append(out, unchanged("rbac.authorization.k8s.io/v1", "Role", o.ObjectMeta, o))
+	}
+	for i := range ch.RoleBindings {
+		o := &ch.RoleBindings[i]
+		out = append(out, unchanged("rbac.authorization.k8s.io/v1", "RoleBinding", o.ObjectMeta, o))
+	}
 	sortChildren(out)
 	return out
 }

@@ -76,19 +76,23 @@ func finalize(obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	var keep Children
 	var reason string
 	var claimsAlong []Child
+	// The expand-claim Jobs' account goes last, with the Services: a Job being deleted may
+	// still run under it.
+	rest := Children{Services: ch.Services, ConfigMaps: ch.ConfigMaps, PDBs: ch.PDBs, Accounts: ch.Accounts, Roles: ch.Roles, RoleBindings: ch.RoleBindings}
 	switch {
 	case len(ch.Jobs) > 0:
-		keep = Children{StatefulSets: ch.StatefulSets, Services: ch.Services, ConfigMaps: ch.ConfigMaps, PDBs: ch.PDBs}
+		keep = rest
+		keep.StatefulSets = ch.StatefulSets
 		reason = fmt.Sprintf("deleting %d member Job(s)", len(ch.Jobs))
 	case len(ch.StatefulSets) > 0 && c.Spec.StorageSpec != nil && c.Spec.StorageSpec.WhenDeleted == v1alpha1.PVCDelete && !claimsGoAlong(ch.StatefulSets):
-		keep = Children{Services: ch.Services, ConfigMaps: ch.ConfigMaps, PDBs: ch.PDBs}
+		keep = rest
 		claimsAlong = withClaimsDeleted(ch.StatefulSets)
 		reason = "spec.storageSpec.whenDeleted is Delete: setting the StatefulSet to delete the claims with it, before it is deleted"
 	case len(ch.StatefulSets) > 0 || pods > 0:
-		keep = Children{Services: ch.Services, ConfigMaps: ch.ConfigMaps, PDBs: ch.PDBs}
+		keep = rest
 		reason = fmt.Sprintf("deleting the StatefulSet; %d pod(s) left", pods)
-	case len(ch.Services)+len(ch.ConfigMaps)+len(ch.PDBs) > 0:
-		reason = "deleting the Services, the join ConfigMap and the PodDisruptionBudget"
+	case len(ch.Services)+len(ch.ConfigMaps)+len(ch.PDBs)+len(ch.Accounts)+len(ch.Roles)+len(ch.RoleBindings) > 0:
+		reason = "deleting the Services, the join ConfigMap, the PodDisruptionBudget and the claims' account"
 	default:
 		a := Action{Type: Teardown, Reason: "teardown complete"}
 		d := Decision{Status: newStatus(obs, c, v1alpha1.PhaseDeleting, a), Action: a, Finalized: true}
@@ -241,10 +245,11 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		clientService(c, v.labels),
 		joinConfigMap(c, v.labels, state, ledger{seed: {}}, ""),
 		podDisruptionBudget(c, v.labels, 1, false),
-		statefulSet(c, v.labels, v.spec, 1, partition, retainClaims),
+		statefulSet(c, v.claimTemplate(), v.labels, v.spec, 1, partition, retainClaims),
 	}
 	client := v.clientStatus()
 	children = append(children, v.clientConfigMap(client))
+	children = append(children, claimsAccess(c, v.labels)...)
 	sortChildren(children)
 	st := newStatus(obs, c, v1alpha1.PhaseCreating, action)
 	if f := fromBackup(c); f != nil {

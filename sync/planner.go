@@ -138,12 +138,13 @@ func (p *planner) change() (decided, recorded step) {
 		p.failedMember,     // 16 planner.go: a failed voter: remove it to replace it
 	}
 	normal := []func() (step, bool){
-		p.configDrift, // 17 planner.go: a pod on an outdated template: roll it
-		p.scaleOut,    // 18 planner.go: fewer members than the size: add a learner
-		p.scaleIn,     // 19 planner.go: more members than the size: remove the highest
-		p.upgrade,     // 20 planner.go: an etcd version to roll out
-		p.defragment,  // 21 maintenance.go: scheduled defragmentation
-		p.tlsWaiting,  // 22 tls.go: a TLS change waiting for its Secrets or its pods
+		p.configDrift,   // 17 planner.go: a pod on an outdated template: roll it
+		p.scaleOut,      // 18 planner.go: fewer members than the size: add a learner
+		p.scaleIn,       // 19 planner.go: more members than the size: remove the highest
+		p.upgrade,       // 20 planner.go: an etcd version to roll out
+		p.expandVolumes, // 21 volumes.go: a claim smaller than volumeSizeRequest: expand it
+		p.defragment,    // 22 maintenance.go: scheduled defragmentation
+		p.tlsWaiting,    // 23 tls.go: a TLS change waiting for its Secrets or its pods
 	}
 	for _, phase := range fixes {
 		s, ok := phase()
@@ -162,7 +163,11 @@ func (p *planner) change() (decided, recorded step) {
 		}
 		recorded.records(s)
 	}
-	return p.base(Action{Type: Steady, Reason: fmt.Sprintf("%d healthy members, spec applied", len(p.members))}, resyncSteady), recorded
+	reason := fmt.Sprintf("%d healthy members, spec applied", len(p.members))
+	if why := p.expansionRefused(); why != "" {
+		reason = fmt.Sprintf("%d healthy members, spec applied but for volumeSizeRequest: %s", len(p.members), why)
+	}
+	return p.base(Action{Type: Steady, Reason: reason}, resyncSteady), recorded
 }
 
 // memberJobs is the Job stage: it reads the observed Jobs. A member Job in flight is returned unchanged and
@@ -274,6 +279,8 @@ func (p *planner) effectShows(j *batchv1.Job) bool {
 			}
 		}
 		return true
+	case verbExpandClaim:
+		return p.expandedClaim(ClaimName(p.c.Name, ord), j.Annotations[AnnotationClaimSize])
 	case verbDisarm:
 		alarm, id := j.Labels[LabelAlarm], j.Annotations[AnnotationMemberID]
 		for _, a := range p.obs.Etcd.Alarms {
@@ -776,6 +783,8 @@ func actionOfVerb(verb string) ActionType {
 		return DisarmAlarm
 	case verbUpdatePeerURL:
 		return UpdatePeerURL
+	case verbExpandClaim:
+		return ExpandVolume
 	}
 	return MoveLeader
 }

@@ -50,6 +50,7 @@ func (w *simWorld) collectClaims() {
 		if w.pods[ord] == nil {
 			delete(w.data, ord)
 			delete(w.doomedClaims, ord)
+			delete(w.volumes.claims, ord)
 		}
 	}
 }

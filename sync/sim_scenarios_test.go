@@ -293,6 +293,11 @@ func TestRandomSingleFaults(t *testing.T) {
 				func() { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} },
 				func() { w.cluster.Spec.Version = "v3.6.17" },
 				func() { w.cluster.Spec.Size = ptrTo(int32(3)) },
+				func() { // the volumes grow (sim_volumes_test.go); no storage, nothing to grow
+					if w.storage() {
+						w.cluster.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi")
+					}
+				},
 			}
 			var heal []func()
 			healAll := func() {
@@ -321,6 +326,10 @@ func TestRandomSingleFaults(t *testing.T) {
 					}
 				},
 				func() { w.randomFork(rng, &heal) }, // a second membership answers (sim_fork_test.go)
+				func() { // the claims' class stops allowing expansion for a while
+					w.volumes.noExpansion = true
+					heal = append(heal, func() { w.volumes.noExpansion = false })
+				},
 			}, w.slowFaults(&heal)...)
 			for _, change := range changes {
 				change()

@@ -155,6 +155,8 @@ type simJob struct {
 
 	// timeout is the member tool's --timeout.
 	timeout time.Duration
+	// claim and size: expand-claim's.
+	claim, size string
 }
 
 type simStats struct {
@@ -257,6 +259,8 @@ type simWorld struct {
 	// v2Until is the highest raft index at which a v3.5 member may have written an etcd v2
 	// request, which a v3.7 member cannot apply (versions.go).
 	v2Until uint64
+	// volumes are the claims and their class (sim_volumes_test.go).
+	volumes simVolumes
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -472,6 +476,7 @@ func (w *simWorld) observe() Observed {
 	for n, p := range w.badCerts {
 		obs.CertProblems[n] = p
 	}
+	w.observedVolumes(&obs)
 	obs.Etcd = w.snapshot(obs.Pods)
 	w.forkedAnswers(&obs.Etcd)
 	if w.etcdOverride != nil {
@@ -707,6 +712,9 @@ func (w *simWorld) applySTS(b []byte) {
 	if r := s.Spec.PersistentVolumeClaimRetentionPolicy; r != nil {
 		w.sts.whenDeleted, w.sts.whenScaled = string(r.WhenDeleted), string(r.WhenScaled)
 	}
+	for _, t := range s.Spec.VolumeClaimTemplates {
+		w.volumes.template = t.Spec.Resources.Requests[corev1.ResourceStorage]
+	}
 	if w.sts.currentTmpl.Spec.Containers == nil {
 		w.sts.currentTmpl = tmpl
 	}
@@ -732,6 +740,12 @@ func (w *simWorld) newJob(b []byte) *simJob {
 		if v, ok := strings.CutPrefix(a, "--timeout="); ok {
 			sj.timeout, _ = time.ParseDuration(v)
 		}
+		if v, ok := strings.CutPrefix(a, "--claim="); ok {
+			sj.claim = v
+		}
+		if v, ok := strings.CutPrefix(a, "--size="); ok {
+			sj.size = v
+		}
 		sj.clientCert = sj.clientCert || strings.HasPrefix(a, "--cert=")
 	}
 	if w.failJobs > 0 {
@@ -756,6 +770,7 @@ func (w *simWorld) tick() {
 		}
 	}
 	w.statefulSetController()
+	w.resizeClaims()
 	w.kubelet()
 	w.raft()
 	if w.onTick != nil {
@@ -770,6 +785,14 @@ func (w *simWorld) runJob(j *simJob) {
 	j.at = w.now
 	fail := func() { j.state = jobFailed; w.stats.jobFailures++ }
 	if j.verb == verbDefragment && w.probes != nil && w.slowDefragment(j, fail) {
+		return
+	}
+	if j.verb == verbExpandClaim && !j.failNow {
+		// It asks the API server, not etcd.
+		w.expandClaim(j)
+		if j.state == jobRunning {
+			j.state = jobSucceeded
+		}
 		return
 	}
 	if j.failNow || !w.hasQuorum() || !w.jobReaches(j) {
@@ -928,6 +951,7 @@ func (w *simWorld) statefulSetController() {
 		p.down = w.startDown[ord]
 		delete(w.startDown, ord)
 		w.pods[ord] = p
+		w.claimFor(ord)
 	}
 	all := true
 	for ord := 0; ord < s.replicas; ord++ {
@@ -1258,6 +1282,7 @@ func (w *simWorld) checkWorld() {
 func (w *simWorld) step() Decision {
 	w.t.Helper()
 	d := w.sync()
+	w.checkVolumes(d)
 	if w.drain != nil {
 		w.drain.evictSometimes()
 	}
@@ -1283,7 +1308,7 @@ func (w *simWorld) converged(d Decision) bool {
 			return false
 		}
 	}
-	return true
+	return w.volumesConverged()
 }
 
 // run steps until converged, failing after limit syncs; it returns the stats of the run.

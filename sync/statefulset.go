@@ -259,7 +259,9 @@ func podVolumes(c *v1alpha1.EtcdCluster, s serving) []volume {
 
 // statefulSet renders the StatefulSet with the replicas and partition the planner chose, and
 // its claims' retention (view.claimRetention).
-func statefulSet(c *v1alpha1.EtcdCluster, lb childLabels, ps podSpec, replicas, partition int, retention claimRetention) Child {
+// The claim template comes from storage (view.claimTemplate), not from the spec: it cannot
+// change once the StatefulSet exists.
+func statefulSet(c *v1alpha1.EtcdCluster, storage *v1alpha1.StorageSpec, lb childLabels, ps podSpec, replicas, partition int, retention claimRetention) Child {
 	spec := statefulSetSpec{
 		Replicas:    replicas,
 		ServiceName: HeadlessServiceName(c.Name),
@@ -270,7 +272,7 @@ func statefulSet(c *v1alpha1.EtcdCluster, lb childLabels, ps podSpec, replicas, 
 		PersistentVolumeClaimRetentionPolicy: retention,
 		Template:                             ps.template,
 	}
-	if s := c.Spec.StorageSpec; s != nil {
+	if s := storage; s != nil {
 		spec.VolumeClaimTemplates = []volumeClaimObject{volumeClaimTemplate(s)}
 	}
 	return child("apps/v1", "StatefulSet", metadata(c, StatefulSetName(c.Name), lb.common), spec)

@@ -74,7 +74,7 @@ func stepDeadline(t ActionType) time.Duration {
 	switch t {
 	case ReplacePod:
 		return replaceDeadline
-	case AddLearner, PromoteLearner, RemoveMember, MoveLeader, Compact, Defragment, DisarmAlarm, TakeBackup, UpdatePeerURL:
+	case AddLearner, PromoteLearner, RemoveMember, MoveLeader, Compact, Defragment, DisarmAlarm, TakeBackup, UpdatePeerURL, ExpandVolume:
 		return jobDeadline * time.Second
 	case ScaleStatefulSet, Bootstrap:
 		return stuckAfter
@@ -539,6 +539,7 @@ func (v *view) reportMembership(st *v1alpha1.EtcdClusterStatus) {
 		if m.pod != nil {
 			ms.LaunchRefused = launcherRefusal(m.pod)
 		}
+		ms.Volume = v.volumeStatus(m.ordinal)
 		st.Members = append(st.Members, ms)
 	}
 	st.ReadyMembers = int32(v.healthyVoters())

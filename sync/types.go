@@ -7,6 +7,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
@@ -27,7 +29,11 @@ type Observed struct {
 	Cluster  v1alpha1.EtcdCluster
 	Children Children
 	Pods     []corev1.Pod
-	Etcd     etcdstate.Snapshot
+	// Claims are the members' PersistentVolumeClaims and Classes every StorageClass, with
+	// spec.storageSpec: what a volume expansion reads (volumes.go).
+	Claims  []corev1.PersistentVolumeClaim
+	Classes []storagev1.StorageClass
+	Etcd    etcdstate.Snapshot
 	// CAs digests, per Secret that spec.tls or status.tls names and Metacontroller sent, its
 	// ca.crt (CADigests); a Secret not in it was not sent. The planner sees no key material.
 	CAs map[string]string
@@ -48,6 +54,10 @@ type Children struct {
 	ConfigMaps   []corev1.ConfigMap
 	PDBs         []policyv1.PodDisruptionBudget
 	Jobs         []batchv1.Job
+	// Accounts, Roles and RoleBindings let the expand-claim Job patch the claims.
+	Accounts     []corev1.ServiceAccount
+	Roles        []rbacv1.Role
+	RoleBindings []rbacv1.RoleBinding
 }
 
 // Decision is the planner's answer: the complete desired children, the status, the one action

@@ -221,8 +221,9 @@ const (
 	QuorumLossForceNewCluster QuorumLossPolicy = "ForceNewCluster"
 )
 
-// StorageSpec describes each member's PersistentVolumeClaim. Everything but whenDeleted is
-// fixed at creation: a StatefulSet's volume claim templates cannot change.
+// StorageSpec describes each member's PersistentVolumeClaim. Everything but whenDeleted and a
+// growing volumeSizeRequest is fixed at creation: a StatefulSet's volume claim templates cannot
+// change, and a claim can grow but never shrink.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName cannot change after creation"
 // +kubebuilder:validation:XValidation:rule="has(self.volumeSizeLimit) == has(oldSelf.volumeSizeLimit) && (!has(self.volumeSizeLimit) || self.volumeSizeLimit == oldSelf.volumeSizeLimit)",message="volumeSizeLimit cannot change after creation"
@@ -241,10 +242,12 @@ type StorageSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional
 	StorageClassName string `json:"storageClassName,omitempty"`
-	// VolumeSizeRequest is the requested size of each member's volume, e.g. 8Gi.
+	// VolumeSizeRequest is the requested size of each member's volume, e.g. 8Gi. It may grow:
+	// every member's claim is then expanded, where its StorageClass allows expansion
+	// (status.members[].volume, condition VolumesExpanded). It never shrinks.
 	//
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="volumeSizeRequest must be greater than zero"
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="volumeSizeRequest cannot change after creation"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="volumeSizeRequest can only grow: a volume cannot shrink (to use less space, create a new cluster from a backup)"
 	// +required
 	VolumeSizeRequest resource.Quantity `json:"volumeSizeRequest"`
 	// VolumeSizeLimit, when set, caps the volume's size; at least volumeSizeRequest.
@@ -672,6 +675,28 @@ type MemberStatus struct {
 	//
 	// +optional
 	LaunchRefused string `json:"launchRefused,omitempty"`
+	// Volume is the member's claim as last observed, with spec.storageSpec.
+	//
+	// +optional
+	Volume *VolumeStatus `json:"volume,omitempty"`
+}
+
+// VolumeStatus is one member's claim: what it asks for and what it has.
+type VolumeStatus struct {
+	// Requested is the claim's spec.resources.requests.storage.
+	//
+	// +optional
+	Requested string `json:"requested,omitempty"`
+	// Capacity is the claim's status.capacity.storage: the size the volume has.
+	//
+	// +optional
+	Capacity string `json:"capacity,omitempty"`
+	// Resizing, while the volume grows, is where: ControllerResizing (the storage system
+	// grows the volume), FileSystemResizePending (the volume grew, its file system grows when
+	// the node next mounts it), or Requested (the claim asks for more, nothing reported yet).
+	//
+	// +optional
+	Resizing string `json:"resizing,omitempty"`
 }
 
 // Action is the operator's current step: a membership change, a pod replacement, or a wait.
@@ -755,4 +780,7 @@ const (
 	ConditionAvailable   = "Available"
 	ConditionProgressing = "Progressing"
 	ConditionDegraded    = "Degraded"
+	// ConditionVolumesExpanded, with spec.storageSpec, says whether every member's volume
+	// has the size volumeSizeRequest asks for.
+	ConditionVolumesExpanded = "VolumesExpanded"
 )

@@ -64,15 +64,17 @@ func envOptions(t *testing.T, noOperator bool) harness.Options {
 		logf = func(format string, args ...any) { t.Logf(format, args...) }
 	}
 	return harness.Options{
-		Namespace:  namespaceOf(t.Name()),
-		Cluster:    "etcd",
-		Domain:     "cluster.local",
-		TimeScale:  timeScale,
-		Tools:      harness.OperatorTools(),
-		Hook:       harness.InProcessHook(sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops.dev/etcdops:e2e"}, nil),
-		Controller: controller(t),
-		Root:       t.TempDir(),
-		Logf:       logf,
+		Namespace: namespaceOf(t.Name()),
+		Cluster:   "etcd",
+		Domain:    "cluster.local",
+		TimeScale: timeScale,
+		Tools:     harness.OperatorTools(),
+		// A claim grows in about as long as a cloud disk takes (scaled).
+		ResizeDelay: 20 * time.Second,
+		Hook:        harness.InProcessHook(sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops.dev/etcdops:e2e"}, nil),
+		Controller:  controller(t),
+		Root:        t.TempDir(),
+		Logf:        logf,
 		OnSync: func(rec harness.SyncRecord) {
 			if *verbose {
 				t.Log(harness.SyncLine(rec))

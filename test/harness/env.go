@@ -56,6 +56,8 @@ type Options struct {
 	NoOperator bool
 	// EtcdBinary, when set, makes the kubelet run real etcd processes (Kubelet.EtcdBinary).
 	EtcdBinary EtcdBinaryForImage
+	// ResizeDelay is how long a claim takes to grow (Resizer), in Kubernetes time.
+	ResizeDelay time.Duration
 }
 
 // Env is one closed loop: store, Metacontroller, hook, StatefulSet and Job controllers,
@@ -136,6 +138,7 @@ func Start(opts Options) (*Env, error) {
 	e := &Env{Cluster: opts.Cluster, Namespace: opts.Namespace, Domain: opts.Domain, opts: opts, ctx: ctx, cancel: cancel,
 		crash: crasher{hits: map[string]int{}, killed: map[string]bool{}}}
 	e.Store = NewStore(opts.Namespace)
+	SetExpansion(e.Store, true)
 	e.STS = NewStatefulSets(e.Store, filepath.Join(opts.Root, "volumes"))
 	e.Kubelet = NewKubelet(e.Store, e.STS, dns, opts.Tools, opts.Domain, opts.Root, opts.TimeScale)
 	e.Disruptions = NewDisruptions(e.Store)
@@ -213,6 +216,7 @@ func Start(opts Options) (*Env, error) {
 		}
 	}
 	e.spawn(e.STS.Run)
+	e.spawn((&Resizer{Store: e.Store, Delay: opts.ResizeDelay, TimeScale: opts.TimeScale}).Run)
 	e.spawn(e.Disruptions.Run)
 	e.spawn(e.Jobs.Run)
 	e.spawn(e.Monitor.Run)

@@ -144,7 +144,12 @@ func (c *Jobs) attempt(ctx context.Context, j *batchv1.Job, seq int) {
 		args, logFile, err = c.jobPodArgs(pod, args)
 	}
 	if err == nil {
-		out, err = c.Tools.Member(ctx, args[1:])
+		// The pod reaches the API server only with its service account's token.
+		account := ""
+		if t := pod.Spec.AutomountServiceAccountToken; t != nil && *t {
+			account = pod.Spec.ServiceAccountName
+		}
+		out, err = c.Tools.Member(withClaims(ctx, storeClaims{store: c.Store, account: account}), args[1:])
 	}
 	if ctx.Err() != nil {
 		return

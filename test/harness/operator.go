@@ -75,8 +75,8 @@ func (c *HookClock) Hold() (release func()) {
 	}
 }
 
-// OperatorTools runs the real member tool in-process: Jobs through membertool.Run, exactly
-// as the binary's main does; etcd pods through membertool.LaunchArgv, which does everything
+// OperatorTools runs the real member tool in-process: Jobs through membertool.Run, as the
+// binary's main does, but for the claims API, which is the store as the Job's pod may use it; etcd pods through membertool.LaunchArgv, which does everything
 // `launch` does short of exec, and whose argv the kubelet then runs as an embedded member.
 func OperatorTools() Tools {
 	return Tools{
@@ -95,7 +95,7 @@ func OperatorTools() Tools {
 		},
 		Member: func(ctx context.Context, args []string) (string, error) {
 			var stdout, stderr bytes.Buffer
-			if code := membertool.Run(ctx, args, &stdout, &stderr); code != membertool.ExitOK {
+			if code := membertool.RunWithClaims(ctx, args, &stdout, &stderr, claimsOf(ctx)); code != membertool.ExitOK {
 				return "", fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr.String()))
 			}
 			return strings.TrimSpace(stdout.String()), nil

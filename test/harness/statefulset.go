@@ -315,11 +315,21 @@ func (c *StatefulSets) createClaim(sts *appsv1.StatefulSet, t corev1.PersistentV
 	for k, v := range t.Labels {
 		pvc.Labels[k] = v
 	}
+	// The StatefulSet controller labels claims with the set's selector.
+	if sts.Spec.Selector != nil {
+		for k, v := range sts.Spec.Selector.MatchLabels {
+			pvc.Labels[k] = v
+		}
+	}
+	if pvc.Spec.StorageClassName == nil {
+		pvc.Spec.StorageClassName = ptr(DefaultStorageClass)
+	}
 	dir, err := os.MkdirTemp(c.VolumeRoot, "pv-"+name+"-")
 	if err != nil {
 		panic(fmt.Sprintf("harness: creating a volume: %v", err))
 	}
 	pvc.Status.Phase = corev1.ClaimBound
+	pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: pvc.Spec.Resources.Requests[corev1.ResourceStorage]}
 	c.mu.Lock()
 	c.volumes[name] = dir
 	c.mu.Unlock()

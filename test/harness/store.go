@@ -13,6 +13,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,6 +45,11 @@ var kinds = map[string]kindInfo{
 	"PersistentVolumeClaim": {"v1", "persistentvolumeclaims", func() Object { return &corev1.PersistentVolumeClaim{} }},
 	"PodDisruptionBudget":   {"policy/v1", "poddisruptionbudgets", func() Object { return &policyv1.PodDisruptionBudget{} }},
 	"Job":                   {"batch/v1", "jobs", func() Object { return &batchv1.Job{} }},
+	"ServiceAccount":        {"v1", "serviceaccounts", func() Object { return &corev1.ServiceAccount{} }},
+	"Role":                  {"rbac.authorization.k8s.io/v1", "roles", func() Object { return &rbacv1.Role{} }},
+	"RoleBinding":           {"rbac.authorization.k8s.io/v1", "rolebindings", func() Object { return &rbacv1.RoleBinding{} }},
+	// Cluster-scoped in Kubernetes; the store keeps it in its one namespace.
+	"StorageClass": {"storage.k8s.io/v1", "storageclasses", func() Object { return &storagev1.StorageClass{} }},
 }
 
 // kindOfResource maps a resource name (as CompositeController and customize use) to a Kind.
@@ -242,6 +249,9 @@ func (s *Store) write(o Object, status bool) error {
 		next = old.DeepCopyObject().(Object)
 		copyField(next, o, "Status")
 	} else {
+		if sts, ok := o.(*appsv1.StatefulSet); ok && !jsonEqual(sts.Spec.VolumeClaimTemplates, old.(*appsv1.StatefulSet).Spec.VolumeClaimTemplates) {
+			return fmt.Errorf("StatefulSet.apps %q is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden", o.GetName())
+		}
 		next = o
 		copyField(next, old, "Status")
 		next.SetUID(old.GetUID())

@@ -47,6 +47,8 @@ commands:
   defragment  --endpoints=URL --member=POD --id=HEX          (the member's own endpoint)
   disarm      --endpoints=URL[,URL] --member=POD --alarm=NOSPACE|CORRUPT --id=HEX
   update-peer-url --endpoints=URL[,URL] --member=POD --id=HEX --peer-url=URL
+  expand-claim --member=POD --namespace=NS --claim=NAME --size=QUANTITY [--timeout=30s]
+              (the Kubernetes API, with the pod's service account)
   backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination>
               [--keep=N] [--keep-for=DURATION] [--max-bandwidth=BYTES] [--work-dir=DIR]
               [--termination-log=FILE]
@@ -66,6 +68,12 @@ const retryEvery = 500 * time.Millisecond
 // Run runs one command and returns the process exit code. Results go to stdout, one line;
 // reasons for failure to stderr, one line.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return RunWithClaims(ctx, args, stdout, stderr, nil)
+}
+
+// RunWithClaims is Run with the claims API expand-claim uses; nil is the in-cluster API
+// server's, through client-go.
+func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer, claims Claims) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return ExitUsage
@@ -76,6 +84,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runOperation(ctx, cmd, rest, stdout, stderr)
 	case "backup":
 		return runBackup(ctx, rest, stdout, stderr)
+	case "expand-claim":
+		return runExpandClaim(ctx, claims, rest, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, stderr)
 	case "install":

@@ -1,0 +1,145 @@
+package membertool
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Claims is the part of the Kubernetes API expand-claim uses. The Job's pod reaches it
+// through client-go (KubeClaims); the end-to-end harness passes its own API server's.
+type Claims interface {
+	// Requested is the claim's spec.resources.requests.storage.
+	Requested(ctx context.Context, namespace, name string) (resource.Quantity, error)
+	// Request sets the claim's spec.resources.requests.storage.
+	Request(ctx context.Context, namespace, name string, size resource.Quantity) error
+}
+
+// Errors a Claims implementation wraps: a missing claim, and a request the API server
+// refuses for good (its StorageClass does not allow expansion, a quota).
+var (
+	ErrClaimNotFound = errors.New("claim not found")
+	ErrClaimRefused  = errors.New("refused by the API server")
+)
+
+// KubeClaims is Claims over client-go.
+type KubeClaims struct{ Client kubernetes.Interface }
+
+// NewKubeClaims connects to the API server of cfg; nil for the in-cluster configuration of
+// the pod's service account.
+func NewKubeClaims(cfg *rest.Config) (*KubeClaims, error) {
+	if cfg == nil {
+		in, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, err
+		}
+		cfg = in
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &KubeClaims{Client: c}, nil
+}
+
+// Requested reads the claim.
+func (k *KubeClaims) Requested(ctx context.Context, namespace, name string) (resource.Quantity, error) {
+	pvc, err := k.Client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return resource.Quantity{}, kubeError(err)
+	}
+	return pvc.Spec.Resources.Requests[corev1.ResourceStorage], nil
+}
+
+// Request patches only the storage request (a merge patch), so nothing else of the claim is
+// written back from a possibly stale copy.
+func (k *KubeClaims) Request(ctx context.Context, namespace, name string, size resource.Quantity) error {
+	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, size.String())
+	_, err := k.Client.CoreV1().PersistentVolumeClaims(namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return kubeError(err)
+}
+
+// kubeError classifies an API error: not found and forbidden or invalid are for good, the
+// rest may pass.
+func kubeError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: %v", ErrClaimNotFound, err)
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+		return fmt.Errorf("%w: %v", ErrClaimRefused, err)
+	}
+	return err
+}
+
+// runExpandClaim asks for --size on --claim, retrying what may pass within --timeout. A claim
+// that already asks for as much is done: the Job may run again after a lost answer.
+func runExpandClaim(ctx context.Context, claims Claims, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("expand-claim", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	member := fs.String("member", "", "pod name of the member")
+	namespace := fs.String("namespace", "", "namespace of the claim")
+	claim := fs.String("claim", "", "name of the member's PersistentVolumeClaim")
+	sizeFlag := fs.String("size", "", "storage to ask for, e.g. 16Gi")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long, retrying what is retryable")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *member == "" || *namespace == "" || *claim == "" || *sizeFlag == "" {
+		fmt.Fprintln(stderr, "expand-claim: --member, --namespace, --claim and --size are required")
+		return ExitUsage
+	}
+	size, err := resource.ParseQuantity(*sizeFlag)
+	if err != nil || size.Sign() <= 0 {
+		fmt.Fprintf(stderr, "expand-claim: --size %q is not a positive quantity\n", *sizeFlag)
+		return ExitUsage
+	}
+	if claims == nil {
+		if claims, err = NewKubeClaims(nil); err != nil {
+			fmt.Fprintf(stderr, "expand-claim %s: %v\n", *member, err)
+			return ExitRetryable
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	for {
+		result, err := expandOnce(ctx, claims, *namespace, *claim, size)
+		switch {
+		case err == nil:
+			fmt.Fprintf(stdout, "expand-claim %s: %s\n", *member, result)
+			return ExitOK
+		case errors.Is(err, ErrClaimNotFound) || errors.Is(err, ErrClaimRefused):
+			fmt.Fprintf(stderr, "expand-claim %s: %v\n", *member, err)
+			return ExitRefused
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(stderr, "expand-claim %s: %v (gave up after %v)\n", *member, err, *timeout)
+			return ExitRetryable
+		case <-time.After(retryEvery):
+		}
+	}
+}
+
+func expandOnce(ctx context.Context, claims Claims, namespace, claim string, size resource.Quantity) (string, error) {
+	got, err := claims.Requested(ctx, namespace, claim)
+	if err != nil {
+		return "", err
+	}
+	if got.Cmp(size) >= 0 {
+		return fmt.Sprintf("claim %s already asks for %s", claim, got.String()), nil
+	}
+	if err := claims.Request(ctx, namespace, claim, size); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("claim %s asks for %s (was %s)", claim, size.String(), got.String()), nil
+}

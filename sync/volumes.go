@@ -1,0 +1,283 @@
+package sync
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+)
+
+// Online volume expansion. A grown spec.storageSpec.volumeSizeRequest is applied claim by
+// claim: the planner reads each member's claim and its StorageClass (related resources) and
+// runs one expand-claim Job at a time, which patches the claim's request; the storage system
+// and the kubelet grow the volume and its file system. The StatefulSet's claim template is
+// immutable, so it keeps the size it was created with: a claim created later from it (a new or
+// replaced member) is expanded by the same Job. Nothing here is destructive: a class that does
+// not allow expansion only stops the Jobs and shows in the VolumesExpanded condition.
+
+// verbExpandClaim patches one member's claim to the size asked for.
+const verbExpandClaim = "expand-claim"
+
+// AnnotationClaimSize on an expand-claim Job is the size it asks for, so its effect can be
+// checked against the claim.
+const AnnotationClaimSize = "etcdops.dev/claim-size"
+
+// resizeRequested is status.members[].volume.resizing of a claim that asks for more than it
+// has before the storage system reports a condition (Resizing, FileSystemResizePending).
+const resizeRequested = "Requested"
+
+// Reasons of the VolumesExpanded condition.
+const (
+	ReasonVolumesAtSize        = "VolumesAtSize"
+	ReasonExpanding            = "Expanding"
+	ReasonExpansionNotAllowed  = "ExpansionNotAllowed"
+	ReasonStorageClassNotFound = "StorageClassNotFound"
+	ReasonClaimsNotObserved    = "ClaimsNotObserved"
+)
+
+// ClaimName is the PersistentVolumeClaim the StatefulSet creates for the member at ordinal.
+func ClaimName(cluster string, ordinal int) string {
+	return volumeData + "-" + PodName(cluster, ordinal)
+}
+
+// ClaimsAccountName names the ServiceAccount, Role and RoleBinding that let expand-claim Jobs
+// patch the cluster's claims.
+func ClaimsAccountName(cluster string) string { return cluster + "-claims" }
+
+// memberVolume is one member's claim as observed.
+type memberVolume struct {
+	name      string
+	claim     *corev1.PersistentVolumeClaim // nil when not observed
+	requested resource.Quantity
+	capacity  resource.Quantity
+	// resizing is where a growing volume stands (VolumeStatus.Resizing), "" when it does not grow.
+	resizing string
+	// refused says why the claim cannot be expanded, with its condition reason; "" when it can.
+	refused, refusedBy string
+}
+
+// short: the claim asks for less than the spec.
+func (vol *memberVolume) short(want resource.Quantity) bool {
+	return vol.claim != nil && vol.requested.Cmp(want) < 0
+}
+
+// volumeOf reads the claim of the member at ordinal and whether its class lets it grow.
+func (v *view) volumeOf(ord int) memberVolume {
+	vol := memberVolume{name: ClaimName(v.c.Name, ord)}
+	for i := range v.obs.Claims {
+		if c := &v.obs.Claims[i]; c.Name == vol.name && c.Namespace == v.c.Namespace {
+			vol.claim = c
+		}
+	}
+	if vol.claim == nil {
+		return vol
+	}
+	vol.requested = vol.claim.Spec.Resources.Requests[corev1.ResourceStorage]
+	vol.capacity = vol.claim.Status.Capacity[corev1.ResourceStorage]
+	for _, cond := range vol.claim.Status.Conditions {
+		if cond.Status == corev1.ConditionTrue && (cond.Type == corev1.PersistentVolumeClaimResizing || cond.Type == corev1.PersistentVolumeClaimFileSystemResizePending) {
+			vol.resizing = string(cond.Type)
+		}
+	}
+	if vol.resizing == "" && vol.capacity.Cmp(vol.requested) < 0 && vol.claim.Status.Phase == corev1.ClaimBound {
+		vol.resizing = resizeRequested
+	}
+	class := ""
+	if vol.claim.Spec.StorageClassName != nil {
+		class = *vol.claim.Spec.StorageClassName
+	}
+	switch sc := v.storageClass(class); {
+	case class == "":
+		vol.refused, vol.refusedBy = "claim "+vol.name+" has no StorageClass, so nothing can expand it", ReasonExpansionNotAllowed
+	case sc == nil:
+		vol.refused, vol.refusedBy = "StorageClass "+class+" of claim "+vol.name+" was not found", ReasonStorageClassNotFound
+	case sc.AllowVolumeExpansion == nil || !*sc.AllowVolumeExpansion:
+		vol.refused, vol.refusedBy = "StorageClass "+class+" does not allow volume expansion (allowVolumeExpansion)", ReasonExpansionNotAllowed
+	}
+	return vol
+}
+
+func (v *view) storageClass(name string) *storagev1.StorageClass {
+	for i := range v.obs.Classes {
+		if sc := &v.obs.Classes[i]; sc.Name == name {
+			return sc
+		}
+	}
+	return nil
+}
+
+// expandVolumes: a member whose claim asks for less than the spec gets an expand-claim Job,
+// the lowest ordinal first, one at a time (the Job stage waits for it). It is a normal
+// operation: after the fixes, rolls and scaling, so a member is expanded on a healthy
+// cluster, and a member added meanwhile is expanded in turn. Claims whose class refuses are
+// left alone; the VolumesExpanded condition says so.
+func (p *planner) expandVolumes() (step, bool) {
+	st := p.c.Spec.StorageSpec
+	if st == nil {
+		return step{}, false
+	}
+	for _, m := range p.members {
+		vol := p.volumeOf(m.ordinal)
+		// The API server lets only a bound claim's request change.
+		if !vol.short(st.VolumeSizeRequest) || vol.refused != "" || vol.claim.Status.Phase != corev1.ClaimBound {
+			continue
+		}
+		reason := fmt.Sprintf("volumeSizeRequest %s: expanding claim %s from %s", st.VolumeSizeRequest.String(), vol.name, vol.requested.String())
+		return p.runJob(memberJob{verb: verbExpandClaim, member: m.name, claim: vol.name, size: st.VolumeSizeRequest.String()}, ExpandVolume, reason), true
+	}
+	return step{}, false
+}
+
+// expansionRefused says why a member's claim that asks for less than the spec cannot be
+// expanded (the first such claim's reason), or "".
+func (v *view) expansionRefused() string {
+	st := v.c.Spec.StorageSpec
+	if st == nil {
+		return ""
+	}
+	for _, m := range v.members {
+		if vol := v.volumeOf(m.ordinal); vol.short(st.VolumeSizeRequest) && vol.refused != "" {
+			return vol.refused
+		}
+	}
+	return ""
+}
+
+// expandedClaim reports whether the claim an expand-claim Job patched asks for its size.
+func (p *planner) expandedClaim(claim, size string) bool {
+	want, err := resource.ParseQuantity(size)
+	if err != nil {
+		return true
+	}
+	for i := range p.obs.Claims {
+		if c := &p.obs.Claims[i]; c.Name == claim && c.Namespace == p.c.Namespace {
+			got := c.Spec.Resources.Requests[corev1.ResourceStorage]
+			return got.Cmp(want) >= 0
+		}
+	}
+	// A claim not observed (its member gone, or the claims not sent) cannot show more.
+	return true
+}
+
+// volumeStatus is status.members[].volume of the member at ordinal; nil without a claim.
+func (v *view) volumeStatus(ord int) *v1alpha1.VolumeStatus {
+	if v.c.Spec.StorageSpec == nil {
+		return nil
+	}
+	vol := v.volumeOf(ord)
+	if vol.claim == nil {
+		return nil
+	}
+	return &v1alpha1.VolumeStatus{Requested: vol.requested.String(), Capacity: vol.capacity.String(), Resizing: vol.resizing}
+}
+
+// volumesCondition sets VolumesExpanded with spec.storageSpec: True once every member's claim
+// asks for the spec's size and has it; False, saying which claims wait for what, while they
+// grow or when a class refuses; Unknown when members have no claim in sight (the customize
+// hook's claims did not arrive).
+func (v *view) volumesCondition(st *v1alpha1.EtcdClusterStatus) {
+	spec := v.c.Spec.StorageSpec
+	if spec == nil {
+		return
+	}
+	// The members as etcd listed them; when its answer cannot be trusted, as status last
+	// recorded them. Only the claims are judged, which etcd does not change.
+	var ords []int
+	for _, m := range v.members {
+		ords = append(ords, m.ordinal)
+	}
+	if v.unknown != "" {
+		ords = ords[:0]
+		for _, m := range v.obs.Cluster.Status.Members {
+			ords = append(ords, int(m.Ordinal))
+		}
+	}
+	want := spec.VolumeSizeRequest
+	var refused, resizing, pending, unseen []string
+	refusedBy := ""
+	for _, ord := range ords {
+		vol := v.volumeOf(ord)
+		switch {
+		case vol.claim == nil:
+			unseen = append(unseen, vol.name)
+		case vol.short(want) && vol.refused != "":
+			refused = append(refused, vol.refused)
+			refusedBy = vol.refusedBy
+		case vol.short(want):
+			pending = append(pending, vol.name)
+		case vol.resizing != "":
+			resizing = append(resizing, vol.name+" ("+vol.resizing+")")
+		}
+	}
+	status, reason := metav1.ConditionTrue, ReasonVolumesAtSize
+	msg := "every member's claim has " + want.String()
+	switch {
+	case len(refused) > 0:
+		status, reason = metav1.ConditionFalse, refusedBy
+		msg = fmt.Sprintf("volumeSizeRequest %s cannot be applied: %s; the claims keep their size and nothing else changes", want.String(), strings.Join(slices.Compact(refused), "; "))
+	case len(pending)+len(resizing) > 0:
+		status, reason = metav1.ConditionFalse, ReasonExpanding
+		var parts []string
+		if len(pending) > 0 {
+			parts = append(parts, "to expand: "+strings.Join(pending, ", "))
+		}
+		if len(resizing) > 0 {
+			parts = append(parts, "resizing: "+strings.Join(resizing, ", "))
+		}
+		msg = fmt.Sprintf("expanding to %s; %s", want.String(), strings.Join(parts, "; "))
+	case len(unseen) > 0:
+		status, reason = metav1.ConditionUnknown, ReasonClaimsNotObserved
+		msg = "claims not observed: " + strings.Join(unseen, ", ") + " (the customize hook asks for them)"
+	}
+	setConditionValue(st, v.obs, v.condition(v1alpha1.ConditionVolumesExpanded, status, reason, msg))
+}
+
+// claimsAccess renders, with spec.storageSpec, the ServiceAccount expand-claim Jobs run as, a
+// Role that may read and patch the namespace's claims and nothing else, and its binding. A
+// cluster without storage has no claims and gets none of them.
+func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels) []Child {
+	if c.Spec.StorageSpec == nil {
+		return nil
+	}
+	name := ClaimsAccountName(c.Name)
+	meta := metadata(c, name, lb.common)
+	return []Child{
+		{APIVersion: "v1", Kind: "ServiceAccount", Name: name, Object: object{
+			"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta,
+			// Only the Job's pod asks for the token.
+			"automountServiceAccountToken": false,
+		}},
+		{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role", Name: name, Object: object{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+			"rules": []object{{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "verbs": []string{"get", "patch"}}},
+		}},
+		{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding", Name: name, Object: object{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+			"roleRef":  object{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+			"subjects": []object{{"kind": "ServiceAccount", "name": name, "namespace": c.Namespace}},
+		}},
+	}
+}
+
+// claimTemplate is the storage the StatefulSet's claim template carries: the spec's, but the
+// size of the observed StatefulSet's template, which the API server does not let change.
+func (v *view) claimTemplate() *v1alpha1.StorageSpec {
+	st := v.c.Spec.StorageSpec
+	if st == nil || v.sts == nil {
+		return st
+	}
+	for _, t := range v.sts.Spec.VolumeClaimTemplates {
+		if q, ok := t.Spec.Resources.Requests[corev1.ResourceStorage]; t.Name == volumeData && ok {
+			kept := *st
+			kept.VolumeSizeRequest = q
+			return &kept
+		}
+	}
+	return st
+}

@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/sync"
+	"etcdops.dev/etcdops/test/harness"
+)
+
+// TestVolumeExpansion grows the volumes of a running three-member cluster under the workload:
+// every member's claim is patched by an expand-claim Job, one at a time, and grows (the
+// harness's resizer plays the storage system and the kubelet's online file system resize,
+// which cannot run here); no pod restarts, the StatefulSet's claim template stays as created,
+// and no acknowledged write is lost. Then a class that does not allow expansion: a larger size
+// starts no Job and changes nothing, and the VolumesExpanded condition says why; once the class
+// allows it, the expansion goes ahead.
+func TestVolumeExpansion(t *testing.T) {
+	t.Parallel()
+	onCluster(t, spec(3),
+		scenario{name: "expand", act: planned(expandVolumes)},
+		scenario{name: "refused", act: refusedExpansion},
+	)
+}
+
+func expandVolumes(t *testing.T, env *harness.Env) int {
+	pods0 := podUIDs(env)
+	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi") })
+	waitExpanded(t, env, "2Gi")
+	for name, uid := range podUIDs(env) {
+		if pods0[name] != uid {
+			t.Errorf("pod %s was recreated; an online expansion restarts nothing", name)
+		}
+	}
+	o, _ := env.Store.Get("StatefulSet", env.Cluster)
+	if q := o.(*appsv1.StatefulSet).Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "1Gi" {
+		t.Errorf("the StatefulSet's claim template asks for %s; it cannot change and must keep 1Gi", q.String())
+	}
+	expanded := map[string]bool{}
+	for _, r := range env.Store.Parent().Status.History {
+		if r.Type == sync.ExpandVolume.String() && r.Result == v1alpha1.StepSucceeded {
+			expanded[r.Member] = true
+		}
+	}
+	if len(expanded) != 3 {
+		t.Errorf("history shows ExpandVolume succeeded for %v, want each of the 3 members", expanded)
+	}
+	return 3
+}
+
+func refusedExpansion(t *testing.T, env *harness.Env) int {
+	harness.SetExpansion(env.Store, false)
+	jobs0, pods0 := jobNames(env), podUIDs(env)
+	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.StorageSpec.VolumeSizeRequest = resource.MustParse("4Gi") })
+	var msg string
+	if _, err := env.WaitFor(changeBound, func() (bool, string) {
+		st := env.Store.Parent().Status
+		c := condition(st, v1alpha1.ConditionVolumesExpanded)
+		msg = c.Message
+		return c.Status == metav1.ConditionFalse && c.Reason == sync.ReasonExpansionNotAllowed && c.ObservedGeneration == env.Store.Parent().Generation,
+			fmt.Sprintf("VolumesExpanded %s %s: %s", c.Status, c.Reason, c.Message)
+	}); err != nil {
+		t.Fatalf("no ExpansionNotAllowed: %v\n%s", err, env.Describe())
+	}
+	if !strings.Contains(msg, "StorageClass "+harness.DefaultStorageClass+" does not allow volume expansion") {
+		t.Errorf("VolumesExpanded says %q; want it to name the class and why", msg)
+	}
+	syncs0 := env.MC.Syncs()
+	if _, err := env.WaitFor(changeBound, func() (bool, string) {
+		return env.MC.Syncs() >= syncs0+5, "waiting for syncs"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for name := range jobNames(env) {
+		if !jobs0[name] {
+			t.Errorf("Job %s created though the class does not allow expansion", name)
+		}
+	}
+	for name, uid := range podUIDs(env) {
+		if pods0[name] != uid {
+			t.Errorf("pod %s replaced though the class does not allow expansion", name)
+		}
+	}
+	checkClaims(t, env, "2Gi")
+	harness.SetExpansion(env.Store, true)
+	waitExpanded(t, env, "4Gi")
+	return 3
+}
+
+// waitExpanded waits until every member's claim asks for size and has it, and status says so.
+func waitExpanded(t *testing.T, env *harness.Env, size string) {
+	t.Helper()
+	if _, err := env.WaitFor(changeBound, func() (bool, string) {
+		for i := range 3 {
+			o, ok := env.Store.Get("PersistentVolumeClaim", sync.ClaimName(env.Cluster, i))
+			if !ok {
+				return false, fmt.Sprintf("no claim for member %d", i)
+			}
+			pvc := o.(*corev1.PersistentVolumeClaim)
+			req, have := pvc.Spec.Resources.Requests[corev1.ResourceStorage], pvc.Status.Capacity[corev1.ResourceStorage]
+			if req.String() != size || have.String() != size {
+				return false, fmt.Sprintf("claim %s asks for %s and has %s", pvc.Name, req.String(), have.String())
+			}
+		}
+		st := env.Store.Parent().Status
+		for _, m := range st.Members {
+			if m.Volume == nil || m.Volume.Capacity != size || m.Volume.Resizing != "" {
+				return false, fmt.Sprintf("status of %s: volume %+v", m.Name, m.Volume)
+			}
+		}
+		c := condition(st, v1alpha1.ConditionVolumesExpanded)
+		return c.Status == metav1.ConditionTrue, fmt.Sprintf("VolumesExpanded %s %s: %s", c.Status, c.Reason, c.Message)
+	}); err != nil {
+		t.Fatalf("volumes not expanded to %s: %v\n%s", size, err, env.Describe())
+	}
+}
+
+// checkClaims: every member's claim asks for size.
+func checkClaims(t *testing.T, env *harness.Env, size string) {
+	t.Helper()
+	for i := range 3 {
+		o, ok := env.Store.Get("PersistentVolumeClaim", sync.ClaimName(env.Cluster, i))
+		if !ok {
+			t.Errorf("no claim for member %d", i)
+			continue
+		}
+		if q := o.(*corev1.PersistentVolumeClaim).Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != size {
+			t.Errorf("claim %s asks for %s, want %s", o.GetName(), q.String(), size)
+		}
+	}
+}
