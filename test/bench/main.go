@@ -115,7 +115,7 @@ func main() {
 	out := flag.String("out", "", "also write the results table to this file")
 	profiles := flag.String("hook-profiles", "", "save the hook's CPU profile over the 3- and 5-member cases, its allocation profile over the run and its heap at the end in this directory (this tree's hook only)")
 	useTLS := flag.Bool("tls", false, "members serve client TLS and require a client certificate")
-	idle := flag.Duration("idle-cluster-timeout", 10*time.Second, "the hook's --idle-cluster-timeout; after the round-robin passes, half the clusters are synced until the others idled out (0: the hook's default, and no half pass)")
+	idle := flag.Duration("idle-cluster-timeout", 30*time.Second, "the hook's --idle-cluster-timeout, Metacontroller's resync period by default; after the round-robin passes, half the clusters are synced until the others idled out (0: the hook's default, and no half pass)")
 	flag.Parse()
 	if *profiles != "" && *hookBin != "" {
 		fmt.Fprintln(os.Stderr, "bench: -hook-profiles profiles this tree's hook, not a -hook-bin binary")
@@ -335,7 +335,7 @@ func (h *hookProcess) metrics(client *http.Client) (map[string]float64, error) {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) == 2 && (f[0] == "go_goroutines" || f[0] == "go_memstats_mallocs_total" || f[0] == "go_memstats_alloc_bytes_total") {
+		if len(f) == 2 && strings.HasPrefix(f[0], "go_") {
 			out[f[0]], _ = strconv.ParseFloat(f[1], 64)
 		}
 	}
@@ -431,6 +431,7 @@ type result struct {
 	allocs      float64 // per request, in the hook
 	allocKB     float64
 	rssMB       float64
+	heldMB      float64 // heap and goroutine stacks in use
 	goroutines  float64
 	ratio50     float64 // to the floor's, same size and clients
 	ratio99     float64
@@ -520,7 +521,7 @@ func interleave(rounds, total int, a, b func(ops int) error) error {
 type syncCase struct {
 	timings
 	mallocs, allocBytes float64
-	goroutines          float64 // after the last block
+	goroutines, heldMB  float64 // after the last block
 }
 
 // result adds the hook's allocations per request, and its RSS and goroutines after the
@@ -529,7 +530,7 @@ func (c *syncCase) result(name string, clients int, rssMB float64) result {
 	r := c.timings.result(name, clients)
 	r.allocs = c.mallocs / float64(c.calls)
 	r.allocKB = c.allocBytes / float64(c.calls) / 1024
-	r.rssMB, r.goroutines = rssMB, c.goroutines
+	r.rssMB, r.heldMB, r.goroutines = rssMB, c.heldMB, c.goroutines
 	return r
 }
 
@@ -626,6 +627,7 @@ func run(o options) error {
 		c.mallocs += after["go_memstats_mallocs_total"] - before["go_memstats_mallocs_total"]
 		c.allocBytes += after["go_memstats_alloc_bytes_total"] - before["go_memstats_alloc_bytes_total"]
 		c.goroutines = after["go_goroutines"]
+		c.heldMB = (after["go_memstats_heap_inuse_bytes"] + after["go_memstats_stack_inuse_bytes"]) / (1 << 20)
 		return nil
 	}
 	// measureSync is a case of one block of /sync requests alone.
@@ -756,12 +758,19 @@ func run(o options) error {
 	for i := range bodies {
 		bodies[i] = bytes.ReplaceAll(three.request, []byte(parent.Parent.Metadata.UID), []byte(fmt.Sprintf("bench-%08d-0000-0000-0000-000000000000", i)))
 	}
+	var notes []string
 	for pass := 1; pass <= o.passes; pass++ {
+		t0 := time.Now()
 		r, err := measureSync(fmt.Sprintf("/sync, %d clusters round-robin, pass %d", o.clusters, pass), 8, o.clusters, func(i int) []byte { return bodies[i] })
 		if err != nil {
 			return err
 		}
 		record(r)
+		// A pass slower than the idle timeout lets the sweep close clusters it has not come
+		// back to yet: the next pass dials them again, and connections were not all held.
+		if took := time.Since(t0); o.idle > 0 && took > o.idle {
+			notes = append(notes, fmt.Sprintf("round-robin pass %d took %s, longer than the idle timeout %s: the next pass found connections closed", pass, took.Round(time.Second), o.idle))
+		}
 	}
 	if o.idle > 0 {
 		// Half the clusters go on being synced; the others idle out once the hook's sweep,
@@ -791,6 +800,12 @@ func run(o options) error {
 		}
 	}
 	table := format(results, o, hook.runtimeEnv)
+	for _, n := range notes {
+		table += "\n- " + n
+	}
+	if len(notes) > 0 {
+		table += "\n"
+	}
 	fmt.Print(table)
 	if o.out != "" {
 		return os.WriteFile(o.out, []byte(table), 0o644)
@@ -829,8 +844,8 @@ func format(results []result, o options, runtimeEnv []string) string {
 		members = "etcd " + v1alpha1.DefaultVersion + " members, client TLS with client certificates"
 	}
 	fmt.Fprintf(&b, "%s; %s; %d CPUs; %s\n\n", hook, members, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
-	b.WriteString("| case | clients | ops | p50 | p99 | max | ops/s | p50 / floor | p99 / floor | ops/s / floor | allocs/req | KB/req | hook RSS MB | goroutines |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| case | clients | ops | p50 | p99 | max | ops/s | p50 / floor | p99 / floor | ops/s / floor | allocs/req | KB/req | hook RSS MB | heap+stacks MB | goroutines |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 	opt := func(v float64, f string) string {
 		if v == 0 {
@@ -839,10 +854,10 @@ func format(results []result, o options, runtimeEnv []string) string {
 		return fmt.Sprintf(f, v)
 	}
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.name, r.clients, r.ops, ms(r.p50), ms(r.p99), ms(r.max), r.perSecond,
 			opt(r.ratio50, "%.2f×"), opt(r.ratio99, "%.2f×"), opt(r.ratioPerSec, "%.0f%%"),
-			opt(r.allocs, "%.0f"), opt(r.allocKB, "%.0f"), opt(r.rssMB, "%.0f"), opt(r.goroutines, "%.0f"))
+			opt(r.allocs, "%.0f"), opt(r.allocKB, "%.0f"), opt(r.rssMB, "%.0f"), opt(r.heldMB, "%.0f"), opt(r.goroutines, "%.0f"))
 	}
 	return b.String()
 }
