@@ -222,6 +222,7 @@ func startFloor(spec floorSpec) (*floorProcess, error) {
 // load runs a block of ops floor operations from clients workers in the floor process and
 // adds its timings to t, as timings.load does for a block run here.
 func (p *floorProcess) load(t *timings, clients, ops int) error {
+	cpu0 := procCPU(p.cmd.Process.Pid)
 	if err := p.enc.Encode(floorBlock{Clients: clients, Ops: ops, LeadIn: t.leadIn}); err != nil {
 		return err
 	}
@@ -229,6 +230,7 @@ func (p *floorProcess) load(t *timings, clients, ops int) error {
 	if err := p.dec.Decode(&ft); err != nil {
 		return fmt.Errorf("floor process: %w", err)
 	}
+	t.cpu += procCPU(p.cmd.Process.Pid) - cpu0
 	if ft.Err != "" {
 		return errors.New(ft.Err)
 	}

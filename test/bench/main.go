@@ -309,6 +309,23 @@ func (h *hookProcess) stop() {
 	}
 }
 
+// procCPU is the user and system CPU time process pid has used, in the kernel's clock ticks
+// (10 ms): fields 14 and 15 of /proc/PID/stat.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
 // rssMB is the hook process's resident set.
 func (h *hookProcess) rssMB() float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.cmd.Process.Pid))
@@ -428,7 +445,8 @@ type result struct {
 	p50, p99    time.Duration
 	max         time.Duration
 	perSecond   float64
-	allocs      float64 // per request, in the hook
+	cpuPerOp    time.Duration // of the process that served the case's operations
+	allocs      float64       // per request, in the hook
 	allocKB     float64
 	rssMB       float64
 	heldMB      float64 // heap and goroutine stacks in use
@@ -436,6 +454,7 @@ type result struct {
 	ratio50     float64 // to the floor's, same size and clients
 	ratio99     float64
 	ratioPerSec float64
+	ratioCPU    float64
 }
 
 // timings is the latencies of one kind of operation in a case and the time its blocks took,
@@ -446,6 +465,8 @@ type timings struct {
 	lat     []time.Duration
 	calls   int // timed or not
 	elapsed time.Duration
+	// cpu is the CPU time the serving process used over the blocks, when it is measured.
+	cpu time.Duration
 }
 
 // load runs op leadIn+total times from clients workers, timing each call, and adds all
@@ -492,7 +513,11 @@ func (t *timings) add(lat []time.Duration, calls int, elapsed time.Duration) {
 func (t *timings) result(name string, clients int) result {
 	lat := slices.Sorted(slices.Values(t.lat))
 	n := len(lat)
-	return result{name: name, clients: clients, ops: n, p50: lat[n/2], p99: lat[n*99/100], max: lat[n-1], perSecond: float64(t.calls) / t.elapsed.Seconds()}
+	r := result{name: name, clients: clients, ops: n, p50: lat[n/2], p99: lat[n*99/100], max: lat[n-1], perSecond: float64(t.calls) / t.elapsed.Seconds()}
+	if t.cpu > 0 {
+		r.cpuPerOp = t.cpu / time.Duration(t.calls)
+	}
+	return r
 }
 
 // interleave runs total operations of each of two kinds in rounds rounds of one block of
@@ -615,9 +640,11 @@ func run(o options) error {
 		if err != nil {
 			return err
 		}
+		cpu0 := procCPU(hook.cmd.Process.Pid)
 		if err := c.load(clients, total, func(i int) error { return p.post(body(i)) }); err != nil {
 			return err
 		}
+		c.cpu += procCPU(hook.cmd.Process.Pid) - cpu0
 		after, err := hook.metrics(client)
 		if err != nil {
 			return err
@@ -688,6 +715,7 @@ func run(o options) error {
 			r := s.result(fmt.Sprintf("/sync, %d members", size), clients, hook.rssMB())
 			r.ratio50, r.ratio99 = r.p50.Seconds()/f.p50.Seconds(), r.p99.Seconds()/f.p99.Seconds()
 			r.ratioPerSec = 100 * r.perSecond / f.perSecond
+			r.ratioCPU = r.cpuPerOp.Seconds() / f.cpuPerOp.Seconds()
 			record(r)
 		}
 		floor.stop()
@@ -844,8 +872,8 @@ func format(results []result, o options, runtimeEnv []string) string {
 		members = "etcd " + v1alpha1.DefaultVersion + " members, client TLS with client certificates"
 	}
 	fmt.Fprintf(&b, "%s; %s; %d CPUs; %s\n\n", hook, members, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
-	b.WriteString("| case | clients | ops | p50 | p99 | max | ops/s | p50 / floor | p99 / floor | ops/s / floor | allocs/req | KB/req | hook RSS MB | heap+stacks MB | goroutines |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| case | clients | ops | p50 | p99 | max | ops/s | CPU ms/op | p50 / floor | p99 / floor | ops/s / floor | CPU / floor | allocs/req | KB/req | hook RSS MB | heap+stacks MB | goroutines |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 	opt := func(v float64, f string) string {
 		if v == 0 {
@@ -854,9 +882,9 @@ func format(results []result, o options, runtimeEnv []string) string {
 		return fmt.Sprintf(f, v)
 	}
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			r.name, r.clients, r.ops, ms(r.p50), ms(r.p99), ms(r.max), r.perSecond,
-			opt(r.ratio50, "%.2f×"), opt(r.ratio99, "%.2f×"), opt(r.ratioPerSec, "%.0f%%"),
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			r.name, r.clients, r.ops, ms(r.p50), ms(r.p99), ms(r.max), r.perSecond, opt(float64(r.cpuPerOp.Microseconds())/1000, "%.2f"),
+			opt(r.ratio50, "%.2f×"), opt(r.ratio99, "%.2f×"), opt(r.ratioPerSec, "%.0f%%"), opt(r.ratioCPU, "%.2f×"),
 			opt(r.allocs, "%.0f"), opt(r.allocKB, "%.0f"), opt(r.rssMB, "%.0f"), opt(r.heldMB, "%.0f"), opt(r.goroutines, "%.0f"))
 	}
 	return b.String()
