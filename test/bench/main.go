@@ -805,7 +805,10 @@ func run(o options) error {
 		// every half idle timeout, finds them unused for longer than the timeout.
 		half := bodies[:o.clusters/2]
 		start := time.Now()
-		for i := range int((o.idle*3/2+time.Second)/time.Second) + 1 {
+		idledOut := start.Add(o.idle*3/2 + time.Second)
+		// At most one half pass a second until the others idled out; on a loaded machine
+		// a half pass takes longer than a second, and the count only bounds the loop.
+		for i := 0; i < 1000 && time.Now().Before(idledOut); i++ {
 			if _, err := measureSync("", 8, len(half), func(i int) []byte { return half[i] }); err != nil {
 				return err
 			}
