@@ -31,9 +31,8 @@ func (p *bufferPool) put(b *bytes.Buffer) {
 }
 
 // bodies hold request bodies and answers: the decoder parses straight from a body's
-// buffer, and an answer is encoded into one before its status is sent. unquoted hold
-// strings with escapes while decodeStrings unquotes them.
-var bodies, unquoted bufferPool
+// buffer, and an answer is encoded into one before its status is sent.
+var bodies bufferPool
 
 // decoders keep, from one request to the next, the state a decoder grows while it reads a
 // body: the names of every object it is in (kept to refuse a name given twice) and its token

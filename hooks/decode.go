@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -67,7 +66,7 @@ type objectSets struct {
 // them (see readSyncRequest). Invalid UTF-8 is let through as
 // encoding/json lets it. A name given twice in one object is refused: a request whose parent,
 // spec or Secret says two things at once is read differently by decoders that keep the first
-// and those that keep the last, so it is read neither way. Three types get decoders of their
+// and those that keep the last, so it is read neither way. Two types get decoders of their
 // own (typeDecoders).
 var decodeOptions = []jsonv2.Options{jsontext.AllowInvalidUTF8(true), typeDecoders}
 
@@ -78,67 +77,12 @@ var parentOptions = []jsonv2.Options{jsonv1.DefaultOptionsV1(), typeDecoders}
 var typeDecoders = jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(
 	jsonv2.UnmarshalFromFunc(skipManagedFields),
 	jsonv2.UnmarshalFromFunc(decodeTime),
-	jsonv2.UnmarshalFromFunc(decodeStrings),
 ))
 
 // skipManagedFields leaves metadata.managedFields out: the planner never reads them, an
 // observed child is answered without them, and they are often the largest part of an object.
 func skipManagedFields(dec *jsontext.Decoder, _ *[]metav1.ManagedFieldsEntry) error {
 	return dec.SkipValue()
-}
-
-// decodeStrings reads an object of strings (labels, annotations, a ConfigMap's data) as the
-// default decoder does: null is "", invalid UTF-8 becomes U+FFFD, a name given twice is
-// refused. A string with escapes (a last-applied annotation is JSON inside a string, every
-// quote in it escaped) is unquoted into a buffer reused from one string to the next and then
-// copied once; the default decoder unquotes each into a buffer of its own and copies that.
-// Anything but an object is left to the default decoder.
-func decodeStrings(dec *jsontext.Decoder, m *map[string]string) error {
-	if dec.PeekKind() != '{' {
-		return errors.ErrUnsupported
-	}
-	if _, err := dec.ReadToken(); err != nil {
-		return err
-	}
-	if *m == nil {
-		*m = map[string]string{}
-	}
-	scratch := unquoted.get()
-	defer unquoted.put(scratch)
-	for dec.PeekKind() != '}' {
-		name, err := decodeString(dec, scratch)
-		if err != nil {
-			return err
-		}
-		value, err := decodeString(dec, scratch)
-		if err != nil {
-			return err
-		}
-		(*m)[name] = value
-	}
-	_, err := dec.ReadToken()
-	return err
-}
-
-// decodeString reads the string or null dec is at, unquoting through scratch.
-func decodeString(dec *jsontext.Decoder, scratch *bytes.Buffer) (string, error) {
-	v, err := dec.ReadValue()
-	switch {
-	case err != nil:
-		return "", err
-	case v.Kind() == 'n':
-		return "", nil
-	case v.Kind() != '"':
-		return "", &jsonv2.SemanticError{JSONKind: v.Kind(), GoType: reflect.TypeFor[string]()}
-	case bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v):
-		return string(v[1 : len(v)-1]), nil
-	}
-	// Unquoting shortens a string unless it replaces invalid UTF-8; the error reports that,
-	// which AppendUnquote has replaced as the default decoder does under AllowInvalidUTF8.
-	scratch.Reset()
-	scratch.Grow(len(v))
-	b, _ := jsontext.AppendUnquote(scratch.AvailableBuffer(), v)
-	return string(b), nil
 }
 
 // decodeTime reads a timestamp as metav1.Time's own UnmarshalJSON does (null is the zero

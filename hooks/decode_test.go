@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
@@ -139,30 +138,6 @@ func TestTheParentIsReadAsEncodingJSONWouldReadIt(t *testing.T) {
 		}
 		if wantErr == nil && !reflect.DeepEqual(got, want) {
 			t.Errorf("%.100s:\nread    %+v\nwant    %+v", raw, got, want)
-		}
-	}
-}
-
-// decodeStrings must read every object of strings as the default decoder reads it, and refuse
-// what it refuses (what either has read of a refused object is dropped with the request).
-func TestDecodeStringsAsTheDefaultDecoder(t *testing.T) {
-	defaults := []jsonv2.Options{jsontext.AllowInvalidUTF8(true)}
-	for _, in := range []string{
-		`{}`, `null`, `{"a":"b","c":""}`, `{"a":null}`,
-		`{"a":"line\nbreak \"quoted\" back\\slash \/ \u00e9 \ud83d\ude00 \t"}`,
-		`{"esc\u0061ped name":"v"}`, `{"a":"lone \ud800 surrogate"}`, "{\"a\":\"bad \xff byte\"}",
-		"{\"bad \xfe name\":\"v\"}", `{"a":"b","a":"c"}`, `{"a":1}`, `{"a":true}`, `{"a":{}}`,
-		`{"a":["b"]}`, `"a"`, `["a"]`, `12`, `{"a":"b"`, `{"a":"\x"}`,
-	} {
-		var want, got map[string]string
-		wantErr := jsonv2.Unmarshal([]byte(in), &want, defaults...)
-		gotErr := jsonv2.Unmarshal([]byte(in), &got, decodeOptions...)
-		if (wantErr != nil) != (gotErr != nil) {
-			t.Errorf("%q: error %v, the default decoder says %v", in, gotErr, wantErr)
-			continue
-		}
-		if wantErr == nil && !reflect.DeepEqual(got, want) {
-			t.Errorf("%q: %q, the default decoder reads %q", in, got, want)
 		}
 	}
 }

@@ -69,6 +69,15 @@ func (m *memberClient) record(answered, waited bool, now time.Time) {
 // whether its member is asked over TLS; with no TLS material for it, the server is still
 // verified (against the system's roots), so the member is reported unreachable, not trusted.
 func newMemberClient(ep etcdstate.Endpoint, t *etcdstate.TLS, connectTimeout time.Duration, dial dialFunc) (*memberClient, error) {
+	cfg, err := memberConfig(ep, t, connectTimeout, dial)
+	if err != nil {
+		return nil, err
+	}
+	return memberClientOf(ep, cfg)
+}
+
+// memberConfig is the client configuration of one endpoint, for newMemberClient.
+func memberConfig(ep etcdstate.Endpoint, t *etcdstate.TLS, connectTimeout time.Duration, dial dialFunc) (clientv3.Config, error) {
 	addr, serverName := dialTarget(ep)
 	cfg := clientv3.Config{
 		Endpoints:            []string{"http://" + addr},
@@ -94,14 +103,19 @@ func newMemberClient(ep etcdstate.Endpoint, t *etcdstate.TLS, connectTimeout tim
 		}
 		tc, err := tlsConfig(t, serverName)
 		if err != nil {
-			return nil, err
+			return cfg, err
 		}
 		cfg.Endpoints = []string{"https://" + addr}
 		cfg.TLS = tc
 	}
+	return cfg, nil
+}
+
+// memberClientOf builds the client of cfg for ep.
+func memberClientOf(ep etcdstate.Endpoint, cfg clientv3.Config) (*memberClient, error) {
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", addr, err)
+		return nil, fmt.Errorf("client for %s: %w", cfg.Endpoints[0], err)
 	}
 	maint := clientv3.NewMaintenanceFromMaintenanceClient(clientv3.RetryMaintenanceClient(cli, cli.ActiveConnection()), cli)
 	return &memberClient{endpoint: ep, cli: cli, maint: maint}, nil

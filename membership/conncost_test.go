@@ -6,8 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,10 +44,13 @@ func TestMain(m *testing.M) {
 // open, which is what its client cache does for every cluster it serves. A process of its
 // own (this test binary again) opens b.N connections to each member of a 3-member cluster,
 // makes one Status call on each, and reports, after a GC, the live heap, the goroutine
-// stacks, the goroutines and the resident set it grew by, per connection: "observer" with
-// the observer's own member clients, "grpc" with bare gRPC connections and the same
-// keep-alive, for comparison, and "channel" with one gRPC channel per cluster that balances
-// over its three members (what a client that picks the member per call would hold).
+// stacks, the goroutines and the resident set it grew by, per connection; then the median
+// time of one Status on a held connection and the process's CPU time per Status, over up to
+// 300 of them: "observer" with the observer's own member clients, "observer+NAME" with the
+// dial options of connVariants[NAME] added, one at a time, "grpc" with bare gRPC connections
+// and the same keep-alive, for comparison, and "channel" with one gRPC channel per cluster
+// that balances over its three members (what a client that picks the member per call would
+// hold).
 //
 //	go test ./membership -run '^$' -bench BenchmarkMemberConnections -benchtime 1000x
 func BenchmarkMemberConnections(b *testing.B) {
@@ -53,7 +59,11 @@ func BenchmarkMemberConnections(b *testing.B) {
 	for _, m := range c.members {
 		eps = append(eps, m.clientURL.Host)
 	}
-	for _, kind := range []string{"observer", "grpc", "channel"} {
+	kinds := []string{"observer"}
+	for _, v := range connVariants {
+		kinds = append(kinds, "observer+"+v.name)
+	}
+	for _, kind := range append(kinds, "grpc", "channel") {
 		b.Run(kind, func(b *testing.B) {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %s", connCostEnv, kind, b.N, strings.Join(eps, ",")))
@@ -62,14 +72,16 @@ func BenchmarkMemberConnections(b *testing.B) {
 			if err != nil {
 				b.Fatalf("%s connections: %v", kind, err)
 			}
-			var heap, stack, goroutines, rss, conns float64
-			if _, err := fmt.Sscanf(string(out), "heap=%g stack=%g goroutines=%g rss=%g conns=%g", &heap, &stack, &goroutines, &rss, &conns); err != nil {
+			var heap, stack, goroutines, rss, conns, status, cpu float64
+			if _, err := fmt.Sscanf(string(out), "heap=%g stack=%g goroutines=%g rss=%g conns=%g status=%g cpu=%g", &heap, &stack, &goroutines, &rss, &conns, &status, &cpu); err != nil {
 				b.Fatalf("%s connections: %q: %v", kind, out, err)
 			}
 			b.ReportMetric(heap/conns, "heap-B/conn")
 			b.ReportMetric(stack/conns, "stack-B/conn")
 			b.ReportMetric(rss/conns, "rss-B/conn")
 			b.ReportMetric(goroutines/conns, "goroutines/conn")
+			b.ReportMetric(status, "status-µs")
+			b.ReportMetric(cpu, "cpu-µs/status")
 		})
 	}
 }
@@ -83,7 +95,7 @@ func connCost(spec string) error {
 		return fmt.Errorf("%s=%q: %v", connCostEnv, spec, err)
 	}
 	before := memory()
-	var open []func() error
+	var open []conn
 	eps := strings.Split(list, ",")
 	for range perEndpoint {
 		if kind == "channel" {
@@ -107,69 +119,155 @@ func connCost(spec string) error {
 		conns *= len(eps)
 	}
 	after := memory()
-	fmt.Printf("heap=%d stack=%d goroutines=%d rss=%d conns=%d\n",
-		after.heap-before.heap, after.stack-before.stack, after.goroutines-before.goroutines, after.rss-before.rss, conns)
+	if path := os.Getenv(connHeapEnv); path != "" {
+		if err := writeHeap(path); err != nil {
+			return err
+		}
+	}
+	status, cpu, err := statusMicros(open)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("heap=%d stack=%d goroutines=%d rss=%d conns=%d status=%.0f cpu=%.0f\n",
+		after.heap-before.heap, after.stack-before.stack, after.goroutines-before.goroutines, after.rss-before.rss, conns, status, cpu)
 	for _, c := range open {
-		_ = c()
+		_ = c.close()
 	}
 	return nil
 }
 
-func openConn(kind, ep string) (func() error, error) {
+// connHeapEnv, when set, is where the measured process writes its heap profile, taken when
+// every connection is open: what holds a connection's memory.
+//
+//	ETCDOPS_CONNCOST_HEAP=/tmp/conn.heap go test ./membership -run '^$' -bench 'BenchmarkMemberConnections/observer$' -benchtime 1000x
+const connHeapEnv = "ETCDOPS_CONNCOST_HEAP"
+
+func writeHeap(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// conn is one held connection (or channel): a Status over it, and its close.
+type conn struct {
+	status func(context.Context) error
+	close  func() error
+}
+
+// statusMicros is the median time of one Status on a held connection, and the process's CPU
+// time per Status, over up to 300 of them spread across all: what a sync pays per member on
+// the connections it holds.
+func statusMicros(open []conn) (wall, cpu float64, err error) {
+	step := max(1, len(open)/300)
+	var took []time.Duration
+	cpu0 := cpuTime()
+	for i := 0; i < len(open); i += step {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		t0 := time.Now()
+		err := open[i].status(ctx)
+		took = append(took, time.Since(t0))
+		cancel()
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	cpu = float64((cpuTime() - cpu0).Nanoseconds()) / 1e3 / float64(len(took))
+	slices.Sort(took)
+	return float64(took[len(took)/2].Nanoseconds()) / 1e3, cpu, nil
+}
+
+// cpuTime is the user and system CPU time the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// connVariants are dial options tried on top of the observer's own, one at a time.
+var connVariants = []struct {
+	name string
+	opts []grpc.DialOption
+}{
+	// Windows set to HTTP/2's default: the same flow control, without the BDP estimator that
+	// pings after data and grows the windows.
+	{"window", []grpc.DialOption{grpc.WithInitialWindowSize(65535), grpc.WithInitialConnWindowSize(65535)}},
+	{"buffers", []grpc.DialOption{grpc.WithReadBufferSize(8 << 10), grpc.WithWriteBufferSize(8 << 10), grpc.WithSharedWriteBuffer(true)}},
+	{"no-idle", []grpc.DialOption{grpc.WithIdleTimeout(0)}},
+}
+
+func openConn(kind, ep string) (conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	switch kind {
-	case "observer":
-		m, err := newMemberClient(etcdstate.Endpoint{Member: "m", Address: ep}, nil, time.Second, nil)
+	if variant, ok := strings.CutPrefix(kind, "observer"); ok {
+		e := etcdstate.Endpoint{Member: "m", Address: ep}
+		cfg, err := memberConfig(e, nil, time.Second, nil)
 		if err != nil {
-			return nil, err
+			return conn{}, err
 		}
-		if _, err := m.maint.Status(ctx, ""); err != nil {
-			return nil, err
+		for _, v := range connVariants {
+			if variant == "+"+v.name {
+				cfg.DialOptions = append(cfg.DialOptions, v.opts...)
+			}
 		}
-		return m.cli.Close, nil
-	case "grpc":
-		conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}))
+		m, err := memberClientOf(e, cfg)
 		if err != nil {
-			return nil, err
+			return conn{}, err
 		}
-		if _, err := pb.NewMaintenanceClient(conn).Status(ctx, &pb.StatusRequest{}); err != nil {
-			return nil, err
-		}
-		return conn.Close, nil
+		c := conn{status: func(ctx context.Context) error { _, err := m.maint.Status(ctx, ""); return err }, close: m.cli.Close}
+		return c, c.status(ctx)
 	}
-	return nil, fmt.Errorf("unknown connection kind %q", kind)
+	if kind != "grpc" {
+		return conn{}, fmt.Errorf("unknown connection kind %q", kind)
+	}
+	cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}))
+	if err != nil {
+		return conn{}, err
+	}
+	c := conn{status: func(ctx context.Context) error {
+		_, err := pb.NewMaintenanceClient(cc).Status(ctx, &pb.StatusRequest{})
+		return err
+	}, close: cc.Close}
+	return c, c.status(ctx)
 }
 
 // openChannel opens one channel to every endpoint, round-robin over them, and waits until
 // each has answered a Status.
-func openChannel(eps []string) (func() error, error) {
+func openChannel(eps []string) (conn, error) {
 	r := manual.NewBuilderWithScheme("conncost")
 	var addrs []resolver.Address
 	for _, ep := range eps {
 		addrs = append(addrs, resolver.Address{Addr: ep})
 	}
 	r.InitialState(resolver.State{Addresses: addrs})
-	conn, err := grpc.NewClient(r.Scheme()+":///cluster", grpc.WithResolvers(r),
+	cc, err := grpc.NewClient(r.Scheme()+":///cluster", grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}))
 	if err != nil {
-		return nil, err
+		return conn{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	answered := map[string]bool{}
 	for len(answered) < len(eps) {
 		var p peer.Peer
-		if _, err := pb.NewMaintenanceClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.Peer(&p), grpc.WaitForReady(true)); err != nil {
-			conn.Close()
-			return nil, err
+		if _, err := pb.NewMaintenanceClient(cc).Status(ctx, &pb.StatusRequest{}, grpc.Peer(&p), grpc.WaitForReady(true)); err != nil {
+			cc.Close()
+			return conn{}, err
 		}
 		answered[p.Addr.String()] = true
 	}
-	return conn.Close, nil
+	return conn{status: func(ctx context.Context) error {
+		_, err := pb.NewMaintenanceClient(cc).Status(ctx, &pb.StatusRequest{})
+		return err
+	}, close: cc.Close}, nil
 }
 
 type usage struct{ heap, stack, goroutines, rss int64 }

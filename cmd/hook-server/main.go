@@ -43,6 +43,7 @@ type config struct {
 	observeTimeout  time.Duration
 	slowMember      time.Duration
 	maxClusters     int
+	idleClusters    time.Duration
 	drainPeriod     time.Duration
 	shutdownTimeout time.Duration
 	headerTimeout   time.Duration
@@ -74,6 +75,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.DurationVar(&c.observeTimeout, "observe-timeout", hooks.DefaultObserveTimeout, "upper bound of one etcd observation; past it the sync holds")
 	fs.DurationVar(&c.slowMember, "slow-member-timeout", membership.DefaultSlowMember, "once one etcd member has answered, how long the others are waited for; a slower one is reported unknown for that sync")
 	fs.IntVar(&c.maxClusters, "max-cached-clusters", membership.DefaultMaxClients, "how many clusters keep open etcd clients between syncs")
+	// Metacontroller resyncs every cluster every 30s; an idle cluster is one it stopped syncing.
+	fs.DurationVar(&c.idleClusters, "idle-cluster-timeout", membership.DefaultIdleTimeout, "a cluster not synced for this long has its etcd connections closed")
 	// The readiness probe (every 5s, 2 failures) and the endpoints update need this long to
 	// take the pod out of the Service.
 	fs.DurationVar(&c.drainPeriod, "drain-period", 15*time.Second, "after SIGTERM, how long /readyz answers 503 while calls are still served")
@@ -106,8 +109,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	switch {
 	case (c.tlsCertFile == "") != (c.tlsKeyFile == ""):
 		return c, errors.New("--tls-cert-file and --tls-key-file go together")
-	case c.syncTimeout <= 0 || c.observeTimeout <= 0 || c.slowMember <= 0 || c.headerTimeout <= 0:
-		return c, errors.New("--sync-timeout, --observe-timeout, --slow-member-timeout and --read-header-timeout must be positive")
+	case c.syncTimeout <= 0 || c.observeTimeout <= 0 || c.slowMember <= 0 || c.headerTimeout <= 0 || c.idleClusters <= 0:
+		return c, errors.New("--sync-timeout, --observe-timeout, --slow-member-timeout, --read-header-timeout and --idle-cluster-timeout must be positive")
 	case c.slowMember >= c.observeTimeout:
 		return c, fmt.Errorf("--slow-member-timeout %s must be below --observe-timeout %s", c.slowMember, c.observeTimeout)
 	case c.maxClusters <= 0:
@@ -162,20 +165,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 	}
 	srv := hookserver.New(hookserver.Options{
-		Config:          sync.Config{ClusterDomain: c.clusterDomain, ToolImage: c.toolImage},
-		SyncTimeout:     c.syncTimeout,
-		ObserveTimeout:  c.observeTimeout,
-		SlowMember:      c.slowMember,
-		MaxClusters:     c.maxClusters,
-		MaxBodyBytes:    c.maxBodyBytes,
-		AuthToken:       token,
-		TLSCertFile:     c.tlsCertFile,
-		TLSKeyFile:      c.tlsKeyFile,
-		DrainPeriod:     c.drainPeriod,
-		ShutdownTimeout: c.shutdownTimeout,
-		HeaderTimeout:   c.headerTimeout,
-		Log:             log,
-		Dial:            dial,
+		Config:             sync.Config{ClusterDomain: c.clusterDomain, ToolImage: c.toolImage},
+		SyncTimeout:        c.syncTimeout,
+		ObserveTimeout:     c.observeTimeout,
+		SlowMember:         c.slowMember,
+		MaxClusters:        c.maxClusters,
+		IdleClusterTimeout: c.idleClusters,
+		MaxBodyBytes:       c.maxBodyBytes,
+		AuthToken:          token,
+		TLSCertFile:        c.tlsCertFile,
+		TLSKeyFile:         c.tlsKeyFile,
+		DrainPeriod:        c.drainPeriod,
+		ShutdownTimeout:    c.shutdownTimeout,
+		HeaderTimeout:      c.headerTimeout,
+		Log:                log,
+		Dial:               dial,
 	})
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {

@@ -299,6 +299,9 @@ func TestParseFlags(t *testing.T) {
 			func(c config) bool {
 				return c.drainPeriod == 2*time.Second && c.slowMember == 100*time.Millisecond && c.maxClusters == 10
 			}, ""},
+		{"idle clusters close after five minutes unless told", []string{"--idle-cluster-timeout=90s"}, nil,
+			func(c config) bool { return c.idleClusters == 90*time.Second }, ""},
+		{"an idle timeout must be positive", []string{"--idle-cluster-timeout=0s"}, nil, nil, "--idle-cluster-timeout must be positive"},
 		{"stray arguments are refused", []string{"serve"}, nil, nil, "unexpected arguments"},
 	}
 	for _, tt := range tests {

@@ -1,21 +1,27 @@
-// Command bench is the load driver of the benchmark suite (see BENCHMARKS.md). It brings real
-// embedded etcd clusters of 3 and 5 members to a steady state through the test harness (the
-// closed loop of test/README.md), captures the sync request Metacontroller would send, and
-// then measures, in one run on this machine:
+// Command bench is the load driver of the benchmark suite (see BENCHMARKS.md). It brings
+// clusters of 3 and 5 members, each member a real etcd server process of the operator's
+// default release, to a steady state through the test harness (the closed loop of
+// test/README.md), captures the sync request Metacontroller would send, and then measures, in
+// one run on this machine:
 //
-//   - the floor: a warm clientv3 client per member asking Status of every member and the
-//     linearizable member list, all at once, as one operation;
+//   - the floor: from a process of its own that does nothing else (`bench floor`), a warm
+//     clientv3 client per member asking Status of every member and the linearizable member
+//     list of the leader, all at once, as one operation;
 //   - /sync over HTTP to the hook in a process of its own, sequentially and at 8 and 32
 //     concurrent clients, with the hook's allocations per request;
 //   - a cluster whose pods nobody listens for (unreachable), and one whose member hangs;
-//   - 1,000 clusters synced round-robin: the hook's RSS, goroutines and latency per pass.
+//   - 1,000 clusters synced round-robin: the hook's RSS, goroutines and latency per pass;
+//     then half of them only, until the others idled out, and what the hook holds then.
+//
+// With -tls the members serve client TLS and require a client certificate, which the hook
+// and the floor present, as a cluster with spec.tls runs.
 //
 // The floor and /sync of each size and client count are measured interleaved, not one
 // phase after the other: -rounds rounds (10), each a block of n/rounds floor operations and
 // a block of as many syncs (2n/rounds at 8 and 32 clients), the floor first in even rounds
-// and /sync in odd ones. The members run in the driver's process beside the floor, and a
-// slow spell of a few hundred milliseconds (a member's fsync or snapshot, a collection in
-// the driver) fell on one phase and not the other: the one-client p99 is the tenth slowest
+// and /sync in odd ones. When the phases ran one after the other, a slow spell of a few
+// hundred milliseconds (a member's fsync or snapshot, a collection) fell on one phase and
+// not the other: the one-client p99 is the tenth slowest
 // of 1,000, and its ratio to the floor moved between 1.24× and 2.71× across runs of one
 // tree. Ten rounds make the one-client blocks 100 operations, a fraction of a second, short
 // beside such a spell, and the 32-client blocks 200, long enough for most of a block to run
@@ -51,11 +57,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	rpprof "runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,12 +72,12 @@ import (
 	"syscall"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/cmd/hook-server/hookserver"
+	"etcdops.dev/etcdops/internal/etcdbin"
 	"etcdops.dev/etcdops/manifests"
 	"etcdops.dev/etcdops/sync"
 	"etcdops.dev/etcdops/test/dialguard"
@@ -91,6 +99,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "floor" {
+		if err := serveFloor(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench floor:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	hookBin := flag.String("hook-bin", "", "run this hook-server binary instead of the hook of this tree")
 	maxClusters := flag.Int("max-cached-clusters", 0, "the hook's --max-cached-clusters (0: its default)")
 	n := flag.Int("n", 1000, "requests per sequential case; concurrent cases send 2n")
@@ -98,7 +113,9 @@ func main() {
 	passes := flag.Int("passes", 3, "round-robin passes over the clusters")
 	rounds := flag.Int("rounds", 10, "blocks of each kind, floor and /sync in turn, into which each floor-and-/sync case is split")
 	out := flag.String("out", "", "also write the results table to this file")
-	profiles := flag.String("hook-profiles", "", "save the hook's allocation profile over the run and its heap at the end in this directory (this tree's hook only)")
+	profiles := flag.String("hook-profiles", "", "save the hook's CPU profile over the 3- and 5-member cases, its allocation profile over the run and its heap at the end in this directory (this tree's hook only)")
+	useTLS := flag.Bool("tls", false, "members serve client TLS and require a client certificate")
+	idle := flag.Duration("idle-cluster-timeout", 30*time.Second, "the hook's --idle-cluster-timeout, Metacontroller's resync period by default; after the round-robin passes, half the clusters are synced until the others idled out (0: the hook's default, and no half pass)")
 	flag.Parse()
 	if *profiles != "" && *hookBin != "" {
 		fmt.Fprintln(os.Stderr, "bench: -hook-profiles profiles this tree's hook, not a -hook-bin binary")
@@ -108,7 +125,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: -rounds %d with -n %d leaves blocks of fewer operations than the %d clients of the largest case\n", *rounds, *n, largest)
 		os.Exit(2)
 	}
-	opts := options{hookBin: *hookBin, maxClusters: *maxClusters, n: *n, rounds: *rounds, clusters: *clusters, passes: *passes, out: *out, profiles: *profiles}
+	opts := options{hookBin: *hookBin, maxClusters: *maxClusters, n: *n, rounds: *rounds, clusters: *clusters, passes: *passes, out: *out, profiles: *profiles, tls: *useTLS, idle: *idle}
 	if err := run(opts); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -122,6 +139,7 @@ func serveHook(args []string) error {
 	fs := flag.NewFlagSet("bench hook", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "")
 	maxClusters := fs.Int("max-cached-clusters", 0, "")
+	idle := fs.Duration("idle-cluster-timeout", 0, "")
 	pprofAddr := fs.String("pprof-addr", "", "")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -133,6 +151,34 @@ func serveHook(args []string) error {
 		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		// A CPU profile over exactly the cases the driver brackets with these two calls.
+		var cpuMu gosync.Mutex
+		var cpu *os.File
+		mux.HandleFunc("POST /cpu/start", func(w http.ResponseWriter, r *http.Request) {
+			cpuMu.Lock()
+			defer cpuMu.Unlock()
+			f, err := os.Create(r.URL.Query().Get("file"))
+			if err == nil {
+				err = rpprof.StartCPUProfile(f)
+			}
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			cpu = f
+		})
+		mux.HandleFunc("POST /cpu/stop", func(w http.ResponseWriter, r *http.Request) {
+			cpuMu.Lock()
+			defer cpuMu.Unlock()
+			rpprof.StopCPUProfile()
+			if cpu == nil {
+				http.Error(w, "no CPU profile running", http.StatusConflict)
+				return
+			}
+			if err := cpu.Close(); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
+		})
 		go func() { _ = http.Serve(pl, mux) }()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -142,10 +188,11 @@ func serveHook(args []string) error {
 		stop()
 	}()
 	srv := hookserver.New(hookserver.Options{
-		Config:          sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops.dev/etcdops:bench"},
-		MaxClusters:     *maxClusters,
-		ShutdownTimeout: time.Second,
-		Log:             slog.New(slog.NewJSONHandler(os.Stdout, nil)),
+		Config:             sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops.dev/etcdops:bench"},
+		MaxClusters:        *maxClusters,
+		IdleClusterTimeout: *idle,
+		ShutdownTimeout:    time.Second,
+		Log:                slog.New(slog.NewJSONHandler(os.Stdout, nil)),
 		Dial: dialguard.Dialer(func(addr string) {
 			fmt.Fprintf(os.Stderr, "bench hook: dialled %s, outside 127.0.0.0/8\n", addr)
 			os.Exit(3)
@@ -178,7 +225,7 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func startHook(bin string, maxClusters int, pprofAddr string) (*hookProcess, error) {
+func startHook(bin string, maxClusters int, idle time.Duration, pprofAddr string) (*hookProcess, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -204,6 +251,9 @@ func startHook(bin string, maxClusters int, pprofAddr string) (*hookProcess, err
 	cmd.Env = append(os.Environ(), env...)
 	if maxClusters > 0 {
 		cmd.Args = append(cmd.Args, fmt.Sprintf("--max-cached-clusters=%d", maxClusters))
+	}
+	if idle > 0 {
+		cmd.Args = append(cmd.Args, "--idle-cluster-timeout="+idle.String())
 	}
 	// The hook logs a line per sync, as deployed; the driver only drains them.
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
@@ -259,6 +309,23 @@ func (h *hookProcess) stop() {
 	}
 }
 
+// procCPU is the user and system CPU time process pid has used, in the kernel's clock ticks
+// (10 ms): fields 14 and 15 of /proc/PID/stat.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
 // rssMB is the hook process's resident set.
 func (h *hookProcess) rssMB() float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.cmd.Process.Pid))
@@ -285,7 +352,7 @@ func (h *hookProcess) metrics(client *http.Client) (map[string]float64, error) {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) == 2 && (f[0] == "go_goroutines" || f[0] == "go_memstats_mallocs_total" || f[0] == "go_memstats_alloc_bytes_total") {
+		if len(f) == 2 && strings.HasPrefix(f[0], "go_") {
 			out[f[0]], _ = strconv.ParseFloat(f[1], 64)
 		}
 	}
@@ -293,16 +360,24 @@ func (h *hookProcess) metrics(client *http.Client) (map[string]float64, error) {
 }
 
 // steadyCluster is one harness loop brought to a steady state and left running without
-// Metacontroller, with the request Metacontroller would send for it.
+// Metacontroller, with the request Metacontroller would send for it and the floor's view of
+// its members.
 type steadyCluster struct {
 	env     *harness.Env
 	request []byte
 	podIPs  []string
+	floor   floorSpec
 }
 
-func startSteady(size int32, root string) (*steadyCluster, error) {
+// startSteady brings up size members as real etcd server processes of the operator's default
+// release; with useTLS they serve client TLS and require a client certificate, as a cluster
+// with spec.tls does.
+func startSteady(size int32, root string, useTLS bool) (*steadyCluster, error) {
 	ctrl, err := harness.LoadController(manifests.FS, "metacontroller")
 	if err != nil {
+		return nil, err
+	}
+	if _, err := etcdbin.Path(v1alpha1.DefaultVersion); err != nil {
 		return nil, err
 	}
 	env, err := harness.Start(harness.Options{
@@ -314,12 +389,32 @@ func startSteady(size int32, root string) (*steadyCluster, error) {
 		Hook:       harness.InProcessHook(sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops.dev/etcdops:bench"}, nil),
 		Controller: ctrl,
 		Root:       root,
+		EtcdBinary: func(image string) (string, error) { return etcdbin.Path(harness.ImageVersion(image)) },
 	})
 	if err != nil {
 		return nil, err
 	}
-	env.Create(v1alpha1.EtcdClusterSpec{Size: &size, Version: "v3.7.3", StorageSpec: &v1alpha1.StorageSpec{VolumeSizeRequest: resource.MustParse("1Gi")}})
-	if _, err := env.WaitSteady(int(size), 2*time.Minute); err != nil {
+	spec := v1alpha1.EtcdClusterSpec{Size: &size, Version: v1alpha1.DefaultVersion, StorageSpec: &v1alpha1.StorageSpec{VolumeSizeRequest: resource.MustParse("1Gi")}}
+	var client *corev1.Secret
+	if useTLS {
+		pki, err := harness.NewPKI(env.Namespace, env.Cluster, env.Domain)
+		if err != nil {
+			env.Close()
+			return nil, err
+		}
+		if err := env.UseTLS(pki); err != nil {
+			env.Close()
+			return nil, err
+		}
+		spec.TLS = &v1alpha1.TLSSpec{ServerSecret: pki.Server, PeerSecret: pki.Peer, ClientSecret: pki.Client}
+		for _, s := range pki.Secrets() {
+			if s.Name == pki.Client {
+				client = s
+			}
+		}
+	}
+	env.Create(spec)
+	if _, err := env.WaitSteady(int(size), 3*time.Minute); err != nil {
 		env.Close()
 		return nil, fmt.Errorf("%d members not steady: %v\n%s", size, err, env.Describe())
 	}
@@ -335,47 +430,11 @@ func startSteady(size int32, root string) (*steadyCluster, error) {
 	for _, p := range env.Pods() {
 		sc.podIPs = append(sc.podIPs, p.Status.PodIP)
 	}
+	sc.floor.Members = memberAddrs(sc)
+	if client != nil {
+		sc.floor.CA, sc.floor.Cert, sc.floor.Key = client.Data["ca.crt"], client.Data[corev1.TLSCertKey], client.Data[corev1.TLSPrivateKeyKey]
+	}
 	return sc, nil
-}
-
-// floorClient asks what an observation needs at the least, from the driver's process over
-// its own connections: Status of every member and the linearizable member list, at once.
-type floorClient struct {
-	members []*clientv3.Client
-}
-
-func newFloor(podIPs []string) (*floorClient, error) {
-	f := &floorClient{}
-	for _, ip := range podIPs {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + net.JoinHostPort(ip, "2379")}, Logger: zap.NewNop(), DialTimeout: 5 * time.Second})
-		if err != nil {
-			return nil, err
-		}
-		f.members = append(f.members, cli)
-	}
-	return f, nil
-}
-
-func (f *floorClient) op() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	errs := make([]error, len(f.members)+1)
-	var wg gosync.WaitGroup
-	for i, cli := range f.members {
-		wg.Go(func() { _, errs[i] = cli.Status(ctx, cli.Endpoints()[0]) })
-	}
-	wg.Go(func() { _, errs[len(f.members)] = f.members[0].MemberList(ctx) })
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("floor: %w", err)
-	}
-	return nil
-}
-
-func (f *floorClient) close() {
-	for _, c := range f.members {
-		c.Close()
-	}
 }
 
 // result is one measured case.
@@ -386,13 +445,16 @@ type result struct {
 	p50, p99    time.Duration
 	max         time.Duration
 	perSecond   float64
-	allocs      float64 // per request, in the hook
+	cpuPerOp    time.Duration // of the process that served the case's operations
+	allocs      float64       // per request, in the hook
 	allocKB     float64
 	rssMB       float64
+	heldMB      float64 // heap and goroutine stacks in use
 	goroutines  float64
 	ratio50     float64 // to the floor's, same size and clients
 	ratio99     float64
 	ratioPerSec float64
+	ratioCPU    float64
 }
 
 // timings is the latencies of one kind of operation in a case and the time its blocks took,
@@ -403,6 +465,8 @@ type timings struct {
 	lat     []time.Duration
 	calls   int // timed or not
 	elapsed time.Duration
+	// cpu is the CPU time the serving process used over the blocks, when it is measured.
+	cpu time.Duration
 }
 
 // load runs op leadIn+total times from clients workers, timing each call, and adds all
@@ -433,10 +497,15 @@ func (t *timings) load(clients, total int, op func(i int) error) error {
 	if err, _ := firstErr.Load().(error); err != nil {
 		return err
 	}
-	t.lat = append(t.lat, lat[t.leadIn:]...)
-	t.calls += calls
-	t.elapsed += time.Since(start)
+	t.add(lat[t.leadIn:], calls, time.Since(start))
 	return nil
+}
+
+// add counts a block of calls that took elapsed, with its timed latencies lat.
+func (t *timings) add(lat []time.Duration, calls int, elapsed time.Duration) {
+	t.lat = append(t.lat, lat...)
+	t.calls += calls
+	t.elapsed += elapsed
 }
 
 // result is the percentiles over every timed call in t and the rate of all its calls over
@@ -444,7 +513,11 @@ func (t *timings) load(clients, total int, op func(i int) error) error {
 func (t *timings) result(name string, clients int) result {
 	lat := slices.Sorted(slices.Values(t.lat))
 	n := len(lat)
-	return result{name: name, clients: clients, ops: n, p50: lat[n/2], p99: lat[n*99/100], max: lat[n-1], perSecond: float64(t.calls) / t.elapsed.Seconds()}
+	r := result{name: name, clients: clients, ops: n, p50: lat[n/2], p99: lat[n*99/100], max: lat[n-1], perSecond: float64(t.calls) / t.elapsed.Seconds()}
+	if t.cpu > 0 {
+		r.cpuPerOp = t.cpu / time.Duration(t.calls)
+	}
+	return r
 }
 
 // interleave runs total operations of each of two kinds in rounds rounds of one block of
@@ -473,7 +546,7 @@ func interleave(rounds, total int, a, b func(ops int) error) error {
 type syncCase struct {
 	timings
 	mallocs, allocBytes float64
-	goroutines          float64 // after the last block
+	goroutines, heldMB  float64 // after the last block
 }
 
 // result adds the hook's allocations per request, and its RSS and goroutines after the
@@ -482,7 +555,7 @@ func (c *syncCase) result(name string, clients int, rssMB float64) result {
 	r := c.timings.result(name, clients)
 	r.allocs = c.mallocs / float64(c.calls)
 	r.allocKB = c.allocBytes / float64(c.calls) / 1024
-	r.rssMB, r.goroutines = rssMB, c.goroutines
+	r.rssMB, r.heldMB, r.goroutines = rssMB, c.heldMB, c.goroutines
 	return r
 }
 
@@ -518,6 +591,8 @@ type options struct {
 	n, rounds        int
 	clusters, passes int
 	out, profiles    string
+	tls              bool
+	idle             time.Duration
 }
 
 // concurrency is the client counts at which /sync is compared with the floor.
@@ -532,7 +607,7 @@ func run(o options) error {
 	var steady []*steadyCluster
 	for _, size := range []int32{3, 5} {
 		fmt.Fprintf(os.Stderr, "bench: bringing %d members to a steady state\n", size)
-		sc, err := startSteady(size, fmt.Sprintf("%s/%d", root, size))
+		sc, err := startSteady(size, fmt.Sprintf("%s/%d", root, size), o.tls)
 		if err != nil {
 			return err
 		}
@@ -545,7 +620,7 @@ func run(o options) error {
 			return err
 		}
 	}
-	hook, err := startHook(o.hookBin, o.maxClusters, pprofAddr)
+	hook, err := startHook(o.hookBin, o.maxClusters, o.idle, pprofAddr)
 	if err != nil {
 		return err
 	}
@@ -565,9 +640,11 @@ func run(o options) error {
 		if err != nil {
 			return err
 		}
+		cpu0 := procCPU(hook.cmd.Process.Pid)
 		if err := c.load(clients, total, func(i int) error { return p.post(body(i)) }); err != nil {
 			return err
 		}
+		c.cpu += procCPU(hook.cmd.Process.Pid) - cpu0
 		after, err := hook.metrics(client)
 		if err != nil {
 			return err
@@ -577,6 +654,7 @@ func run(o options) error {
 		c.mallocs += after["go_memstats_mallocs_total"] - before["go_memstats_mallocs_total"]
 		c.allocBytes += after["go_memstats_alloc_bytes_total"] - before["go_memstats_alloc_bytes_total"]
 		c.goroutines = after["go_goroutines"]
+		c.heldMB = (after["go_memstats_heap_inuse_bytes"] + after["go_memstats_stack_inuse_bytes"]) / (1 << 20)
 		return nil
 	}
 	// measureSync is a case of one block of /sync requests alone.
@@ -588,14 +666,32 @@ func run(o options) error {
 		return c.result(name, clients, hook.rssMB()), nil
 	}
 
+	cpuProfile := func(action string) error {
+		if o.profiles == "" {
+			return nil
+		}
+		u := "http://" + pprofAddr + "/cpu/" + action + "?file=" + url.QueryEscape(filepath.Join(o.profiles, "hook-cpu.prof"))
+		resp, err := client.Post(u, "", nil)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("hook CPU profile %s: %s", action, resp.Status)
+		}
+		return nil
+	}
+	if err := cpuProfile("start"); err != nil {
+		return err
+	}
 	for _, sc := range steady {
 		size := len(sc.podIPs)
-		floor, err := newFloor(sc.podIPs)
+		floor, err := startFloor(sc.floor)
 		if err != nil {
 			return err
 		}
 		var warm timings
-		if err := warm.load(1, 100, func(int) error { return floor.op() }); err != nil {
+		if err := floor.load(&warm, 1, 100); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 		if err := warm.load(1, 100, func(int) error { return p.post(sc.request) }); err != nil {
@@ -609,7 +705,7 @@ func run(o options) error {
 			fl := timings{leadIn: clients}
 			s := syncCase{timings: timings{leadIn: clients}}
 			err := interleave(o.rounds, total,
-				func(ops int) error { return fl.load(clients, ops, func(int) error { return floor.op() }) },
+				func(ops int) error { return floor.load(&fl, clients, ops) },
 				func(ops int) error { return syncBlock(&s, clients, ops, same(sc.request)) })
 			if err != nil {
 				return err
@@ -619,9 +715,13 @@ func run(o options) error {
 			r := s.result(fmt.Sprintf("/sync, %d members", size), clients, hook.rssMB())
 			r.ratio50, r.ratio99 = r.p50.Seconds()/f.p50.Seconds(), r.p99.Seconds()/f.p99.Seconds()
 			r.ratioPerSec = 100 * r.perSecond / f.perSecond
+			r.ratioCPU = r.cpuPerOp.Seconds() / f.cpuPerOp.Seconds()
 			record(r)
 		}
-		floor.close()
+		floor.stop()
+	}
+	if err := cpuProfile("stop"); err != nil {
+		return err
 	}
 
 	three := steady[0]
@@ -686,8 +786,35 @@ func run(o options) error {
 	for i := range bodies {
 		bodies[i] = bytes.ReplaceAll(three.request, []byte(parent.Parent.Metadata.UID), []byte(fmt.Sprintf("bench-%08d-0000-0000-0000-000000000000", i)))
 	}
+	var notes []string
 	for pass := 1; pass <= o.passes; pass++ {
+		t0 := time.Now()
 		r, err := measureSync(fmt.Sprintf("/sync, %d clusters round-robin, pass %d", o.clusters, pass), 8, o.clusters, func(i int) []byte { return bodies[i] })
+		if err != nil {
+			return err
+		}
+		record(r)
+		// A pass slower than the idle timeout lets the sweep close clusters it has not come
+		// back to yet: the next pass dials them again, and connections were not all held.
+		if took := time.Since(t0); o.idle > 0 && took > o.idle {
+			notes = append(notes, fmt.Sprintf("round-robin pass %d took %s, longer than the idle timeout %s: the next pass found connections closed", pass, took.Round(time.Second), o.idle))
+		}
+	}
+	if o.idle > 0 {
+		// Half the clusters go on being synced; the others idle out once the hook's sweep,
+		// every half idle timeout, finds them unused for longer than the timeout.
+		half := bodies[:o.clusters/2]
+		start := time.Now()
+		idledOut := start.Add(o.idle*3/2 + time.Second)
+		// At most one half pass a second until the others idled out; on a loaded machine
+		// a half pass takes longer than a second, and the count only bounds the loop.
+		for i := 0; i < 1000 && time.Now().Before(idledOut); i++ {
+			if _, err := measureSync("", 8, len(half), func(i int) []byte { return half[i] }); err != nil {
+				return err
+			}
+			time.Sleep(time.Until(start.Add(time.Duration(i+1) * time.Second)))
+		}
+		r, err := measureSync(fmt.Sprintf("/sync, %d of the %d clusters, the others idle for %s", len(half), o.clusters, o.idle*3/2), 8, len(half), func(i int) []byte { return half[i] })
 		if err != nil {
 			return err
 		}
@@ -703,7 +830,13 @@ func run(o options) error {
 			}
 		}
 	}
-	table := format(results, o.hookBin, o.maxClusters, hook.runtimeEnv)
+	table := format(results, o, hook.runtimeEnv)
+	for _, n := range notes {
+		table += "\n- " + n
+	}
+	if len(notes) > 0 {
+		table += "\n"
+	}
 	fmt.Print(table)
 	if o.out != "" {
 		return os.WriteFile(o.out, []byte(table), 0o644)
@@ -724,19 +857,26 @@ func saveProfile(client *http.Client, url, file string) error {
 	return os.WriteFile(file, b, 0o644)
 }
 
-func format(results []result, hookBin string, maxClusters int, runtimeEnv []string) string {
+func format(results []result, o options, runtimeEnv []string) string {
 	var b strings.Builder
 	hook := "this tree's hook (hookserver.New)"
-	if hookBin != "" {
-		hook = "hook binary " + hookBin
+	if o.hookBin != "" {
+		hook = "hook binary " + o.hookBin
 	}
-	if maxClusters > 0 {
-		hook += fmt.Sprintf(" --max-cached-clusters=%d", maxClusters)
+	if o.maxClusters > 0 {
+		hook += fmt.Sprintf(" --max-cached-clusters=%d", o.maxClusters)
+	}
+	if o.idle > 0 {
+		hook += " --idle-cluster-timeout=" + o.idle.String()
 	}
 	hook += " with " + strings.Join(runtimeEnv, " ")
-	fmt.Fprintf(&b, "%s; %d CPUs; %s\n\n", hook, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
-	b.WriteString("| case | clients | ops | p50 | p99 | max | ops/s | p50 / floor | p99 / floor | ops/s / floor | allocs/req | KB/req | hook RSS MB | goroutines |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	members := "etcd " + v1alpha1.DefaultVersion + " members, plain HTTP"
+	if o.tls {
+		members = "etcd " + v1alpha1.DefaultVersion + " members, client TLS with client certificates"
+	}
+	fmt.Fprintf(&b, "%s; %s; %d CPUs; %s\n\n", hook, members, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
+	b.WriteString("| case | clients | ops | p50 | p99 | max | ops/s | CPU ms/op | p50 / floor | p99 / floor | ops/s / floor | CPU / floor | allocs/req | KB/req | hook RSS MB | heap+stacks MB | goroutines |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 	opt := func(v float64, f string) string {
 		if v == 0 {
@@ -745,10 +885,10 @@ func format(results []result, hookBin string, maxClusters int, runtimeEnv []stri
 		return fmt.Sprintf(f, v)
 	}
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n",
-			r.name, r.clients, r.ops, ms(r.p50), ms(r.p99), ms(r.max), r.perSecond,
-			opt(r.ratio50, "%.2f×"), opt(r.ratio99, "%.2f×"), opt(r.ratioPerSec, "%.0f%%"),
-			opt(r.allocs, "%.0f"), opt(r.allocKB, "%.0f"), opt(r.rssMB, "%.0f"), opt(r.goroutines, "%.0f"))
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			r.name, r.clients, r.ops, ms(r.p50), ms(r.p99), ms(r.max), r.perSecond, opt(float64(r.cpuPerOp.Microseconds())/1000, "%.2f"),
+			opt(r.ratio50, "%.2f×"), opt(r.ratio99, "%.2f×"), opt(r.ratioPerSec, "%.0f%%"), opt(r.ratioCPU, "%.2f×"),
+			opt(r.allocs, "%.0f"), opt(r.allocKB, "%.0f"), opt(r.rssMB, "%.0f"), opt(r.heldMB, "%.0f"), opt(r.goroutines, "%.0f"))
 	}
 	return b.String()
 }

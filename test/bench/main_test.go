@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -54,4 +55,15 @@ func TestLoadLeavesTheLeadInUntimedAndCountsItAsRun(t *testing.T) {
 			t.Fatalf("timed latencies %v include a lead-in call", tm.lat)
 		}
 	}
+}
+
+func TestProcCPUCountsThisProcess(t *testing.T) {
+	before := procCPU(os.Getpid())
+	// Spin until a clock tick of CPU time shows, however loaded the machine.
+	for start := time.Now(); time.Since(start) < 5*time.Second; {
+		if procCPU(os.Getpid()) > before {
+			return
+		}
+	}
+	t.Fatalf("CPU time still %s after 5s of spinning", before)
 }

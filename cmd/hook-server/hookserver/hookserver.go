@@ -28,9 +28,11 @@ type Options struct {
 	// SlowMember is how long members still silent are waited for once one has answered.
 	SlowMember time.Duration
 	// MaxClusters bounds how many clusters keep cached etcd clients.
-	MaxClusters  int
-	MaxBodyBytes int64
-	AuthToken    string
+	MaxClusters int
+	// IdleClusterTimeout closes a cluster's etcd clients when it was not synced for this long.
+	IdleClusterTimeout time.Duration
+	MaxBodyBytes       int64
+	AuthToken          string
 	// TLSCertFile and TLSKeyFile, when set, serve HTTPS.
 	TLSCertFile, TLSKeyFile string
 	// DrainPeriod is how long /readyz answers 503 before the listener closes, so the
@@ -68,10 +70,11 @@ func New(o Options) *Server {
 	}
 	s := &Server{opts: o}
 	s.observer = membership.NewObserver(membership.ObserverOptions{
-		Deadline:   o.ObserveTimeout,
-		SlowMember: o.SlowMember,
-		MaxClients: o.MaxClusters,
-		Dial:       o.Dial,
+		Deadline:    o.ObserveTimeout,
+		SlowMember:  o.SlowMember,
+		MaxClients:  o.MaxClusters,
+		IdleTimeout: o.IdleClusterTimeout,
+		Dial:        o.Dial,
 	})
 	handler := hooks.NewHandler(hooks.Deps{
 		Config:         o.Config,
