@@ -204,3 +204,17 @@ func TestRestoreInPlaceKnowsARestoredCluster(t *testing.T) {
 		t.Fatalf("a restored cluster without status.restoredFrom: %s", d.Action.Reason)
 	}
 }
+
+// A restore to a revision reaches the seed through the join state.
+func TestRestoreJoinCarriesTheTargetRevision(t *testing.T) {
+	c := &v1alpha1.EtcdCluster{}
+	rev := int64(42)
+	c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{Name: v1alpha1.LatestBackup, Revision: &rev}}
+	if r := restoreJoin(c, "e-0"); r == nil || r.Member != "e-0" || r.Backup != v1alpha1.LatestBackup || r.Revision != 42 {
+		t.Fatalf("join state restore %+v", r)
+	}
+	c.Spec.Bootstrap.FromBackup.Revision = nil
+	if r := restoreJoin(c, "e-0"); r == nil || r.Revision != 0 {
+		t.Fatalf("join state restore without a revision %+v", r)
+	}
+}

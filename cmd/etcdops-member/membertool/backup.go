@@ -104,12 +104,12 @@ func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, lo
 	ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
 	defer cancel()
 	r, err := backup.Restore(ctx, backup.RestoreOptions{
-		Store: store, Name: rt.Backup, WorkDir: filepath.Dir(rt.DataDir), DataDir: rt.DataDir,
+		Store: store, Name: rt.Backup, Revision: rt.Revision, WorkDir: filepath.Dir(rt.DataDir), DataDir: rt.DataDir,
 		Member: rt.Member, PeerURL: rt.PeerURL, InitialCluster: rt.InitialCluster, Token: rt.Token,
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "launch: restored %s (revision %d, %d keys)\n", r.Object, r.Revision, r.Keys)
+	fmt.Fprintf(log, "launch: restored %s (%d keys) and %d chunks of changes after it: revision %d\n", r.Object, r.Keys, r.Changes, r.Revision)
 	return nil
 }
