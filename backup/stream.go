@@ -23,6 +23,8 @@ type StreamOptions struct {
 	// Take takes a full snapshot when a chain must start afresh: none stored yet, its base
 	// compacted away, or a gap in what is stored. Its Store is the stream's.
 	Take TakeOptions
+	// TakeTimeout bounds one full snapshot; 0: no bound but ctx.
+	TakeTimeout time.Duration
 	// Interval bounds how long a change waits before it is stored: the recovery point.
 	Interval time.Duration
 	// MaxChunkBytes bounds a chunk's events; a chunk holds whole revisions, so one revision
@@ -64,7 +66,7 @@ func Stream(ctx context.Context, o StreamOptions) error {
 			o.Failed(err)
 		}
 		if errors.Is(err, membership.ErrCompacted) || errors.Is(err, ErrGap) || errors.Is(err, ErrNotFound) {
-			if _, terr := Take(ctx, o.Take); terr != nil {
+			if terr := takeBounded(ctx, o); terr != nil {
 				err = fmt.Errorf("a new chain after %v needs a snapshot in %s: %w", err, store.Where(""), terr)
 				if o.Failed != nil {
 					o.Failed(err)
@@ -79,6 +81,16 @@ func Stream(ctx context.Context, o StreamOptions) error {
 		case <-time.After(cmp.Or(o.Retry, time.Second)):
 		}
 	}
+}
+
+func takeBounded(ctx context.Context, o StreamOptions) error {
+	if o.TakeTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.TakeTimeout)
+		defer cancel()
+	}
+	_, err := Take(ctx, o.Take)
+	return err
 }
 
 // resumePoint is the chain the stream continues: the newest full snapshot's revision, and

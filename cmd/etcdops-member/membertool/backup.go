@@ -93,6 +93,64 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return report(r, ExitOK)
 }
 
+// runStreamBackup stores every change of the cluster after its newest snapshot in the
+// destination (backup.Stream) until ctx ends, as the continuous backup's Deployment runs it:
+// one line on stdout for each chunk stored, one on stderr for each failure, from which it
+// resumes by itself.
+func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f operationFlags
+	// --timeout bounds each full snapshot the stream takes.
+	fs := f.flagSet("stream-backup", 10*time.Minute)
+	var dest backup.DestinationFlags
+	var cluster, workDir string
+	var interval time.Duration
+	var maxChunk, bandwidth int64
+	fs.StringVar(&cluster, "cluster", "", "cluster name, which names the snapshots")
+	fs.StringVar(&workDir, "work-dir", os.TempDir(), "directory chunks and snapshots are written in before they are stored")
+	fs.DurationVar(&interval, "interval", 30*time.Second, "longest a change waits before it is stored")
+	fs.Int64Var(&maxChunk, "max-chunk-bytes", 4<<20, "largest chunk of changes, in bytes")
+	fs.Int64Var(&bandwidth, "max-bandwidth", 0, "bytes per second a full snapshot is read at; 0: no bound")
+	dest.Register(fs, "")
+	err := fs.Parse(args)
+	switch {
+	case err != nil:
+	case fs.NArg() > 0:
+		err = fmt.Errorf("unexpected arguments %q", fs.Args())
+	case f.endpoints == "" || cluster == "":
+		err = errors.New("--endpoints and --cluster are required")
+	case !dest.Set():
+		err = errors.New("a destination is required: --s3-endpoint or --dir")
+	case interval <= 0 || maxChunk <= 0 || bandwidth < 0:
+		err = errors.New("--interval and --max-chunk-bytes must be positive, --max-bandwidth not negative")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "stream-backup: %v\n", err)
+		return ExitUsage
+	}
+	t, err := f.tls()
+	if err == nil {
+		var store backup.Store
+		if store, err = dest.Open(); err == nil {
+			eps := strings.Split(f.endpoints, ",")
+			err = backup.Stream(ctx, backup.StreamOptions{
+				Endpoints: eps, TLS: t, Interval: interval, MaxChunkBytes: maxChunk,
+				Take: backup.TakeOptions{Endpoints: eps, TLS: t, Cluster: cluster, Store: store, WorkDir: workDir,
+					BytesPerSecond: bandwidth, Now: time.Now},
+				TakeTimeout: f.timeout,
+				Stored: func(d backup.Delta) {
+					fmt.Fprintf(stdout, "stream-backup %s: stored %s (revisions %d to %d, %d bytes)\n", cluster, store.Where(d.Name), d.First, d.Last, d.Size)
+				},
+				Failed: func(err error) { fmt.Fprintf(stderr, "stream-backup %s: %v\n", cluster, err) },
+			})
+		}
+	}
+	if ctx.Err() != nil {
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "stream-backup %s: %v\n", cluster, err)
+	return ExitUsage
+}
+
 // restoreSnapshot is the launcher's restore: the snapshot the join state names, from the
 // destination the launch flags name, into the target data dir, fetched beside it on the
 // member volume.

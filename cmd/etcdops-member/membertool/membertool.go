@@ -52,6 +52,9 @@ commands:
               [--termination-log=FILE]
       destination: --s3-endpoint=URL --bucket=B [--prefix=P] [--region=R]
                    --credentials-dir=DIR [--ca-file=FILE]   or   --dir=DIR
+  stream-backup --endpoints=URL[,URL] --cluster=NAME <destination> [--interval=30s]
+              [--max-chunk-bytes=4194304] [--max-bandwidth=BYTES] [--work-dir=DIR]
+              (runs until stopped)
       common: --cacert=FILE --cert=FILE --key=FILE --timeout=30s
   install --to=PATH
   launch --join-state=FILE --name=POD --data-dir=DIR --etcd=PATH
@@ -76,6 +79,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runOperation(ctx, cmd, rest, stdout, stderr)
 	case "backup":
 		return runBackup(ctx, rest, stdout, stderr)
+	case "stream-backup":
+		return runStreamBackup(ctx, rest, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, stderr)
 	case "install":
