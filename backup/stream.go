@@ -33,9 +33,11 @@ type StreamOptions struct {
 	// Retry is the pause after a failure (a lost leader, the storage unreachable) before the
 	// stream resumes from what the destination holds; 0: a second.
 	Retry time.Duration
-	// Stored is told of each chunk stored and Failed of each failure; either may be nil.
-	Stored func(Delta)
-	Failed func(error)
+	// Stored is told of each chunk stored, Watched of the last revision the watch sent, and
+	// Failed of each failure; any may be nil.
+	Stored  func(Delta)
+	Watched func(revision int64)
+	Failed  func(error)
 }
 
 // flushOnStop bounds storing the held changes once the stream is stopped.
@@ -149,6 +151,9 @@ func streamChain(ctx context.Context, o StreamOptions) error {
 			}
 			if err := c.add(ctx, ch.Events); err != nil {
 				return err
+			}
+			if o.Watched != nil && len(ch.Events) > 0 {
+				o.Watched(c.last)
 			}
 		case <-tick.C:
 			if c.due(o.Take.Now()) {

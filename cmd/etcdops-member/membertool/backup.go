@@ -102,7 +102,7 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 	// --timeout bounds each full snapshot the stream takes.
 	fs := f.flagSet("stream-backup", 10*time.Minute)
 	var dest backup.DestinationFlags
-	var cluster, workDir string
+	var cluster, workDir, metricsAddr string
 	var interval time.Duration
 	var maxChunk, bandwidth int64
 	fs.StringVar(&cluster, "cluster", "", "cluster name, which names the snapshots")
@@ -110,6 +110,7 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.DurationVar(&interval, "interval", 30*time.Second, "longest a change waits before it is stored")
 	fs.Int64Var(&maxChunk, "max-chunk-bytes", 4<<20, "largest chunk of changes, in bytes")
 	fs.Int64Var(&bandwidth, "max-bandwidth", 0, "bytes per second a full snapshot is read at; 0: no bound")
+	fs.StringVar(&metricsAddr, "metrics-addr", "", "address to serve the stream's metrics on (/metrics); none when empty")
 	dest.Register(fs, "")
 	err := fs.Parse(args)
 	switch {
@@ -127,7 +128,11 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "stream-backup: %v\n", err)
 		return ExitUsage
 	}
+	m := newStreamMetrics(cluster, time.Now())
 	t, err := f.tls()
+	if err == nil && metricsAddr != "" {
+		err = m.serve(ctx, metricsAddr)
+	}
 	if err == nil {
 		var store backup.Store
 		if store, err = dest.Open(); err == nil {
@@ -138,9 +143,14 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 					BytesPerSecond: bandwidth, Now: time.Now},
 				TakeTimeout: f.timeout,
 				Stored: func(d backup.Delta) {
+					m.chunkStored(d, time.Now())
 					fmt.Fprintf(stdout, "stream-backup %s: stored %s (revisions %d to %d, %d bytes)\n", cluster, store.Where(d.Name), d.First, d.Last, d.Size)
 				},
-				Failed: func(err error) { fmt.Fprintf(stderr, "stream-backup %s: %v\n", cluster, err) },
+				Watched: func(rev int64) { m.watched.Set(float64(rev)) },
+				Failed: func(err error) {
+					m.failures.Inc()
+					fmt.Fprintf(stderr, "stream-backup %s: %v\n", cluster, err)
+				},
 			})
 		}
 	}

@@ -54,7 +54,7 @@ commands:
                    --credentials-dir=DIR [--ca-file=FILE]   or   --dir=DIR
   stream-backup --endpoints=URL[,URL] --cluster=NAME <destination> [--interval=30s]
               [--max-chunk-bytes=4194304] [--max-bandwidth=BYTES] [--work-dir=DIR]
-              (runs until stopped)
+              [--metrics-addr=:9480]   (runs until stopped)
       common: --cacert=FILE --cert=FILE --key=FILE --timeout=30s
   install --to=PATH
   launch --join-state=FILE --name=POD --data-dir=DIR --etcd=PATH

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	gosync "sync"
@@ -14,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"etcdops.dev/etcdops/backup"
+	"etcdops.dev/etcdops/internal/etcdtest"
 )
 
 // lockedBuffer is a buffer the stream writes while the test reads it.
@@ -42,9 +45,10 @@ func TestStreamBackupStoresChangesUntilStopped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr lockedBuffer
 	done := make(chan int, 1)
+	metrics := fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
 	go func() {
 		done <- Run(ctx, []string{"stream-backup", "--endpoints=" + ep, "--cluster=e", "--dir=" + store,
-			"--work-dir=" + t.TempDir(), "--interval=100ms", "--max-chunk-bytes=65536"}, &stdout, &stderr)
+			"--work-dir=" + t.TempDir(), "--interval=100ms", "--max-chunk-bytes=65536", "--metrics-addr=" + metrics}, &stdout, &stderr)
 	}()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, Logger: zap.NewNop()})
 	if err != nil {
@@ -65,6 +69,21 @@ func TestStreamBackupStoresChangesUntilStopped(t *testing.T) {
 			t.Fatalf("revision %d not stored in 30s: stdout %q, stderr %q", last, stdout.String(), stderr.String())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		fmt.Sprintf("etcdops_backup_stream_stored_revision{name=\"e\"} %d\n", last),
+		fmt.Sprintf("etcdops_backup_stream_watched_revision{name=\"e\"} %d\n", last),
+		"etcdops_backup_stream_failures_total{name=\"e\"} 0\n",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
 	}
 	cancel()
 	if code := <-done; code != ExitOK {
