@@ -49,6 +49,7 @@ type objectSets struct {
 	configMaps   map[string]*corev1.ConfigMap
 	pdbs         map[string]*policyv1.PodDisruptionBudget
 	jobs         map[string]*batchv1.Job
+	deployments  map[string]*appsv1.Deployment
 	pods         map[string]*corev1.Pod
 	secrets      map[string]*corev1.Secret
 }
@@ -275,6 +276,8 @@ func (s *objectSets) decode(dec *jsontext.Decoder, typ string, req *syncRequest,
 		return decodeSet(dec, typ, &s.pdbs)
 	case children && typ == keyJob:
 		return decodeSet(dec, typ, &s.jobs)
+	case children && typ == keyDeployment:
+		return decodeSet(dec, typ, &s.deployments)
 	case !children && typ == keyPod:
 		return decodeSet(dec, typ, &s.pods)
 	case !children && typ == keySecret:
@@ -350,5 +353,6 @@ func (req *syncRequest) observedChildren() (sync.Children, error) {
 		ConfigMaps:   sorted(req.children.configMaps),
 		PDBs:         sorted(req.children.pdbs),
 		Jobs:         sorted(req.children.jobs),
+		Deployments:  sorted(req.children.deployments),
 	}, nil
 }

@@ -337,6 +337,7 @@ func checkCompositeController(t *testing.T, cc *unstructured.Unstructured) {
 
 	want := map[string]string{
 		"apps/v1 statefulsets":           "InPlace",
+		"apps/v1 deployments":            "InPlace",
 		"v1 services":                    "InPlace",
 		"v1 configmaps":                  "InPlace",
 		"policy/v1 poddisruptionbudgets": "InPlace",

@@ -67,6 +67,9 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 	if job != nil {
 		children = append(children, *job)
 	}
+	if stream, ok := v.backupStream(); ok {
+		children = append(children, stream)
+	}
 	return append(children, adopted(v.obs.Children, v.c.Name)...), l
 }
 
@@ -81,6 +84,8 @@ func ownChild(cluster, kind, name string) bool {
 		return name == PDBName(cluster)
 	case "StatefulSet":
 		return name == StatefulSetName(cluster)
+	case "Deployment":
+		return name == BackupStreamName(cluster)
 	}
 	return false
 }

@@ -138,6 +138,10 @@ func observedChildren(ch Children) []Child {
 		o := &ch.Jobs[i]
 		out = append(out, unchanged("batch/v1", "Job", o.ObjectMeta, o))
 	}
+	for i := range ch.Deployments {
+		o := &ch.Deployments[i]
+		out = append(out, unchanged("apps/v1", "Deployment", o.ObjectMeta, o))
+	}
 	sortChildren(out)
 	return out
 }

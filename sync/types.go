@@ -48,6 +48,7 @@ type Children struct {
 	ConfigMaps   []corev1.ConfigMap
 	PDBs         []policyv1.PodDisruptionBudget
 	Jobs         []batchv1.Job
+	Deployments  []appsv1.Deployment
 }
 
 // Decision is the planner's answer: the complete desired children, the status, the one action

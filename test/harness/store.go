@@ -43,6 +43,8 @@ var kinds = map[string]kindInfo{
 	"PersistentVolumeClaim": {"v1", "persistentvolumeclaims", func() Object { return &corev1.PersistentVolumeClaim{} }},
 	"PodDisruptionBudget":   {"policy/v1", "poddisruptionbudgets", func() Object { return &policyv1.PodDisruptionBudget{} }},
 	"Job":                   {"batch/v1", "jobs", func() Object { return &batchv1.Job{} }},
+	// The continuous backup's Deployment is stored, not run: no scenario streams yet.
+	"Deployment": {"apps/v1", "deployments", func() Object { return &appsv1.Deployment{} }},
 }
 
 // kindOfResource maps a resource name (as CompositeController and customize use) to a Kind.
