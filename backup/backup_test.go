@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,35 +12,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"etcdops.dev/etcdops/internal/s3server"
 )
 
-// Object storage is gofakes3, an S3-compatible server, in the test process on 127.0.0.1;
-// the claim of the PVC case is a directory. etcd is real.
+// Object storage is versitygw, a real S3 server, over a temporary directory on 127.0.0.1
+// (internal/s3server); the claim of the PVC case is a directory. etcd is real.
 
 const testBucket = "etcd-backups"
 
-// fakeS3 serves an S3-compatible bucket on loopback and returns the store's configuration.
-func fakeS3(t testing.TB) (S3Config, *s3mem.Backend) {
+// realS3 serves a bucket on loopback and returns the store's configuration.
+func realS3(t testing.TB) S3Config {
 	t.Helper()
-	be := s3mem.New()
-	if err := be.CreateBucket(testBucket); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gofakes3.New(be).Server())
-	t.Cleanup(srv.Close)
-	return S3Config{Endpoint: srv.URL, Bucket: testBucket, Prefix: "ns/etcd", Region: "us-east-1", AccessKeyID: "test", SecretAccessKey: "test-secret"}, be
+	srv := s3server.Start(t, testBucket)
+	return S3Config{Endpoint: srv.Endpoint, Bucket: testBucket, Prefix: "ns/etcd", Region: s3server.Region, AccessKeyID: s3server.AccessKey, SecretAccessKey: s3server.SecretKey}
 }
 
 // stores are the two kinds of destination, each fresh.
 func stores(t *testing.T) map[string]func(t *testing.T) Store {
 	return map[string]func(t *testing.T) Store{
 		"s3": func(t *testing.T) Store {
-			cfg, _ := fakeS3(t)
+			cfg := realS3(t)
 			s, err := NewS3(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -335,7 +329,7 @@ func TestCorruptOrTruncatedSnapshotIsRefused(t *testing.T) {
 }
 
 func TestCorruptObjectInS3IsRefused(t *testing.T) {
-	cfg, _ := fakeS3(t)
+	cfg := realS3(t)
 	s, err := NewS3(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -40,6 +40,10 @@ func (s *dirStore) Put(_ context.Context, name string, f *os.File, size int64, m
 	if err != nil {
 		return err
 	}
+	// A chunk of changes goes in its chain's directory.
+	if err := os.MkdirAll(filepath.Dir(s.Where(name)), 0o750); err != nil {
+		return err
+	}
 	// The metadata goes first: a snapshot is never visible without it.
 	if err := atomicfile.Write(s.Where(name+".json"), func(w io.Writer) error { _, err := w.Write(mb); return err }); err != nil {
 		return err
@@ -74,6 +78,39 @@ func (s *dirStore) List(context.Context) ([]Object, error) {
 	return out, nil
 }
 
+func (s *dirStore) ListDeltas(context.Context) ([]Delta, error) {
+	chains, err := os.ReadDir(s.Where(deltaDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Delta
+	for _, c := range chains {
+		if !c.IsDir() {
+			continue
+		}
+		entries, err := os.ReadDir(s.Where(deltaDir + c.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			d, ok := parseDeltaName(deltaDir + c.Name() + "/" + e.Name())
+			if !ok || !e.Type().IsRegular() {
+				continue
+			}
+			info, err := e.Info()
+			if err != nil {
+				return nil, err
+			}
+			d.Size = info.Size()
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
 func (s *dirStore) Fetch(_ context.Context, name string, w io.Writer) (Meta, error) {
 	f, err := os.Open(s.Where(name))
 	if errors.Is(err, os.ErrNotExist) {
@@ -101,6 +138,10 @@ func (s *dirStore) Delete(_ context.Context, name string) error {
 	}
 	if err := os.Remove(s.Where(name + ".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
+	}
+	// A chain's directory goes with its last chunk; a directory with chunks left stays.
+	if dir := filepath.Dir(s.Where(name)); dir != s.dir {
+		os.Remove(dir)
 	}
 	return nil
 }

@@ -12,8 +12,10 @@ import (
 // RestoreOptions say which snapshot to restore and the member it becomes.
 type RestoreOptions struct {
 	Store Store
-	// Name is the snapshot's name, or LatestName.
-	Name string
+	// Name is the snapshot's name, or LatestName: then the snapshot and stored changes that
+	// reach Revision, or the newest change stored when Revision is 0.
+	Name     string
+	Revision int64
 	// WorkDir holds the downloaded snapshot while it is checked.
 	WorkDir string
 	// DataDir is the new data dir; it must not exist or be empty.
@@ -25,23 +27,35 @@ type RestoreOptions struct {
 
 // Restored says what was restored.
 type Restored struct {
-	Object   string
+	Object string
+	// Revision is the revision the data dir holds: the snapshot's, or the last change
+	// replayed after it.
 	Revision int64
-	Keys     int
+	// Keys is how many keys the snapshot held.
+	Keys int
+	// Changes counts the chunks of changes replayed after the snapshot.
+	Changes int
 }
 
 // Restore fetches a snapshot, checks it (Verify, and against the checksum and revision the
 // store kept beside it) and writes a data dir from it as etcdutl snapshot restore does: a new
 // cluster ID from the token and the initial cluster, the old membership dropped. A snapshot
 // that fails a check is refused with an error wrapping ErrCorrupt.
+//
+// For LatestName, the snapshot is the newest at or before the target revision, and the
+// changes stored after it are replayed up to the target (replay); a target they do not
+// reach is refused with an error wrapping ErrGap that says where they stop.
 func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 	name := o.Name
+	var pit pointInTime
 	if name == LatestName {
-		latest, err := Newest(ctx, o.Store)
-		if err != nil {
+		var err error
+		if pit, err = planPointInTime(ctx, o.Store, o.Revision); err != nil {
 			return Restored{}, err
 		}
-		name = latest.Name
+		name = pit.snapshot.Name
+	} else if o.Revision != 0 {
+		return Restored{}, fmt.Errorf("a restore to revision %d chooses its snapshot: name %q, not %s", o.Revision, LatestName, name)
 	}
 	where := o.Store.Where(name)
 	f, err := os.CreateTemp(o.WorkDir, "restore-*.db")
@@ -80,5 +94,14 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 	if err != nil {
 		return Restored{}, fmt.Errorf("restore %s: %w", where, err)
 	}
-	return Restored{Object: where, Revision: v.Revision, Keys: v.Keys}, nil
+	r := Restored{Object: where, Revision: v.Revision, Keys: v.Keys}
+	if pit.target > v.Revision {
+		if err := replay(ctx, o.Store, o.DataDir, o.Member, v.Revision, pit); err != nil {
+			// A half-replayed data dir must not start as the cluster's.
+			os.RemoveAll(o.DataDir)
+			return Restored{}, err
+		}
+		r.Revision, r.Changes = pit.target, len(pit.deltas)
+	}
+	return r, nil
 }

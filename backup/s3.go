@@ -146,6 +146,21 @@ func (s *s3Store) List(ctx context.Context) ([]Object, error) {
 	return out, nil
 }
 
+func (s *s3Store) ListDeltas(ctx context.Context) ([]Delta, error) {
+	var out []Delta
+	opts := minio.ListObjectsOptions{Prefix: s.prefix + deltaDir, Recursive: true}
+	for info := range s.cli.ListObjects(ctx, s.bucket, opts) {
+		if info.Err != nil {
+			return nil, fmt.Errorf("list %s: %w", s.Where(deltaDir), info.Err)
+		}
+		if d, ok := parseDeltaName(strings.TrimPrefix(info.Key, s.prefix)); ok {
+			d.Size = info.Size
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
 func (s *s3Store) Fetch(ctx context.Context, name string, w io.Writer) (Meta, error) {
 	obj, err := s.cli.GetObject(ctx, s.bucket, s.prefix+name, minio.GetObjectOptions{})
 	if err != nil {

@@ -36,12 +36,14 @@ type Meta struct {
 	Member   string
 }
 
-// Store keeps snapshots. Put makes a snapshot visible under its name only once it is
-// complete: a reader never sees part of one. List returns only snapshots named by this
-// package (SnapshotName), so nothing else under the prefix is ever deleted.
+// Store keeps snapshots and chunks of changes (Delta). Put makes an object visible under its
+// name only once it is complete: a reader never sees part of one. List returns only
+// snapshots named by this package (SnapshotName), ListDeltas only chunks (DeltaName), so
+// nothing else under the prefix is ever deleted.
 type Store interface {
 	Put(ctx context.Context, name string, f *os.File, size int64, meta Meta) error
 	List(ctx context.Context) ([]Object, error)
+	ListDeltas(ctx context.Context) ([]Delta, error)
 	// Fetch copies snapshot name into w and returns what was stored beside it; a Meta with
 	// no SHA256 when the store kept none.
 	Fetch(ctx context.Context, name string, w io.Writer) (Meta, error)

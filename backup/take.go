@@ -128,7 +128,8 @@ func takeFrom(ctx context.Context, o TakeOptions, src membership.SnapshotSource)
 	return backupresult.Result{Object: o.Store.Where(name), Revision: v.Revision, Size: v.Size, SHA256: v.SHA256, MemberID: fmt.Sprintf("%x", src.ID)}, nil
 }
 
-// retain deletes the snapshots beyond the retention, counting them in r.
+// retain deletes the snapshots beyond the retention, counting them in r, and the chunks of
+// changes after a snapshot no longer kept: a chain is only of use from its snapshot on.
 func retain(ctx context.Context, o TakeOptions, r *backupresult.Result) error {
 	if o.Retention == (Retention{}) {
 		return nil
@@ -137,11 +138,28 @@ func retain(ctx context.Context, o TakeOptions, r *backupresult.Result) error {
 	if err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}
+	// Snapshots taken with no change between them share a revision, and a chain.
+	kept := map[int64]int{}
+	for _, obj := range objs {
+		kept[obj.Revision]++
+	}
 	for _, obj := range o.Retention.Expired(objs, o.Now()) {
 		if err := o.Store.Delete(ctx, obj.Name); err != nil {
 			return fmt.Errorf("retention: %w", err)
 		}
+		kept[obj.Revision]--
 		r.Deleted++
+	}
+	deltas, err := o.Store.ListDeltas(ctx)
+	if err != nil {
+		return fmt.Errorf("retention: %w", err)
+	}
+	for _, d := range deltas {
+		if kept[d.Base] == 0 {
+			if err := o.Store.Delete(ctx, d.Name); err != nil {
+				return fmt.Errorf("retention: %w", err)
+			}
+		}
 	}
 	return nil
 }

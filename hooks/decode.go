@@ -53,6 +53,7 @@ type objectSets struct {
 	accounts     map[string]*corev1.ServiceAccount
 	roles        map[string]*rbacv1.Role
 	roleBindings map[string]*rbacv1.RoleBinding
+	deployments  map[string]*appsv1.Deployment
 	pods         map[string]*corev1.Pod
 	secrets      map[string]*corev1.Secret
 	claims       map[string]*corev1.PersistentVolumeClaim
@@ -232,6 +233,8 @@ func (s *objectSets) decode(dec *jsontext.Decoder, typ string, req *syncRequest,
 		return decodeSet(dec, typ, &s.roles)
 	case children && typ == keyRoleBinding:
 		return decodeSet(dec, typ, &s.roleBindings)
+	case children && typ == keyDeployment:
+		return decodeSet(dec, typ, &s.deployments)
 	case !children && typ == keyPod:
 		return decodeSet(dec, typ, &s.pods)
 	case !children && typ == keySecret:
@@ -314,5 +317,6 @@ func (req *syncRequest) observedChildren() (sync.Children, error) {
 		Accounts:     sorted(req.children.accounts),
 		Roles:        sorted(req.children.roles),
 		RoleBindings: sorted(req.children.roleBindings),
+		Deployments:  sorted(req.children.deployments),
 	}, nil
 }

@@ -99,7 +99,7 @@ func TestBadInputIsRefusedWithAReason(t *testing.T) {
 			syncBody(`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"x","namespace":"y"},"spec":{"size":"three"}}`, emptyChildren, `{}`),
 			422, "unprocessable request", "does not match the EtcdCluster schema"},
 		{"children of an undeclared type would be deleted, so nothing is answered", "POST", "/sync",
-			syncBody(parent, `{"Deployment.apps/v1":{"x":{"metadata":{"name":"x"}}}}`, `{}`), 422, "unprocessable request", `"Deployment.apps/v1" are not managed`},
+			syncBody(parent, `{"DaemonSet.apps/v1":{"x":{"metadata":{"name":"x"}}}}`, `{}`), 422, "unprocessable request", `"DaemonSet.apps/v1" are not managed`},
 		{"an unknown path", "POST", "/reconcile", `{}`, 404, "not found", "/reconcile"},
 		{"hooks are POST only", "GET", "/sync", ``, 405, "method not allowed", "GET /sync"},
 	}

@@ -18,6 +18,7 @@ const (
 	keyConfigMap   = "ConfigMap.v1"
 	keyPDB         = "PodDisruptionBudget.policy/v1"
 	keyJob         = "Job.batch/v1"
+	keyDeployment  = "Deployment.apps/v1"
 	keyPod         = "Pod.v1"
 	keySecret      = "Secret.v1"
 	keyClaim       = "PersistentVolumeClaim.v1"

@@ -52,6 +52,9 @@ type Restore struct {
 	Member string `json:"member"`
 	// Backup is the snapshot asked for: its name, or "latest".
 	Backup string `json:"backup"`
+	// Revision, with "latest", is the revision to restore to: the snapshot at or before it
+	// and the stored changes after it. 0: the newest change stored.
+	Revision int64 `json:"revision,omitempty"`
 }
 
 // Recovery is a quorum recovery from one surviving member.

@@ -129,7 +129,7 @@ func earlier(v Volume) Volume {
 
 // restoring marks s as the join state of a cluster bootstrapped from a snapshot by e-0.
 func restoring(s joinstate.State) joinstate.State {
-	s.Restore = &joinstate.Restore{Member: "e-0", Backup: "latest"}
+	s.Restore = &joinstate.Restore{Member: "e-0", Backup: "latest", Revision: 42}
 	return s
 }
 

@@ -82,6 +82,8 @@ type RestoreTarget struct {
 	Member, PeerURL, InitialCluster, Token string
 	// Backup is the snapshot the join state asks for: a name, or "latest".
 	Backup string
+	// Revision is the revision the join state asks to restore to; 0: the newest stored.
+	Revision int64
 }
 
 // ErrBadOptions marks errors in the launch command line, as opposed to I/O failures.
@@ -191,7 +193,7 @@ func restore(o Options, join joinstate.State, dataDir string, incarnation int64)
 	if err := os.MkdirAll(filepath.Dir(dataDir), 0o700); err != nil {
 		return err
 	}
-	err := o.Restore(RestoreTarget{DataDir: work, Member: o.Name, PeerURL: me.PeerURL, InitialCluster: initialCluster(join), Token: join.Token, Backup: join.Restore.Backup})
+	err := o.Restore(RestoreTarget{DataDir: work, Member: o.Name, PeerURL: me.PeerURL, InitialCluster: initialCluster(join), Token: join.Token, Backup: join.Restore.Backup, Revision: join.Restore.Revision})
 	if err != nil {
 		os.RemoveAll(work)
 		return fmt.Errorf("restore: %w", err)

@@ -197,7 +197,7 @@ func TestPrepareRestoresOnceAndSurvivesACrash(t *testing.T) {
 	if err != nil || argv == nil || !d.Restore {
 		t.Fatalf("restore: got %v %+v %v", argv, d, err)
 	}
-	want := RestoreTarget{DataDir: p.dataDir + ".restoring", Member: "e-0", PeerURL: peer("e-0"), InitialCluster: "e-0=" + peer("e-0"), Token: "ns/e/uid-1", Backup: "latest"}
+	want := RestoreTarget{DataDir: p.dataDir + ".restoring", Member: "e-0", PeerURL: peer("e-0"), InitialCluster: "e-0=" + peer("e-0"), Token: "ns/e/uid-1", Backup: "latest", Revision: 42}
 	if got := targets[len(targets)-1]; got != want {
 		t.Fatalf("restored for %+v, want %+v", got, want)
 	}

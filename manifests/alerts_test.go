@@ -25,6 +25,7 @@ import (
 var ruleFiles = map[string]string{
 	"monitoring/prometheusrule.yaml":         "prometheusrule.rules.yaml",
 	"monitoring/members-prometheusrule.yaml": "members-prometheusrule.rules.yaml",
+	"monitoring/backup-prometheusrule.yaml":  "backup-prometheusrule.rules.yaml",
 }
 
 // promtoolTests is the part of a promtool unit test file the coverage check reads.

@@ -23,6 +23,7 @@ var chartCopies = map[string]string{
 	"chart/files/etcdops.dev_etcdclusters.yaml": crdFile,
 	"chart/files/prometheusrule.yaml":           "monitoring/prometheusrule.yaml",
 	"chart/files/members-prometheusrule.yaml":   "monitoring/members-prometheusrule.yaml",
+	"chart/files/backup-prometheusrule.yaml":    "monitoring/backup-prometheusrule.yaml",
 	"chart/files/podmonitor.yaml":               "monitoring/podmonitor.yaml",
 	"chart/files/dashboard.json":                "monitoring/dashboard.json",
 }
@@ -139,7 +140,7 @@ func firstDifference(got, want string) string {
 func monitoringObjects(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
 	var objs []*unstructured.Unstructured
-	for _, file := range []string{"monitoring/prometheusrule.yaml", "monitoring/members-prometheusrule.yaml", "monitoring/podmonitor.yaml"} {
+	for _, file := range []string{"monitoring/prometheusrule.yaml", "monitoring/members-prometheusrule.yaml", "monitoring/backup-prometheusrule.yaml", "monitoring/podmonitor.yaml"} {
 		data, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)

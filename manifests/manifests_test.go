@@ -344,6 +344,7 @@ func checkCompositeController(t *testing.T, cc *unstructured.Unstructured) {
 		"v1 configmaps":                             "InPlace",
 		"policy/v1 poddisruptionbudgets":            "InPlace",
 		"batch/v1 jobs":                             "OnDelete",
+		"apps/v1 deployments":                       "InPlace",
 	}
 	got := map[string]string{}
 	for _, c := range spec["childResources"].([]any) {

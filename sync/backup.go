@@ -378,7 +378,11 @@ func (v *view) overdue(last time.Time) bool {
 // restores it. nil for any other cluster.
 func restoreJoin(c *v1alpha1.EtcdCluster, seed string) *joinstate.Restore {
 	if f := fromBackup(c); f != nil {
-		return &joinstate.Restore{Member: seed, Backup: f.Name}
+		r := &joinstate.Restore{Member: seed, Backup: f.Name}
+		if f.Revision != nil {
+			r.Revision = *f.Revision
+		}
+		return r
 	}
 	return nil
 }

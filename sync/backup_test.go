@@ -204,3 +204,78 @@ func TestRestoreInPlaceKnowsARestoredCluster(t *testing.T) {
 		t.Fatalf("a restored cluster without status.restoredFrom: %s", d.Action.Reason)
 	}
 }
+
+// A restore to a revision reaches the seed through the join state.
+func TestRestoreJoinCarriesTheTargetRevision(t *testing.T) {
+	c := &v1alpha1.EtcdCluster{}
+	rev := int64(42)
+	c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{Name: v1alpha1.LatestBackup, Revision: &rev}}
+	if r := restoreJoin(c, "e-0"); r == nil || r.Member != "e-0" || r.Backup != v1alpha1.LatestBackup || r.Revision != 42 {
+		t.Fatalf("join state restore %+v", r)
+	}
+	c.Spec.Bootstrap.FromBackup.Revision = nil
+	if r := restoreJoin(c, "e-0"); r == nil || r.Revision != 0 {
+		t.Fatalf("join state restore without a revision %+v", r)
+	}
+}
+
+// The continuous backup is one Deployment beside the other children, reaching etcd through
+// the client Service; turned off, it goes; a teardown deletes it with the first step.
+func TestContinuousBackupDeployment(t *testing.T) {
+	w := newSimWorld(t, 3, true)
+	w.run(100)
+	stream := func(d Decision) (appsv1.Deployment, bool) {
+		for _, c := range d.Children {
+			if c.Kind == "Deployment" {
+				var dep appsv1.Deployment
+				b, _ := json.Marshal(c.Object)
+				if err := json.Unmarshal(b, &dep); err != nil {
+					t.Fatal(err)
+				}
+				return dep, true
+			}
+		}
+		return appsv1.Deployment{}, false
+	}
+	if _, ok := stream(Plan(simConfig, w.observe())); ok {
+		t.Fatal("a stream without spec.backup.continuous")
+	}
+	interval := metav1.Duration{Duration: 15 * time.Second}
+	w.cluster.Spec.Backup = &v1alpha1.BackupSpec{Schedule: "@daily", Continuous: &v1alpha1.ContinuousBackup{Interval: &interval},
+		Destination: v1alpha1.BackupDestination{S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3"}}}
+	d := Plan(simConfig, w.observe())
+	dep, ok := stream(d)
+	if !ok || dep.Name != BackupStreamName(w.cluster.Name) {
+		t.Fatalf("no stream Deployment among %d children (%s)", len(d.Children), d.Action.Reason)
+	}
+	if *dep.Spec.Replicas != 1 || dep.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Fatalf("replicas %d, strategy %q: want one pod, never two at once", *dep.Spec.Replicas, dep.Spec.Strategy.Type)
+	}
+	pod := dep.Spec.Template
+	if _, ok := pod.Labels[LabelCluster]; ok {
+		t.Fatalf("the stream's pod carries %s: the Services and the budget would select it", LabelCluster)
+	}
+	cmd := strings.Join(pod.Spec.Containers[0].Command, " ")
+	for _, want := range []string{"stream-backup", "--endpoints=http://" + ClientServiceName(w.cluster.Name) + ".", "--cluster=" + w.cluster.Name,
+		"--s3-endpoint=https://s3.example.test", "--interval=15s", "--max-chunk-bytes=4194304", "--credentials-dir=" + backupCredentialsDir} {
+		if !strings.Contains(cmd, want) {
+			t.Errorf("stream command %q lacks %q", cmd, want)
+		}
+	}
+
+	// Observed, it goes when the spec drops it, and with the teardown's first step.
+	w.run(5)
+	if obs := w.observe(); len(obs.Children.Deployments) != 1 {
+		t.Fatalf("observed %d Deployments, want the stream", len(obs.Children.Deployments))
+	}
+	w.cluster.Spec.Backup.Continuous = nil
+	if _, ok := stream(Plan(simConfig, w.observe())); ok {
+		t.Fatal("the stream kept after spec.backup.continuous was removed")
+	}
+	w.cluster.DeletionTimestamp = &metav1.Time{Time: w.now}
+	if d := Plan(simConfig, w.observe()); d.Finalized {
+		t.Fatal("finalized while the stream's Deployment is observed")
+	} else if _, ok := stream(d); ok {
+		t.Fatal("the teardown keeps the stream's Deployment")
+	}
+}

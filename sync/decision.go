@@ -69,6 +69,9 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 	if job != nil {
 		children = append(children, *job)
 	}
+	if stream, ok := v.backupStream(); ok {
+		children = append(children, stream)
+	}
 	return append(children, adopted(v.obs.Children, v.c.Name)...), l
 }
 
@@ -85,6 +88,8 @@ func ownChild(cluster, kind, name string) bool {
 		return name == StatefulSetName(cluster)
 	case "ServiceAccount", "Role", "RoleBinding":
 		return name == ClaimsAccountName(cluster)
+	case "Deployment":
+		return name == BackupStreamName(cluster)
 	}
 	return false
 }

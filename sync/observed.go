@@ -150,6 +150,10 @@ func observedChildren(ch Children) []Child {
 		o := &ch.RoleBindings[i]
 		out = append(out, unchanged("rbac.authorization.k8s.io/v1", "RoleBinding", o.ObjectMeta, o))
 	}
+	for i := range ch.Deployments {
+		o := &ch.Deployments[i]
+		out = append(out, unchanged("apps/v1", "Deployment", o.ObjectMeta, o))
+	}
 	sortChildren(out)
 	return out
 }

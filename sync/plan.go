@@ -64,8 +64,8 @@ func Plan(cfg Config, obs Observed) Decision {
 	return v.decision(plan(v))
 }
 
-// finalize tears down in order: member Jobs first (no membership change may run into the
-// teardown), then the StatefulSet until its pods are gone, then the Services, the join
+// finalize tears down in order: member Jobs and the continuous backup first (no membership
+// change may run into the teardown; the stream stops before etcd does), then the StatefulSet until its pods are gone, then the Services, the join
 // ConfigMap and the PodDisruptionBudget. Finalized only once nothing is observed. The claims
 // are retained until then; with spec.storageSpec.whenDeleted: Delete, the StatefulSet is
 // first told to take them along (its retention policy), and deleted once its controller has
@@ -93,6 +93,8 @@ func finalize(obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		reason = fmt.Sprintf("deleting the StatefulSet; %d pod(s) left", pods)
 	case len(ch.Services)+len(ch.ConfigMaps)+len(ch.PDBs)+len(ch.Accounts)+len(ch.Roles)+len(ch.RoleBindings) > 0:
 		reason = "deleting the Services, the join ConfigMap, the PodDisruptionBudget and the claims' account"
+	case len(ch.Deployments) > 0:
+		reason = "deleting the continuous backup"
 	default:
 		a := Action{Type: Teardown, Reason: "teardown complete"}
 		d := Decision{Status: newStatus(obs, c, v1alpha1.PhaseDeleting, a), Action: a, Finalized: true}

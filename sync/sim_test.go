@@ -412,6 +412,10 @@ func (w *simWorld) observe() Observed {
 				}
 			}
 			obs.Children.Jobs = append(obs.Children.Jobs, o)
+		case "Deployment":
+			var o appsv1.Deployment
+			w.decode(raw, &o)
+			obs.Children.Deployments = append(obs.Children.Deployments, o)
 		}
 	}
 	w.hideJobs = false

@@ -58,6 +58,7 @@ type Children struct {
 	Accounts     []corev1.ServiceAccount
 	Roles        []rbacv1.Role
 	RoleBindings []rbacv1.RoleBinding
+	Deployments  []appsv1.Deployment
 }
 
 // Decision is the planner's answer: the complete desired children, the status, the one action

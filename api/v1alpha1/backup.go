@@ -43,7 +43,40 @@ type BackupSpec struct {
 	// +kubebuilder:default="32Mi"
 	// +optional
 	MaxBandwidth *resource.Quantity `json:"maxBandwidth,omitempty"`
+	// Continuous, when set, also stores every change between snapshots, so that a restore
+	// can reach any revision up to the newest stored change (docs/backup.md, point-in-time
+	// restore).
+	//
+	// +optional
+	Continuous *ContinuousBackup `json:"continuous,omitempty"`
 }
+
+// ContinuousBackup streams the cluster's changes after the newest snapshot to the backup's
+// destination, in chunks.
+type ContinuousBackup struct {
+	// Interval bounds how long a change waits before it is stored: the recovery point.
+	// Shorter costs more requests to the storage (one per interval while changes come).
+	//
+	// +kubebuilder:default="30s"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+	// MaxChunkSize bounds one stored chunk; a chunk holds whole revisions, so a single
+	// revision larger than it is a chunk of its own.
+	//
+	// +kubebuilder:default="4Mi"
+	// +optional
+	MaxChunkSize *resource.Quantity `json:"maxChunkSize,omitempty"`
+}
+
+// Defaults and bounds of spec.backup.continuous.
+const (
+	DefaultContinuousInterval = 30 * time.Second
+	DefaultMaxChunkSize       = "4Mi"
+	MinContinuousInterval     = time.Second
+	MaxContinuousInterval     = time.Hour
+	MinChunkSize              = 64 << 10
+	MaxChunkSize              = 256 << 20
+)
 
 // BackupDestination is S3-compatible object storage or a PersistentVolumeClaim; exactly one.
 //
@@ -153,6 +186,14 @@ type FromBackup struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Name string `json:"name,omitempty"`
+	// Revision, when set, restores the key space as it was at that revision: the newest
+	// snapshot at or before it, then the stored changes after the snapshot up to it
+	// (spec.backup.continuous). Unset, the newest stored change. A revision the stored
+	// changes do not reach without a gap is refused, naming the gap. Only with name latest.
+	//
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Revision *int64 `json:"revision,omitempty"`
 }
 
 // LatestBackup as FromBackup.Name restores the newest snapshot.
@@ -259,12 +300,23 @@ func checkBackup(s EtcdClusterSpec) []string {
 		if q := b.MaxBandwidth; q != nil && q.Sign() <= 0 {
 			p = append(p, fmt.Sprintf("spec.backup.maxBandwidth %s must be greater than zero, e.g. 32Mi", q.String()))
 		}
+		if c := b.Continuous; c != nil {
+			if c.Interval != nil && (c.Interval.Duration < MinContinuousInterval || c.Interval.Duration > MaxContinuousInterval) {
+				p = append(p, fmt.Sprintf("spec.backup.continuous.interval %s is out of range; allowed: %s to %s", c.Interval.Duration, MinContinuousInterval, MaxContinuousInterval))
+			}
+			if q := c.MaxChunkSize; q != nil && (q.Value() < MinChunkSize || q.Value() > MaxChunkSize) {
+				p = append(p, fmt.Sprintf("spec.backup.continuous.maxChunkSize %s is out of range; allowed: 64Ki to 256Mi", q.String()))
+			}
+		}
 	}
 	if bs := s.Bootstrap; bs != nil && bs.FromBackup != nil {
 		f := bs.FromBackup
 		p = append(p, checkDestination("spec.bootstrap.fromBackup", f.BackupDestination)...)
 		if f.Name != LatestBackup && (f.Name == "" || strings.HasPrefix(f.Name, "/") || path.Clean(f.Name) != f.Name || strings.HasPrefix(f.Name, "..")) {
 			p = append(p, fmt.Sprintf("spec.bootstrap.fromBackup.name %q is not a snapshot name; allowed: %q or a name below the prefix, without leading \"/\" or \"..\"", f.Name, LatestBackup))
+		}
+		if r := f.Revision; r != nil && (*r < 1 || f.Name != LatestBackup) {
+			p = append(p, fmt.Sprintf("spec.bootstrap.fromBackup.revision %d needs name %q (the snapshot is chosen by the revision) and a revision of 1 or more", *r, LatestBackup))
 		}
 	}
 	return p

@@ -3,7 +3,9 @@ package v1alpha1
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -46,7 +48,24 @@ func TestValidateBackup(t *testing.T) {
 		{"no credentials", withBackup(func(b *BackupSpec) { b.Destination.S3.CredentialsSecret = "" }), "credentialsSecret"},
 		{"a prefix that climbs out", withBackup(func(b *BackupSpec) { b.Destination.S3.Prefix = "../other" }), `must not start with "/" or contain ".."`},
 		{"keep zero", withBackup(func(b *BackupSpec) { n := int32(0); b.Retention = &BackupRetention{Keep: &n} }), "retention.keep 0 is below 1"},
+		{"continuous with the defaults", withBackup(func(b *BackupSpec) { b.Continuous = &ContinuousBackup{} }), ""},
+		{"continuous every 5s in 1Mi chunks", withBackup(func(b *BackupSpec) {
+			q := resource.MustParse("1Mi")
+			b.Continuous = &ContinuousBackup{Interval: &metav1.Duration{Duration: 5 * time.Second}, MaxChunkSize: &q}
+		}), ""},
+		{"continuous every 100ms", withBackup(func(b *BackupSpec) {
+			b.Continuous = &ContinuousBackup{Interval: &metav1.Duration{Duration: 100 * time.Millisecond}}
+		}), "spec.backup.continuous.interval 100ms is out of range"},
+		{"continuous in 1Ki chunks", withBackup(func(b *BackupSpec) {
+			q := resource.MustParse("1Ki")
+			b.Continuous = &ContinuousBackup{MaxChunkSize: &q}
+		}), "spec.backup.continuous.maxChunkSize 1Ki is out of range"},
 		{"restore the latest from a claim", withRestore(func(*FromBackup) {}), ""},
+		{"restore to a revision", withRestore(func(f *FromBackup) { r := int64(42); f.Revision = &r }), ""},
+		{"restore one snapshot to a revision", withRestore(func(f *FromBackup) {
+			r := int64(42)
+			f.Name, f.Revision = "etcd-20261201T090000Z-r42.db", &r
+		}), `spec.bootstrap.fromBackup.revision 42 needs name "latest"`},
 		{"restore one snapshot", withRestore(func(f *FromBackup) { f.Name = "etcd-20261201T090000Z-r42.db" }), ""},
 		{"restore a path that climbs out", withRestore(func(f *FromBackup) { f.Name = "../x.db" }), "is not a snapshot name"},
 		{"restore from nowhere", withRestore(func(f *FromBackup) { f.PersistentVolumeClaim = nil }), "spec.bootstrap.fromBackup must set exactly one"},
@@ -73,5 +92,13 @@ func TestDefaultedBackup(t *testing.T) {
 	}
 	if c.Spec.Backup.MaxBandwidth != nil || c.Spec.Bootstrap.FromBackup.Name != "" {
 		t.Fatal("Defaulted changed its argument")
+	}
+	c.Spec.Backup.Continuous = &ContinuousBackup{}
+	d = Defaulted(c)
+	if cb := d.Spec.Backup.Continuous; cb.Interval == nil || cb.Interval.Duration != DefaultContinuousInterval || cb.MaxChunkSize == nil || cb.MaxChunkSize.String() != DefaultMaxChunkSize {
+		t.Fatalf("continuous defaults: %+v", cb)
+	}
+	if c.Spec.Backup.Continuous.Interval != nil {
+		t.Fatal("Defaulted changed its argument's continuous backup")
 	}
 }

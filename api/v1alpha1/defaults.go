@@ -82,6 +82,17 @@ func Defaulted(c EtcdCluster) EtcdCluster {
 			q := resource.MustParse(DefaultBackupMaxBandwidth)
 			b.MaxBandwidth = &q
 		}
+		if b.Continuous != nil {
+			c := *b.Continuous
+			if c.Interval == nil {
+				c.Interval = &metav1.Duration{Duration: DefaultContinuousInterval}
+			}
+			if c.MaxChunkSize == nil {
+				q := resource.MustParse(DefaultMaxChunkSize)
+				c.MaxChunkSize = &q
+			}
+			b.Continuous = &c
+		}
 		s.Backup = &b
 	}
 	if s.Bootstrap != nil && s.Bootstrap.FromBackup != nil && s.Bootstrap.FromBackup.Name == "" {

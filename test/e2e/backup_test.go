@@ -1,38 +1,32 @@
 package e2e
 
 import (
-	"net/http/httptest"
 	"strings"
 	gosync "sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/backup"
+	"etcdops.dev/etcdops/internal/s3server"
 	"etcdops.dev/etcdops/test/harness"
 )
 
-// Object storage is gofakes3, an S3-compatible server, in the test process on 127.0.0.1.
-func fakeS3(t *testing.T) v1alpha1.BackupDestination {
-	be := s3mem.New()
-	if err := be.CreateBucket("etcd-backups"); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gofakes3.New(be).Server())
-	t.Cleanup(srv.Close)
-	return v1alpha1.BackupDestination{S3: &v1alpha1.S3Destination{Endpoint: srv.URL, Bucket: "etcd-backups", Prefix: "e2e/etcd/",
-		Region: "us-east-1", CredentialsSecret: "s3-credentials"}}
+// Object storage is versitygw, a real S3 server, over a temporary directory on 127.0.0.1
+// (internal/s3server).
+func realS3(t *testing.T) v1alpha1.BackupDestination {
+	srv := s3server.Start(t, "etcd-backups")
+	return v1alpha1.BackupDestination{S3: &v1alpha1.S3Destination{Endpoint: srv.Endpoint, Bucket: "etcd-backups", Prefix: "e2e/etcd/",
+		Region: s3server.Region, CredentialsSecret: "s3-credentials"}}
 }
 
 // addCredentials creates the credentials Secret the backup Jobs and a restoring seed mount.
 func addCredentials(t *testing.T, env *harness.Env) {
 	err := env.Store.Create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3-credentials"},
-		Data: map[string][]byte{backup.KeyAccessKeyID: []byte("e2e"), backup.KeySecretAccessKey: []byte("e2e-secret")}})
+		Data: map[string][]byte{backup.KeyAccessKeyID: []byte(s3server.AccessKey), backup.KeySecretAccessKey: []byte(s3server.SecretKey)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +46,7 @@ func lastBackup(env *harness.Env) *v1alpha1.BackupStatus {
 // every write the old one acknowledged.
 func TestBackupRestore(t *testing.T) {
 	t.Parallel()
-	dest := fakeS3(t)
+	dest := realS3(t)
 	keep := int32(3)
 	s := spec(3)
 	s.Backup = &v1alpha1.BackupSpec{Schedule: "* * * * *", Destination: dest, Retention: &v1alpha1.BackupRetention{Keep: &keep}}

@@ -32,7 +32,7 @@ func removed(env *harness.Env, from int, member string) bool {
 func TestDownVoterReplacedWhileBackupsRun(t *testing.T) {
 	t.Parallel()
 	s := spec(3)
-	s.Backup = &v1alpha1.BackupSpec{Schedule: "* * * * *", Destination: fakeS3(t)}
+	s.Backup = &v1alpha1.BackupSpec{Schedule: "* * * * *", Destination: realS3(t)}
 	env := newEnv(t, false)
 	addCredentials(t, env)
 	env.Create(s)

@@ -457,7 +457,7 @@ func TestVersionMatrix(t *testing.T) {
 func realEnvWithTLS(t *testing.T, v string) (*harness.Env, v1alpha1.BackupDestination, *harness.PKI) {
 	t.Helper()
 	env := startEnv(t, realEtcdOptions(t, v))
-	dest := fakeS3(t)
+	dest := realS3(t)
 	addCredentials(t, env)
 	pki, err := harness.NewPKI(env.Namespace, env.Cluster, env.Domain)
 	must(t, err)

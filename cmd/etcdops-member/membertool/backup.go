@@ -93,6 +93,74 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return report(r, ExitOK)
 }
 
+// runStreamBackup stores every change of the cluster after its newest snapshot in the
+// destination (backup.Stream) until ctx ends, as the continuous backup's Deployment runs it:
+// one line on stdout for each chunk stored, one on stderr for each failure, from which it
+// resumes by itself.
+func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f operationFlags
+	// --timeout bounds each full snapshot the stream takes.
+	fs := f.flagSet("stream-backup", 10*time.Minute)
+	var dest backup.DestinationFlags
+	var cluster, workDir, metricsAddr string
+	var interval time.Duration
+	var maxChunk, bandwidth int64
+	fs.StringVar(&cluster, "cluster", "", "cluster name, which names the snapshots")
+	fs.StringVar(&workDir, "work-dir", os.TempDir(), "directory chunks and snapshots are written in before they are stored")
+	fs.DurationVar(&interval, "interval", 30*time.Second, "longest a change waits before it is stored")
+	fs.Int64Var(&maxChunk, "max-chunk-bytes", 4<<20, "largest chunk of changes, in bytes")
+	fs.Int64Var(&bandwidth, "max-bandwidth", 0, "bytes per second a full snapshot is read at; 0: no bound")
+	fs.StringVar(&metricsAddr, "metrics-addr", "", "address to serve the stream's metrics on (/metrics); none when empty")
+	dest.Register(fs, "")
+	err := fs.Parse(args)
+	switch {
+	case err != nil:
+	case fs.NArg() > 0:
+		err = fmt.Errorf("unexpected arguments %q", fs.Args())
+	case f.endpoints == "" || cluster == "":
+		err = errors.New("--endpoints and --cluster are required")
+	case !dest.Set():
+		err = errors.New("a destination is required: --s3-endpoint or --dir")
+	case interval <= 0 || maxChunk <= 0 || bandwidth < 0:
+		err = errors.New("--interval and --max-chunk-bytes must be positive, --max-bandwidth not negative")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "stream-backup: %v\n", err)
+		return ExitUsage
+	}
+	m := newStreamMetrics(cluster, time.Now())
+	t, err := f.tls()
+	if err == nil && metricsAddr != "" {
+		err = m.serve(ctx, metricsAddr)
+	}
+	if err == nil {
+		var store backup.Store
+		if store, err = dest.Open(); err == nil {
+			eps := strings.Split(f.endpoints, ",")
+			err = backup.Stream(ctx, backup.StreamOptions{
+				Endpoints: eps, TLS: t, Interval: interval, MaxChunkBytes: maxChunk,
+				Take: backup.TakeOptions{Endpoints: eps, TLS: t, Cluster: cluster, Store: store, WorkDir: workDir,
+					BytesPerSecond: bandwidth, Now: time.Now},
+				TakeTimeout: f.timeout,
+				Stored: func(d backup.Delta) {
+					m.chunkStored(d, time.Now())
+					fmt.Fprintf(stdout, "stream-backup %s: stored %s (revisions %d to %d, %d bytes)\n", cluster, store.Where(d.Name), d.First, d.Last, d.Size)
+				},
+				Watched: func(rev int64) { m.watched.Set(float64(rev)) },
+				Failed: func(err error) {
+					m.failures.Inc()
+					fmt.Fprintf(stderr, "stream-backup %s: %v\n", cluster, err)
+				},
+			})
+		}
+	}
+	if ctx.Err() != nil {
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "stream-backup %s: %v\n", cluster, err)
+	return ExitUsage
+}
+
 // restoreSnapshot is the launcher's restore: the snapshot the join state names, from the
 // destination the launch flags name, into the target data dir, fetched beside it on the
 // member volume.
@@ -104,12 +172,12 @@ func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, lo
 	ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
 	defer cancel()
 	r, err := backup.Restore(ctx, backup.RestoreOptions{
-		Store: store, Name: rt.Backup, WorkDir: filepath.Dir(rt.DataDir), DataDir: rt.DataDir,
+		Store: store, Name: rt.Backup, Revision: rt.Revision, WorkDir: filepath.Dir(rt.DataDir), DataDir: rt.DataDir,
 		Member: rt.Member, PeerURL: rt.PeerURL, InitialCluster: rt.InitialCluster, Token: rt.Token,
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "launch: restored %s (revision %d, %d keys)\n", r.Object, r.Revision, r.Keys)
+	fmt.Fprintf(log, "launch: restored %s (%d keys) and %d chunks of changes after it: revision %d\n", r.Object, r.Keys, r.Changes, r.Revision)
 	return nil
 }

@@ -54,6 +54,9 @@ commands:
               [--termination-log=FILE]
       destination: --s3-endpoint=URL --bucket=B [--prefix=P] [--region=R]
                    --credentials-dir=DIR [--ca-file=FILE]   or   --dir=DIR
+  stream-backup --endpoints=URL[,URL] --cluster=NAME <destination> [--interval=30s]
+              [--max-chunk-bytes=4194304] [--max-bandwidth=BYTES] [--work-dir=DIR]
+              [--metrics-addr=:9480]   (runs until stopped)
       common: --cacert=FILE --cert=FILE --key=FILE --timeout=30s
   install --to=PATH
   launch --join-state=FILE --name=POD --data-dir=DIR --etcd=PATH
@@ -86,6 +89,8 @@ func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return runBackup(ctx, rest, stdout, stderr)
 	case "expand-claim":
 		return runExpandClaim(ctx, claims, rest, stdout, stderr)
+	case "stream-backup":
+		return runStreamBackup(ctx, rest, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, stderr)
 	case "install":
