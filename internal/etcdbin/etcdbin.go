@@ -12,8 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 	gosync "sync"
-	"syscall"
 	"time"
+
+	"etcdops.dev/etcdops/internal/buildlock"
 )
 
 // Pinned is the etcd release the tests run for each minor the operator supports: the newest
@@ -127,15 +128,11 @@ func buildOnce(version string) (string, error) {
 		return "", err
 	}
 	// Test processes of several packages may build at once: one builds, the others wait.
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := buildlock.Lock(filepath.Join(dir, "lock"))
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer unlock()
 	// A binary built from another main (an older version of this file) is built again.
 	if old, err := os.ReadFile(filepath.Join(dir, "main.go")); err == nil && string(old) == mainGo {
 		if ok, _ := reports(bin, version); ok {

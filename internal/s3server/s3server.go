@@ -24,6 +24,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"etcdops.dev/etcdops/internal/buildlock"
 	"etcdops.dev/etcdops/internal/etcdtest"
 )
 
@@ -208,15 +209,11 @@ func build() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "versitygw")
-	lock, err := os.OpenFile(filepath.Join(dir, "versitygw.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := buildlock.Lock(filepath.Join(dir, "versitygw.lock"))
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer unlock()
 	if old, err := os.ReadFile(bin + ".stamp"); err == nil && strings.TrimSpace(string(old)) == stamp {
 		if _, err := os.Stat(bin); err == nil {
 			return bin, nil

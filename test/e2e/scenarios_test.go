@@ -438,8 +438,18 @@ func invalidSpecMidRollout(t *testing.T, env *harness.Env) int {
 	if _, err := env.WaitFor(changeBound, func() (bool, string) { return env.PodsSettled(3) }); err != nil {
 		t.Fatal(err)
 	}
-	pods0 := podUIDs(env)
-	syncs0 = env.MC.Syncs()
+	nothingMoves(t, env, jobs0, podUIDs(env), "while the spec was invalid")
+	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) {
+		s.EtcdOptions = s.EtcdOptions[:len(s.EtcdOptions)-1]
+	})
+	return 3
+}
+
+// nothingMoves waits five syncs and checks that no Job was created beyond jobs0 and no pod
+// replaced since pods0 (by UID); while says when, for the message.
+func nothingMoves(t *testing.T, env *harness.Env, jobs0 map[string]bool, pods0 map[string]string, while string) {
+	t.Helper()
+	syncs0 := env.MC.Syncs()
 	if _, err := env.WaitFor(changeBound, func() (bool, string) {
 		return env.MC.Syncs() >= syncs0+5, "waiting for syncs"
 	}); err != nil {
@@ -447,18 +457,14 @@ func invalidSpecMidRollout(t *testing.T, env *harness.Env) int {
 	}
 	for name := range jobNames(env) {
 		if !jobs0[name] {
-			t.Errorf("Job %s created while the spec was invalid", name)
+			t.Errorf("Job %s created %s", name, while)
 		}
 	}
 	for name, uid := range podUIDs(env) {
 		if pods0[name] != uid {
-			t.Errorf("pod %s replaced while the spec was invalid", name)
+			t.Errorf("pod %s replaced %s", name, while)
 		}
 	}
-	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) {
-		s.EtcdOptions = s.EtcdOptions[:len(s.EtcdOptions)-1]
-	})
-	return 3
 }
 
 func jobNames(env *harness.Env) map[string]bool {

@@ -72,22 +72,7 @@ func refusedExpansion(t *testing.T, env *harness.Env) int {
 	if !strings.Contains(msg, "StorageClass "+harness.DefaultStorageClass+" does not allow volume expansion") {
 		t.Errorf("VolumesExpanded says %q; want it to name the class and why", msg)
 	}
-	syncs0 := env.MC.Syncs()
-	if _, err := env.WaitFor(changeBound, func() (bool, string) {
-		return env.MC.Syncs() >= syncs0+5, "waiting for syncs"
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for name := range jobNames(env) {
-		if !jobs0[name] {
-			t.Errorf("Job %s created though the class does not allow expansion", name)
-		}
-	}
-	for name, uid := range podUIDs(env) {
-		if pods0[name] != uid {
-			t.Errorf("pod %s replaced though the class does not allow expansion", name)
-		}
-	}
+	nothingMoves(t, env, jobs0, pods0, "though the class does not allow expansion")
 	checkClaims(t, env, "2Gi")
 	harness.SetExpansion(env.Store, true)
 	waitExpanded(t, env, "4Gi")
