@@ -64,8 +64,9 @@ func parseDeltaName(name string) (Delta, bool) {
 // applied.
 var ErrGap = errors.New("gap in the stored changes")
 
-// chain returns the chunks after base in order, checked whole: each starts where the one
-// before ended, the first right after base.
+// chain returns the chunks after base in order, up to the first gap: each starts where the one
+// before ended, the first right after base. A gap is returned as an error wrapping ErrGap,
+// with the whole part before it.
 func chain(deltas []Delta, base int64) ([]Delta, error) {
 	var out []Delta
 	for _, d := range deltas {
@@ -75,9 +76,9 @@ func chain(deltas []Delta, base int64) ([]Delta, error) {
 	}
 	slices.SortFunc(out, func(a, b Delta) int { return cmp.Compare(a.First, b.First) })
 	next := base + 1
-	for _, d := range out {
+	for i, d := range out {
 		if d.First != next {
-			return nil, fmt.Errorf("%w: the chain after revision %d needs revision %d next, but %s starts at %d", ErrGap, base, next, d.Name, d.First)
+			return out[:i], fmt.Errorf("%w: the chain after revision %d needs revision %d next, but %s starts at %d", ErrGap, base, next, d.Name, d.First)
 		}
 		next = d.Last + 1
 	}

@@ -51,7 +51,7 @@ func planPointInTime(ctx context.Context, s Store, target int64) (pointInTime, e
 		if o.Revision > target {
 			continue
 		}
-		c := wholePrefix(deltas, o.Revision)
+		c, _ := chain(deltas, o.Revision) // a gap only bounds what this snapshot reaches
 		end := o.Revision
 		if len(c) > 0 {
 			end = c[len(c)-1].Last
@@ -73,29 +73,10 @@ func planPointInTime(ctx context.Context, s Store, target int64) (pointInTime, e
 	return pointInTime{}, fmt.Errorf("%w: revision %d cannot be reached: %s", ErrGap, target, stops[0])
 }
 
-// wholePrefix is the chain after base up to its first gap.
-func wholePrefix(deltas []Delta, base int64) []Delta {
-	var c []Delta
-	for _, d := range deltas {
-		if d.Base == base {
-			c = append(c, d)
-		}
-	}
-	slices.SortFunc(c, func(a, b Delta) int { return int(a.First - b.First) })
-	next := base + 1
-	for i, d := range c {
-		if d.First != next {
-			return c[:i]
-		}
-		next = d.Last + 1
-	}
-	return c
-}
-
 // wholeEnd is the last revision the whole part of the chain after base reaches; base when
 // there is none.
 func wholeEnd(deltas []Delta, base int64) int64 {
-	c := wholePrefix(deltas, base)
+	c, _ := chain(deltas, base)
 	if len(c) == 0 {
 		return base
 	}

@@ -118,43 +118,28 @@ func prune(v any) any {
 // holds.
 func observedChildren(ch Children) []Child {
 	var out []Child
-	for i := range ch.StatefulSets {
-		o := &ch.StatefulSets[i]
-		out = append(out, unchanged("apps/v1", "StatefulSet", o.ObjectMeta, o))
-	}
-	for i := range ch.Services {
-		o := &ch.Services[i]
-		out = append(out, unchanged("v1", "Service", o.ObjectMeta, o))
-	}
-	for i := range ch.ConfigMaps {
-		o := &ch.ConfigMaps[i]
-		out = append(out, unchanged("v1", "ConfigMap", o.ObjectMeta, o))
-	}
-	for i := range ch.PDBs {
-		o := &ch.PDBs[i]
-		out = append(out, unchanged("policy/v1", "PodDisruptionBudget", o.ObjectMeta, o))
-	}
-	for i := range ch.Jobs {
-		o := &ch.Jobs[i]
-		out = append(out, unchanged("batch/v1", "Job", o.ObjectMeta, o))
-	}
-	for i := range ch.Accounts {
-		o := &ch.Accounts[i]
-		out = append(out, unchanged("v1", "ServiceAccount", o.ObjectMeta, o))
-	}
-	for i := range ch.Roles {
-		o := &ch.Roles[i]
-		out = append(out, unchanged("rbac.authorization.k8s.io/v1", "Role", o.ObjectMeta, o))
-	}
-	for i := range ch.RoleBindings {
-		o := &ch.RoleBindings[i]
-		out = append(out, unchanged("rbac.authorization.k8s.io/v1", "RoleBinding", o.ObjectMeta, o))
-	}
-	for i := range ch.Deployments {
-		o := &ch.Deployments[i]
-		out = append(out, unchanged("apps/v1", "Deployment", o.ObjectMeta, o))
-	}
+	out = unchangedEach(out, "apps/v1", "StatefulSet", ch.StatefulSets)
+	out = unchangedEach(out, "v1", "Service", ch.Services)
+	out = unchangedEach(out, "v1", "ConfigMap", ch.ConfigMaps)
+	out = unchangedEach(out, "policy/v1", "PodDisruptionBudget", ch.PDBs)
+	out = unchangedEach(out, "batch/v1", "Job", ch.Jobs)
+	out = unchangedEach(out, "v1", "ServiceAccount", ch.Accounts)
+	out = unchangedEach(out, "rbac.authorization.k8s.io/v1", "Role", ch.Roles)
+	out = unchangedEach(out, "rbac.authorization.k8s.io/v1", "RoleBinding", ch.RoleBindings)
+	out = unchangedEach(out, "apps/v1", "Deployment", ch.Deployments)
 	sortChildren(out)
+	return out
+}
+
+// unchangedEach appends every object of one kind, unchanged.
+func unchangedEach[T any, P interface {
+	*T
+	metav1.ObjectMetaAccessor
+}](out []Child, apiVersion, kind string, objs []T) []Child {
+	for i := range objs {
+		o := P(&objs[i])
+		out = append(out, unchanged(apiVersion, kind, *o.GetObjectMeta().(*metav1.ObjectMeta), o))
+	}
 	return out
 }
 

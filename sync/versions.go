@@ -54,13 +54,19 @@ func podVersions(obs *Observed) []string {
 			if c.Name != "etcd" {
 				continue
 			}
-			image := c.Image[strings.LastIndex(c.Image, "/")+1:]
-			if _, tag, ok := strings.Cut(image, ":"); ok {
+			if tag, ok := imageTag(c.Image); ok {
 				out = append(out, tag)
 			}
 		}
 	}
 	return out
+}
+
+// imageTag is an image's tag: what follows the colon after the last slash (a registry's port
+// comes before it).
+func imageTag(image string) (string, bool) {
+	_, tag, ok := strings.Cut(image[strings.LastIndex(image, "/")+1:], ":")
+	return tag, ok
 }
 
 // lowestOf is the lowest of the versions that parse, "v"-prefixed; "" when none does.
@@ -159,7 +165,7 @@ func (v *view) heldVersion() string {
 		return ""
 	}
 	for _, c := range v.sts.Spec.Template.Spec.Containers {
-		if _, tag, ok := strings.Cut(c.Image[strings.LastIndex(c.Image, "/")+1:], ":"); c.Name == "etcd" && ok && minorOf(tag) == 6 {
+		if tag, ok := imageTag(c.Image); c.Name == "etcd" && ok && minorOf(tag) == 6 {
 			return tag
 		}
 	}
