@@ -73,6 +73,7 @@ type Deps struct {
 type handler struct {
 	Deps
 	metrics *metrics
+	certs   sync.CertificateChecks
 }
 
 // NewHandler builds the router: request IDs, then for the hooks timing, panic recovery,

@@ -89,7 +89,7 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 		CAs:       sync.CADigests(&c, secrets),
 		CABundles: sync.CABundles(&c, secrets),
 		// Certificates members would reject are caught before a TLS change relies on them.
-		CertProblems: sync.CertificateProblems(h.Config, &c, secrets, now),
+		CertProblems: h.certs.Problems(h.Config, &c, secrets, now),
 		Finalizing:   req.finalizing || finalize,
 		Now:          now,
 	}, nil

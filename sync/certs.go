@@ -2,10 +2,12 @@ package sync
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,13 +23,23 @@ import (
 // every member's DNS name. A problem names the Secret and the field, never a value, so it
 // may go to status and logs. The hook computes it; the planner sees only these strings.
 func CertificateProblems(cfg Config, c *v1alpha1.EtcdCluster, secrets []corev1.Secret, now time.Time) map[string]string {
-	out := map[string]string{}
+	problems, _ := checkCertificates(cfg, c, secretsByName(c, secrets), now)
+	return problems
+}
+
+// secretsByName are the Secrets of the cluster's namespace by name.
+func secretsByName(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) map[string]*corev1.Secret {
 	byName := map[string]*corev1.Secret{}
 	for i := range secrets {
 		if s := &secrets[i]; s.Namespace == c.Namespace || s.Namespace == "" {
 			byName[s.Name] = s
 		}
 	}
+	return byName
+}
+
+// certRoles are the checks the cluster's Secrets take.
+func certRoles(c *v1alpha1.EtcdCluster) []certRole {
 	server, peer, client := secretsInUse(c)
 	var roles []certRole
 	if server != "" {
@@ -40,16 +52,30 @@ func CertificateProblems(cfg Config, c *v1alpha1.EtcdCluster, secrets []corev1.S
 		// Members verify client certificates against the server Secret's CA bundle.
 		roles = append(roles, certRole{client, server, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, false})
 	}
-	for _, r := range roles {
+	return roles
+}
+
+// checkCertificates is CertificateProblems, with the span of time over which its answer
+// stands: with no problem, while every certificate of the chains it verified is valid; with
+// one, none (a problem is looked at again on every sync).
+func checkCertificates(cfg Config, c *v1alpha1.EtcdCluster, byName map[string]*corev1.Secret, now time.Time) (map[string]string, validity) {
+	out := map[string]string{}
+	valid := validity{until: forever}
+	for _, r := range certRoles(c) {
 		s, trust := byName[r.secret], byName[r.trustBy]
 		if s == nil || trust == nil {
 			continue // a missing Secret is reported by the planner (TLSSecretMissing)
 		}
-		if p := certificateProblem(cfg, c, s, trust, r, now); p != "" {
+		p, v := certificateProblem(cfg, c, s, trust, r, now)
+		if p != "" {
 			out[r.secret] = p
 		}
+		valid = valid.and(v)
 	}
-	return out
+	if len(out) > 0 {
+		valid = validity{}
+	}
+	return out, valid
 }
 
 // certRole is what one Secret's certificate is for.
@@ -71,25 +97,25 @@ func secretsInUse(c *v1alpha1.EtcdCluster) (server, peer, client string) {
 	return server, peer, client
 }
 
-func certificateProblem(cfg Config, c *v1alpha1.EtcdCluster, s, trust *corev1.Secret, r certRole, now time.Time) string {
+func certificateProblem(cfg Config, c *v1alpha1.EtcdCluster, s, trust *corev1.Secret, r certRole, now time.Time) (string, validity) {
 	name := s.Name
 	pair, err := tls.X509KeyPair(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
 	if err != nil {
-		return fmt.Sprintf("Secret %s: %s and %s are not a certificate and its key", name, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
+		return fmt.Sprintf("Secret %s: %s and %s are not a certificate and its key", name, corev1.TLSCertKey, corev1.TLSPrivateKeyKey), validity{}
 	}
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
-		return fmt.Sprintf("Secret %s: %s does not parse", name, corev1.TLSCertKey)
+		return fmt.Sprintf("Secret %s: %s does not parse", name, corev1.TLSCertKey), validity{}
 	}
 	switch {
 	case now.Before(leaf.NotBefore):
-		return fmt.Sprintf("Secret %s: the certificate is valid only from %s", name, leaf.NotBefore.UTC().Format(time.RFC3339))
+		return fmt.Sprintf("Secret %s: the certificate is valid only from %s", name, leaf.NotBefore.UTC().Format(time.RFC3339)), validity{}
 	case now.After(leaf.NotAfter):
-		return fmt.Sprintf("Secret %s: the certificate expired at %s", name, leaf.NotAfter.UTC().Format(time.RFC3339))
+		return fmt.Sprintf("Secret %s: the certificate expired at %s", name, leaf.NotAfter.UTC().Format(time.RFC3339)), validity{}
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(trust.Data[secretCAKey]) {
-		return fmt.Sprintf("Secret %s: %s holds no CA certificate", trust.Name, secretCAKey)
+		return fmt.Sprintf("Secret %s: %s holds no CA certificate", trust.Name, secretCAKey), validity{}
 	}
 	inter := x509.NewCertPool()
 	for _, der := range pair.Certificate[1:] {
@@ -97,9 +123,14 @@ func certificateProblem(cfg Config, c *v1alpha1.EtcdCluster, s, trust *corev1.Se
 			inter.AddCert(ic)
 		}
 	}
+	valid := validity{until: forever}
 	for _, u := range r.usages {
-		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{u}}); err != nil {
-			return fmt.Sprintf("Secret %s: the certificate is not trusted by %s in Secret %s for %s", name, secretCAKey, trust.Name, usageName(u))
+		chains, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{u}})
+		if err != nil {
+			return fmt.Sprintf("Secret %s: the certificate is not trusted by %s in Secret %s for %s", name, secretCAKey, trust.Name, usageName(u)), validity{}
+		}
+		for _, cert := range chains[0] {
+			valid = valid.and(validity{from: cert.NotBefore, until: cert.NotAfter})
 		}
 	}
 	if r.hosts {
@@ -109,11 +140,11 @@ func certificateProblem(cfg Config, c *v1alpha1.EtcdCluster, s, trust *corev1.Se
 		}
 		for ord := range max(size, 1) {
 			if host := MemberHost(c, PodName(c.Name, ord), cfg.ClusterDomain); leaf.VerifyHostname(host) != nil {
-				return fmt.Sprintf("Secret %s: the certificate does not name %s (a SAN *.%s covers every member)", name, host, strings.SplitN(host, ".", 2)[1])
+				return fmt.Sprintf("Secret %s: the certificate does not name %s (a SAN *.%s covers every member)", name, host, strings.SplitN(host, ".", 2)[1]), validity{}
 			}
 		}
 	}
-	return ""
+	return "", valid
 }
 
 func usageName(u x509.ExtKeyUsage) string {
@@ -121,4 +152,91 @@ func usageName(u x509.ExtKeyUsage) string {
 		return "client auth"
 	}
 	return "server auth"
+}
+
+// validity is a span of time, from included to until excluded; the zero value holds never.
+type validity struct{ from, until time.Time }
+
+// forever is later than any certificate's NotAfter.
+var forever = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+func (v validity) and(o validity) validity {
+	if o.from.After(v.from) {
+		v.from = o.from
+	}
+	if o.until.Before(v.until) {
+		v.until = o.until
+	}
+	return v
+}
+
+func (v validity) holds(t time.Time) bool { return !t.Before(v.from) && t.Before(v.until) }
+
+// CertificateChecks remembers CertificateProblems' answer per cluster while neither the
+// Secrets' bytes nor the cluster's names change and every certificate it verified is still
+// valid: parsing the key pairs and verifying the chains on every sync cost a fifth of the
+// hook's CPU with TLS. The zero value is ready; it is safe for concurrent use.
+type CertificateChecks struct {
+	mu      sync.Mutex
+	answers map[string]certAnswer
+}
+
+type certAnswer struct {
+	inputs   [sha256.Size]byte
+	problems map[string]string
+	valid    validity
+}
+
+// maxCertAnswers bounds the answers kept; past it they are all dropped (clusters deleted
+// leave theirs behind, and one check per cluster is what the cache saves).
+const maxCertAnswers = 10000
+
+// Problems is CertificateProblems, from the answer kept for the same inputs when it still
+// holds at now. The map returned is shared: callers must not change it.
+func (cc *CertificateChecks) Problems(cfg Config, c *v1alpha1.EtcdCluster, secrets []corev1.Secret, now time.Time) map[string]string {
+	byName := secretsByName(c, secrets)
+	inputs := certInputs(cfg, c, byName)
+	key := c.Namespace + "/" + c.Name
+	cc.mu.Lock()
+	a, ok := cc.answers[key]
+	cc.mu.Unlock()
+	if ok && a.inputs == inputs && a.valid.holds(now) {
+		return a.problems
+	}
+	problems, valid := checkCertificates(cfg, c, byName, now)
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.answers == nil || len(cc.answers) >= maxCertAnswers {
+		cc.answers = map[string]certAnswer{}
+	}
+	cc.answers[key] = certAnswer{inputs: inputs, problems: problems, valid: valid}
+	return problems
+}
+
+// certInputs digests everything checkCertificates reads but the time: the names members are
+// checked for, and the bytes of every Secret a role reads.
+func certInputs(cfg Config, c *v1alpha1.EtcdCluster, byName map[string]*corev1.Secret) [sha256.Size]byte {
+	h := sha256.New()
+	size := int32(v1alpha1.DefaultSize)
+	if c.Spec.Size != nil {
+		size = *c.Spec.Size
+	}
+	fmt.Fprintf(h, "%q %q %q %d\n", cfg.ClusterDomain, c.Namespace, c.Name, size)
+	for _, r := range certRoles(c) {
+		fmt.Fprintf(h, "%q %q %v %t\n", r.secret, r.trustBy, r.usages, r.hosts)
+		for _, name := range []string{r.secret, r.trustBy} {
+			s := byName[name]
+			if s == nil {
+				fmt.Fprintf(h, "-\n")
+				continue
+			}
+			for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, secretCAKey} {
+				fmt.Fprintf(h, "%d:", len(s.Data[k]))
+				h.Write(s.Data[k])
+			}
+		}
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"math/big"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 // testCA signs certificates for TestCertificateProblems.
 type testCA struct{ *testcert.Cert }
 
-func newTestCA(t *testing.T) testCA {
+func newTestCA(t testing.TB) testCA {
 	t.Helper()
 	ca, err := testcert.NewCA(1, "ca", simStart.Add(-time.Hour), simStart.Add(time.Hour))
 	if err != nil {
@@ -27,7 +28,7 @@ func newTestCA(t *testing.T) testCA {
 }
 
 // secret issues a kubernetes.io/tls Secret from ca; edit shapes the certificate.
-func (ca testCA) secret(t *testing.T, name string, bundle []byte, edit func(*x509.Certificate)) corev1.Secret {
+func (ca testCA) secret(t testing.TB, name string, bundle []byte, edit func(*x509.Certificate)) corev1.Secret {
 	t.Helper()
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name},
 		DNSNames: []string{"*.etcd.db.svc.cluster.local"}, NotBefore: simStart.Add(-time.Hour), NotAfter: simStart.Add(time.Hour),
@@ -95,4 +96,90 @@ func TestCertificateProblems(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCertificateChecks: the remembered answer is the one CertificateProblems gives, and it
+// is given again only while the Secrets' bytes, the members' names and the certificates'
+// validity stay as they were.
+func TestCertificateChecks(t *testing.T) {
+	ca := newTestCA(t)
+	c := &v1alpha1.EtcdCluster{}
+	c.Name, c.Namespace, c.Spec.Size = "etcd", "db", ptrTo(int32(3))
+	c.Spec.TLS = &v1alpha1.TLSSpec{ServerSecret: "srv", PeerSecret: "peer"}
+	// The peer certificate outlives the server's by a minute, the CA both; the server
+	// certificate names three members.
+	secrets := []corev1.Secret{
+		ca.secret(t, "srv", ca.CertPEM, func(x *x509.Certificate) {
+			x.NotAfter = simStart.Add(30 * time.Minute)
+			x.DNSNames = []string{"etcd-0.etcd.db.svc.cluster.local", "etcd-1.etcd.db.svc.cluster.local", "etcd-2.etcd.db.svc.cluster.local"}
+		}),
+		ca.secret(t, "peer", ca.CertPEM, func(x *x509.Certificate) { x.NotAfter = simStart.Add(31 * time.Minute) }),
+	}
+	var cc CertificateChecks
+	same := func(a, b map[string]string) bool { return reflect.ValueOf(a).Pointer() == reflect.ValueOf(b).Pointer() }
+
+	first := cc.Problems(simConfig, c, secrets, simStart)
+	if len(first) != 0 {
+		t.Fatalf("good certificates: %v", first)
+	}
+	if again := cc.Problems(simConfig, c, secrets, simStart.Add(29*time.Minute)); !same(first, again) {
+		t.Error("the answer was not kept for the same Secrets within their validity")
+	}
+	if got := cc.Problems(simConfig, c, secrets, simStart.Add(30*time.Minute+time.Second)); !strings.Contains(got["srv"], "expired") {
+		t.Errorf("past the server certificate's NotAfter: %v, want it expired", got)
+	}
+
+	grown := *c
+	grown.Spec.Size = ptrTo(int32(5))
+	named := ca.secret(t, "srv", ca.CertPEM, func(x *x509.Certificate) { x.DNSNames = []string{"etcd-0.etcd.db.svc.cluster.local"} })
+	for _, tc := range []struct {
+		story   string
+		c       *v1alpha1.EtcdCluster
+		secrets []corev1.Secret
+	}{
+		{"the server Secret replaced", c, []corev1.Secret{named, secrets[1]}},
+		{"the cluster grown", &grown, secrets},
+		{"the CA bundle emptied", c, []corev1.Secret{secrets[0], func() corev1.Secret {
+			s := *secrets[1].DeepCopy()
+			s.Data[secretCAKey] = []byte("not PEM")
+			return s
+		}()}},
+	} {
+		cc.Problems(simConfig, c, secrets, simStart)
+		got, want := cc.Problems(simConfig, tc.c, tc.secrets, simStart), CertificateProblems(simConfig, tc.c, tc.secrets, simStart)
+		if len(want) == 0 || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %v, want %v", tc.story, got, want)
+		}
+	}
+	bad := []corev1.Secret{named, secrets[1]}
+	if a, b := cc.Problems(simConfig, c, bad, simStart), cc.Problems(simConfig, c, bad, simStart); len(a) == 0 || same(a, b) {
+		t.Errorf("a problem is looked at again on every sync: %v then %v", a, b)
+	}
+}
+
+// BenchmarkCertificateChecks: what the checks of a TLS cluster's three Secrets cost a sync,
+// done every time and remembered.
+func BenchmarkCertificateChecks(b *testing.B) {
+	ca := newTestCA(b)
+	c := &v1alpha1.EtcdCluster{}
+	c.Name, c.Namespace, c.Spec.Size = "etcd", "db", ptrTo(int32(3))
+	c.Spec.TLS = &v1alpha1.TLSSpec{ServerSecret: "srv", PeerSecret: "peer", ClientSecret: "cli"}
+	secrets := []corev1.Secret{ca.secret(b, "srv", ca.CertPEM, nil), ca.secret(b, "peer", ca.CertPEM, nil), ca.secret(b, "cli", ca.CertPEM, nil)}
+	b.Run("every-sync", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if len(CertificateProblems(simConfig, c, secrets, simStart)) != 0 {
+				b.Fatal("problems with good certificates")
+			}
+		}
+	})
+	b.Run("remembered", func(b *testing.B) {
+		var cc CertificateChecks
+		b.ReportAllocs()
+		for b.Loop() {
+			if len(cc.Problems(simConfig, c, secrets, simStart)) != 0 {
+				b.Fatal("problems with good certificates")
+			}
+		}
+	})
 }
