@@ -11,24 +11,66 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
 
 	"etcdops.dev/etcdops/etcdstate"
 )
 
-// memberClient is one client per member endpoint: each member needs its own TLS server name,
-// and Status must reach exactly that member over a connection that outlives the call.
+// memberClient asks one member endpoint, over its cluster's channel: every call carries the
+// endpoint's address, and the channel's balancer sends it to exactly that member.
 type memberClient struct {
 	endpoint etcdstate.Endpoint
-	cli      *clientv3.Client
-	maint    clientv3.Maintenance
+	addr     string
+	kv       pb.KVClient
+	cluster  pb.ClusterClient
+	maint    pb.MaintenanceClient
 
 	mu     sync.Mutex
 	missed int       // observations in a row this endpoint did not answer
 	until  time.Time // till then it is not waited for
+}
+
+// status asks the member for its Status.
+func (m *memberClient) status(ctx context.Context) (*clientv3.StatusResponse, error) {
+	st, err := m.maint.Status(toMember(ctx, m.addr), &pb.StatusRequest{})
+	return (*clientv3.StatusResponse)(st), callError(ctx, err)
+}
+
+// readLocally reads a key serializably, from the member's own store.
+func (m *memberClient) readLocally(ctx context.Context) error {
+	_, err := m.kv.Range(toMember(ctx, m.addr), &pb.RangeRequest{Key: []byte("health"), Serializable: true})
+	return callError(ctx, err)
+}
+
+// memberList reads the member list, linearizably unless serializable.
+func (m *memberClient) memberList(ctx context.Context, serializable bool) (*clientv3.MemberListResponse, error) {
+	list, err := m.cluster.MemberList(toMember(ctx, m.addr), &pb.MemberListRequest{Linearizable: !serializable})
+	return (*clientv3.MemberListResponse)(list), callError(ctx, err)
+}
+
+// callError gives etcd's errors as clientv3 does: the server's by their etcd text, and a call
+// ended by its context as the context's error.
+func callError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		if code := status.Code(err); code == codes.Canceled || code == codes.DeadlineExceeded {
+			return ctx.Err()
+		}
+	}
+	return rpctypes.Error(err)
 }
 
 // Back-off of an endpoint that missed observations: it is still asked every time, but
@@ -63,77 +105,113 @@ func (m *memberClient) record(answered, waited bool, now time.Time) {
 	m.until = now.Add(min(maxBackOff, firstBackOff<<min(m.missed-1, 5)))
 }
 
-// newMemberClient builds a client for one endpoint. Creation does not dial; retries are few
-// because every call runs under the observer's single deadline, and the reconnect backoff is
-// short so a member that comes back is seen on the next observation. The endpoint says
+// clusterChannels are the channels of one cluster's members: one for those asked over TLS,
+// one for the others (a cluster moving to TLS has both).
+type clusterChannels []*grpc.ClientConn
+
+// newClusterClients builds the clients of req's endpoints. Creation does not dial; a
+// channel's first call connects it to every member, and it reconnects with a short back-off so a member that comes back is seen on the next observation. An endpoint says
 // whether its member is asked over TLS; with no TLS material for it, the server is still
 // verified (against the system's roots), so the member is reported unreachable, not trusted.
-func newMemberClient(ep etcdstate.Endpoint, t *etcdstate.TLS, connectTimeout time.Duration, dial dialFunc) (*memberClient, error) {
-	cfg, err := memberConfig(ep, t, connectTimeout, dial)
+func newClusterClients(req etcdstate.Request, connectTimeout time.Duration, dial dialFunc, extra ...grpc.DialOption) ([]*memberClient, clusterChannels, error) {
+	var plain, secure []resolver.Address
+	for _, ep := range req.Endpoints {
+		addr, serverName := dialTarget(ep)
+		if serverName == "" {
+			// The certificate is checked for the dialled host, as for a client of its own.
+			serverName, _, _ = net.SplitHostPort(addr)
+		}
+		if ep.TLS {
+			secure = append(secure, resolver.Address{Addr: addr, ServerName: serverName})
+		} else {
+			plain = append(plain, resolver.Address{Addr: addr})
+		}
+	}
+	var channels clusterChannels
+	open := func(addrs []resolver.Address, creds credentials.TransportCredentials) (*grpc.ClientConn, error) {
+		if len(addrs) == 0 {
+			return nil, nil
+		}
+		cc, err := newChannel(addrs, creds, connectTimeout, dial, extra)
+		if err == nil {
+			channels = append(channels, cc)
+		}
+		return cc, err
+	}
+	plainCC, err := open(plain, insecure.NewCredentials())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return memberClientOf(ep, cfg)
-}
-
-// memberConfig is the client configuration of one endpoint, for newMemberClient.
-func memberConfig(ep etcdstate.Endpoint, t *etcdstate.TLS, connectTimeout time.Duration, dial dialFunc) (clientv3.Config, error) {
-	addr, serverName := dialTarget(ep)
-	cfg := clientv3.Config{
-		Endpoints:            []string{"http://" + addr},
-		Logger:               zap.NewNop(),
-		MaxUnaryRetries:      1,
-		BackoffWaitBetween:   10 * time.Millisecond,
-		DialKeepAliveTime:    10 * time.Second,
-		DialKeepAliveTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{
-			grpc.WithChainUnaryInterceptor(failFast),
-			grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-				MinConnectTimeout: connectTimeout,
-			}),
-		},
-	}
-	if dial != nil {
-		cfg.DialOptions = append(cfg.DialOptions, grpc.WithContextDialer(dial))
-	}
-	if ep.TLS {
+	var secureCC *grpc.ClientConn
+	if len(secure) > 0 {
+		t := req.TLS
 		if t == nil {
 			t = &etcdstate.TLS{}
 		}
-		tc, err := tlsConfig(t, serverName)
+		tc, err := tlsConfig(t)
 		if err != nil {
-			return cfg, err
+			channels.close()
+			return nil, nil, err
 		}
-		cfg.Endpoints = []string{"https://" + addr}
-		cfg.TLS = tc
+		if secureCC, err = open(secure, credentials.NewTLS(tc)); err != nil {
+			channels.close()
+			return nil, nil, err
+		}
 	}
-	return cfg, nil
+	members := make([]*memberClient, 0, len(req.Endpoints))
+	for _, ep := range req.Endpoints {
+		cc := plainCC
+		if ep.TLS {
+			cc = secureCC
+		}
+		addr, _ := dialTarget(ep)
+		members = append(members, &memberClient{endpoint: ep, addr: addr,
+			kv: pb.NewKVClient(cc), cluster: pb.NewClusterClient(cc), maint: pb.NewMaintenanceClient(cc)})
+	}
+	return members, channels, nil
 }
 
-// memberClientOf builds the client of cfg for ep.
-func memberClientOf(ep etcdstate.Endpoint, cfg clientv3.Config) (*memberClient, error) {
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", cfg.Endpoints[0], err)
+// newChannel is a channel to every address, each call going to the member its context names.
+// Keep-alive pings every 10 s, unanswered for 5 s, notice a member gone silent between
+// observations.
+func newChannel(addrs []resolver.Address, creds credentials.TransportCredentials, connectTimeout time.Duration, dial dialFunc, extra []grpc.DialOption) (*grpc.ClientConn, error) {
+	r := manual.NewBuilderWithScheme("etcdops-members")
+	r.InitialState(resolver.State{Addresses: addrs})
+	opts := []grpc.DialOption{
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"` + memberBalancerName + `":{}}]}`),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: connectTimeout,
+		}),
 	}
-	maint := clientv3.NewMaintenanceFromMaintenanceClient(clientv3.RetryMaintenanceClient(cli, cli.ActiveConnection()), cli)
-	return &memberClient{endpoint: ep, cli: cli, maint: maint}, nil
+	if dial != nil {
+		opts = append(opts, grpc.WithContextDialer(dial))
+	}
+	opts = append(opts, extra...)
+	cc, err := grpc.NewClient(r.Scheme()+":///members", opts...)
+	if err != nil {
+		return nil, fmt.Errorf("channel to %s: %w", addrs[0].Addr, err)
+	}
+	return cc, nil
+}
+
+func (cs clusterChannels) close() {
+	for _, cc := range cs {
+		cc.Close()
+	}
 }
 
 // dialFunc connects to host:port, as grpc.WithContextDialer takes it.
 type dialFunc = func(ctx context.Context, addr string) (net.Conn, error)
 
-// failFast overrides the client's wait-for-ready default, under which a call to a member that
-// is down blocks until the deadline: a down member should be reported at once.
-func failFast(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	return invoker(ctx, method, req, reply, cc, append(opts, grpc.WaitForReady(false))...)
-}
-
 // clusterClients are the clients of one etcdstate.Request, shared by concurrent observations.
 type clusterClients struct {
 	key      string
 	members  []*memberClient
+	channels clusterChannels
 	lastUsed time.Time
 	users    int
 	evicted  bool
@@ -175,11 +253,7 @@ func (c *clusterClients) remember(snap etcdstate.Snapshot) {
 	}
 }
 
-func (c *clusterClients) close() {
-	for _, m := range c.members {
-		m.cli.Close()
-	}
-}
+func (c *clusterClients) close() { c.channels.close() }
 
 // clientCache holds clients per cluster, least recently used first out, closing idle ones.
 // An evicted entry still in use is closed by its last user.
@@ -224,15 +298,11 @@ func (c *clientCache) acquire(req etcdstate.Request, now time.Time) (*clusterCli
 	}
 	c.mu.Unlock()
 
-	fresh := &clusterClients{key: key, lastUsed: now, users: 1}
-	for _, ep := range req.Endpoints {
-		m, err := newMemberClient(ep, req.TLS, c.connectTimeout, c.dial)
-		if err != nil {
-			fresh.close()
-			return nil, err
-		}
-		fresh.members = append(fresh.members, m)
+	members, channels, err := newClusterClients(req, c.connectTimeout, c.dial)
+	if err != nil {
+		return nil, err
 	}
+	fresh := &clusterClients{key: key, lastUsed: now, users: 1, members: members, channels: channels}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/connectivity"
+
 	"etcdops.dev/etcdops/etcdstate"
 )
 
@@ -13,6 +15,11 @@ import (
 // connect, so the cache can be tested without etcd.
 func fakeRequest(key string) etcdstate.Request {
 	return etcdstate.Request{Key: key, Endpoints: []etcdstate.Endpoint{{Member: key + "-0", Address: "127.0.0.1:1", ServerName: key + "-0.test"}}}
+}
+
+// closed reports whether e's channels are closed.
+func closed(e *clusterClients) bool {
+	return e.channels[0].GetState() == connectivity.Shutdown
 }
 
 func newTestCache(max int, idle time.Duration) *clientCache {
@@ -74,11 +81,11 @@ func TestCacheIsBounded(t *testing.T) {
 		t.Fatalf("cache holds %d clusters, bound 2", got)
 	}
 	// The oldest entry was evicted while in use: its clients stay open until released.
-	if !held.evicted || held.members[0].cli.Ctx().Err() != nil {
-		t.Fatalf("evicted %v, closed %v; want evicted and still open", held.evicted, held.members[0].cli.Ctx().Err())
+	if !held.evicted || closed(held) {
+		t.Fatalf("evicted %v, closed %v; want evicted and still open", held.evicted, closed(held))
 	}
 	c.release(held, start)
-	if held.members[0].cli.Ctx().Err() == nil {
+	if !closed(held) {
 		t.Fatal("an evicted entry stays open after its last release")
 	}
 }
@@ -96,7 +103,7 @@ func TestCacheClosesIdleClients(t *testing.T) {
 		t.Fatal("swept a client idle for less than the timeout")
 	}
 	c.sweep(now.Add(2 * time.Minute))
-	if c.size() != 0 || e.members[0].cli.Ctx().Err() == nil {
+	if c.size() != 0 || !closed(e) {
 		t.Fatal("an idle client survived the sweep")
 	}
 }

@@ -15,12 +15,11 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 
 	"etcdops.dev/etcdops/etcdstate"
 )
@@ -42,15 +41,15 @@ func TestMain(m *testing.M) {
 
 // BenchmarkMemberConnections measures what it costs the hook to keep member connections
 // open, which is what its client cache does for every cluster it serves. A process of its
-// own (this test binary again) opens b.N connections to each member of a 3-member cluster,
-// makes one Status call on each, and reports, after a GC, the live heap, the goroutine
-// stacks, the goroutines and the resident set it grew by, per connection; then the median
+// own (this test binary again) opens the connections of b.N 3-member clusters, makes one
+// Status call to each member, and reports, after a GC, the live heap, the goroutine stacks,
+// the goroutines and the resident set it grew by, per member connection; then the median
 // time of one Status on a held connection and the process's CPU time per Status, over up to
-// 300 of them: "observer" with the observer's own member clients, "observer+NAME" with the
-// dial options of connVariants[NAME] added, one at a time, "grpc" with bare gRPC connections
-// and the same keep-alive, for comparison, and "channel" with one gRPC channel per cluster
-// that balances over its three members (what a client that picks the member per call would
-// hold).
+// 300 of them: "observer" with the observer's own clients (a channel per cluster),
+// "observer+NAME" with the dial options of connVariants[NAME] added, one at a time,
+// "clientv3" with a clientv3 client per member and the same keep-alive (what the observer
+// held before it shared a channel per cluster), and "grpc" with a bare gRPC connection per
+// member, for comparison.
 //
 //	go test ./membership -run '^$' -bench BenchmarkMemberConnections -benchtime 1000x
 func BenchmarkMemberConnections(b *testing.B) {
@@ -63,7 +62,7 @@ func BenchmarkMemberConnections(b *testing.B) {
 	for _, v := range connVariants {
 		kinds = append(kinds, "observer+"+v.name)
 	}
-	for _, kind := range append(kinds, "grpc", "channel") {
+	for _, kind := range append(kinds, "clientv3", "grpc") {
 		b.Run(kind, func(b *testing.B) {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %s", connCostEnv, kind, b.N, strings.Join(eps, ",")))
@@ -98,26 +97,13 @@ func connCost(spec string) error {
 	var open []conn
 	eps := strings.Split(list, ",")
 	for range perEndpoint {
-		if kind == "channel" {
-			closer, err := openChannel(eps)
-			if err != nil {
-				return err
-			}
-			open = append(open, closer)
-			continue
+		cluster, err := openCluster(kind, eps)
+		if err != nil {
+			return err
 		}
-		for _, ep := range eps {
-			closer, err := openConn(kind, ep)
-			if err != nil {
-				return err
-			}
-			open = append(open, closer)
-		}
+		open = append(open, cluster...)
 	}
 	conns := len(open)
-	if kind == "channel" {
-		conns *= len(eps)
-	}
 	after := memory()
 	if path := os.Getenv(connHeapEnv); path != "" {
 		if err := writeHeap(path); err != nil {
@@ -154,7 +140,7 @@ func writeHeap(path string) error {
 	return f.Close()
 }
 
-// conn is one held connection (or channel): a Status over it, and its close.
+// conn is one held member connection: a Status over it, and its close.
 type conn struct {
 	status func(context.Context) error
 	close  func() error
@@ -201,73 +187,74 @@ var connVariants = []struct {
 	{"no-idle", []grpc.DialOption{grpc.WithIdleTimeout(0)}},
 }
 
-func openConn(kind, ep string) (conn, error) {
+// openCluster opens the connections of kind to the members at eps, one conn per member,
+// each having answered a Status.
+func openCluster(kind string, eps []string) ([]conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var open []conn
 	if variant, ok := strings.CutPrefix(kind, "observer"); ok {
-		e := etcdstate.Endpoint{Member: "m", Address: ep}
-		cfg, err := memberConfig(e, nil, time.Second, nil)
-		if err != nil {
-			return conn{}, err
-		}
+		var extra []grpc.DialOption
 		for _, v := range connVariants {
 			if variant == "+"+v.name {
-				cfg.DialOptions = append(cfg.DialOptions, v.opts...)
+				extra = v.opts
 			}
 		}
-		m, err := memberClientOf(e, cfg)
-		if err != nil {
-			return conn{}, err
+		req := etcdstate.Request{Key: "c"}
+		for i, ep := range eps {
+			req.Endpoints = append(req.Endpoints, etcdstate.Endpoint{Member: fmt.Sprint("m", i), Address: ep})
 		}
-		c := conn{status: func(ctx context.Context) error { _, err := m.maint.Status(ctx, ""); return err }, close: m.cli.Close}
-		return c, c.status(ctx)
+		members, channels, err := newClusterClients(req, time.Second, nil, extra...)
+		if err != nil {
+			return nil, err
+		}
+		for i, m := range members {
+			c := conn{status: func(ctx context.Context) error { _, err := m.status(ctx); return err }, close: func() error { return nil }}
+			if i == 0 {
+				c.close = func() error { channels.close(); return nil }
+			}
+			open = append(open, c)
+		}
+		return open, statusOfAll(ctx, open)
 	}
-	if kind != "grpc" {
-		return conn{}, fmt.Errorf("unknown connection kind %q", kind)
+	for _, ep := range eps {
+		var c conn
+		switch kind {
+		case "clientv3":
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, Logger: zap.NewNop(), DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second})
+			if err != nil {
+				return nil, err
+			}
+			c = conn{status: func(ctx context.Context) error {
+				_, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+				return err
+			}, close: cli.Close}
+		case "grpc":
+			cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}))
+			if err != nil {
+				return nil, err
+			}
+			c = conn{status: func(ctx context.Context) error {
+				_, err := pb.NewMaintenanceClient(cc).Status(ctx, &pb.StatusRequest{})
+				return err
+			}, close: cc.Close}
+		default:
+			return nil, fmt.Errorf("unknown connection kind %q", kind)
+		}
+		open = append(open, c)
 	}
-	cc, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}))
-	if err != nil {
-		return conn{}, err
-	}
-	c := conn{status: func(ctx context.Context) error {
-		_, err := pb.NewMaintenanceClient(cc).Status(ctx, &pb.StatusRequest{})
-		return err
-	}, close: cc.Close}
-	return c, c.status(ctx)
+	return open, statusOfAll(ctx, open)
 }
 
-// openChannel opens one channel to every endpoint, round-robin over them, and waits until
-// each has answered a Status.
-func openChannel(eps []string) (conn, error) {
-	r := manual.NewBuilderWithScheme("conncost")
-	var addrs []resolver.Address
-	for _, ep := range eps {
-		addrs = append(addrs, resolver.Address{Addr: ep})
-	}
-	r.InitialState(resolver.State{Addresses: addrs})
-	cc, err := grpc.NewClient(r.Scheme()+":///cluster", grpc.WithResolvers(r),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}))
-	if err != nil {
-		return conn{}, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	answered := map[string]bool{}
-	for len(answered) < len(eps) {
-		var p peer.Peer
-		if _, err := pb.NewMaintenanceClient(cc).Status(ctx, &pb.StatusRequest{}, grpc.Peer(&p), grpc.WaitForReady(true)); err != nil {
-			cc.Close()
-			return conn{}, err
+// statusOfAll asks every connection for a Status, so that each is connected.
+func statusOfAll(ctx context.Context, open []conn) error {
+	for _, c := range open {
+		if err := c.status(ctx); err != nil {
+			return err
 		}
-		answered[p.Addr.String()] = true
 	}
-	return conn{status: func(ctx context.Context) error {
-		_, err := pb.NewMaintenanceClient(cc).Status(ctx, &pb.StatusRequest{})
-		return err
-	}, close: cc.Close}, nil
+	return nil
 }
 
 type usage struct{ heap, stack, goroutines, rss int64 }

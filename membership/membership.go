@@ -45,11 +45,10 @@ func isEtcdError(err, target error) bool {
 	return err != nil && rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(target)
 }
 
-// tlsConfig builds a client TLS configuration from t. With a serverName the certificate must
-// name it whatever address is dialled: gRPC replaces tls.Config.ServerName with the dialled
-// host (a pod IP), so the usual verification is switched off in favour of one that checks
-// serverName. Without a serverName the host of each endpoint URL is verified as usual.
-func tlsConfig(t *etcdstate.TLS, serverName string) (*tls.Config, error) {
+// tlsConfig builds a client TLS configuration from t. The name the server's certificate must
+// carry is the one its address is dialled for (resolver.Address.ServerName in the observer's
+// channels, the endpoint URL's host for an Operator); gRPC sets it per connection.
+func tlsConfig(t *etcdstate.TLS) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if len(t.CA) > 0 {
 		pool := x509.NewCertPool()
@@ -65,35 +64,7 @@ func tlsConfig(t *etcdstate.TLS, serverName string) (*tls.Config, error) {
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
-	if serverName != "" {
-		roots := cfg.RootCAs
-		cfg.InsecureSkipVerify = true
-		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			return verifyServer(cs, roots, serverName)
-		}
-	}
 	return cfg, nil
-}
-
-// verifyServer does what crypto/tls does by default, for serverName instead of the dialled host.
-func verifyServer(cs tls.ConnectionState, roots *x509.CertPool, serverName string) error {
-	if len(cs.PeerCertificates) == 0 {
-		return errors.New("tls: server sent no certificate")
-	}
-	intermediates := x509.NewCertPool()
-	for _, c := range cs.PeerCertificates[1:] {
-		intermediates.AddCert(c)
-	}
-	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-		Roots:         roots,
-		Intermediates: intermediates,
-		DNSName:       serverName,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	})
-	if err != nil {
-		return fmt.Errorf("tls: server certificate for %s: %w", serverName, err)
-	}
-	return nil
 }
 
 // dialTarget is the host:port to dial for ep and the name its certificate must carry.

@@ -236,7 +236,7 @@ func startCalls(ctx context.Context, members []*memberClient, listFrom int) (ans
 // askStatus asks endpoint i for its Status, which says its member's raft state and the
 // cluster's alarms.
 func askStatus(ctx context.Context, m *memberClient, i int) func(*round) {
-	st, err := m.maint.Status(ctx, "")
+	st, err := m.status(ctx)
 	if err == nil && st.Header == nil {
 		st, err = nil, errors.New("status without a response header")
 	}
@@ -246,13 +246,13 @@ func askStatus(ctx context.Context, m *memberClient, i int) func(*round) {
 // askHealth reads from endpoint i serializably: a member that cannot serve a local read is
 // not healthy, whatever its Status says.
 func askHealth(ctx context.Context, m *memberClient, i int) func(*round) {
-	_, err := m.cli.Get(ctx, "health", clientv3.WithSerializable())
+	err := m.readLocally(ctx)
 	return func(r *round) { r.statuses[i].healthErr = err }
 }
 
 // askMemberList reads the member list linearizably, so it is the cluster's current one.
 func askMemberList(ctx context.Context, m *memberClient) func(*round) {
-	list, err := m.cli.MemberList(ctx)
+	list, err := m.memberList(ctx, false)
 	if err != nil {
 		err = fmt.Errorf("member list from %s: %w", m.endpoint.Member, err)
 	}
@@ -406,7 +406,7 @@ func readMembership(ctx context.Context, members []*memberClient, voters []int, 
 		budget, cancel := halfOfRemaining(ctx)
 		defer cancel()
 		for _, i := range voters {
-			list, err := members[i].cli.MemberList(budget)
+			list, err := members[i].memberList(budget, false)
 			if err == nil {
 				return list, "", nil
 			}
@@ -417,7 +417,7 @@ func readMembership(ctx context.Context, members []*memberClient, voters []int, 
 		}
 	}
 	for _, i := range voters {
-		list, err := members[i].cli.MemberList(ctx, clientv3.WithSerializable())
+		list, err := members[i].memberList(ctx, true)
 		if err == nil {
 			note := fmt.Sprintf("no leader: member list read serializably from %s", members[i].endpoint.Member)
 			if lastErr != nil {

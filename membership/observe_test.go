@@ -12,7 +12,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/test/dialguard"
@@ -334,7 +334,7 @@ func TestObserveSlowHealthReadIsUnknown(t *testing.T) {
 	for _, e := range o.cache.entries {
 		for _, m := range e.members {
 			if m.endpoint.Member == slow.name {
-				m.cli.KV = heldReads{KV: m.cli.KV, release: release}
+				m.kv = heldReads{KVClient: m.kv, release: release}
 			}
 		}
 	}
@@ -355,14 +355,14 @@ func TestObserveSlowHealthReadIsUnknown(t *testing.T) {
 
 // heldReads is a member's KV whose reads wait until release is closed or their context ends.
 type heldReads struct {
-	clientv3.KV
+	pb.KVClient
 	release chan struct{}
 }
 
-func (h heldReads) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+func (h heldReads) Range(ctx context.Context, req *pb.RangeRequest, opts ...grpc.CallOption) (*pb.RangeResponse, error) {
 	select {
 	case <-h.release:
-		return h.KV.Get(ctx, key, opts...)
+		return h.KVClient.Range(ctx, req, opts...)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -63,7 +63,7 @@ func Dial(endpoints []string, t *etcdstate.TLS) (*Operator, error) {
 	}
 	if t != nil {
 		// The server name comes from each endpoint's URL, so it is left empty here.
-		tc, err := tlsConfig(t, "")
+		tc, err := tlsConfig(t)
 		if err != nil {
 			return nil, err
 		}
@@ -74,6 +74,12 @@ func Dial(endpoints []string, t *etcdstate.TLS) (*Operator, error) {
 		return nil, err
 	}
 	return &Operator{cli: cli}, nil
+}
+
+// failFast overrides the client's wait-for-ready default, under which a call to a member that
+// is down blocks until the deadline: a down member should be reported at once.
+func failFast(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(ctx, method, req, reply, cc, append(opts, grpc.WaitForReady(false))...)
 }
 
 // Close releases the Operator's connections.

@@ -89,9 +89,10 @@ func serveFloor(in io.Reader, out io.Writer) error {
 type floorClient struct {
 	members []*clientv3.Client
 	// status asks each member over its client's connection: clientv3's own Maintenance
-	// dials a new connection for every Status, and the hook does not.
+	// dials a new connection for every Status, and the hook does not. The member list is
+	// asked over the leader's connection the same way, as the hook asks both.
 	status []pb.MaintenanceClient
-	leader *clientv3.Client
+	leader pb.ClusterClient
 }
 
 func newFloor(spec floorSpec) (*floorClient, error) {
@@ -124,7 +125,7 @@ func newFloor(spec floorSpec) (*floorClient, error) {
 			return nil, fmt.Errorf("floor: status of %s: %w", cli.Endpoints()[0], err)
 		}
 		if st.Header.MemberId == st.Leader {
-			f.leader = cli
+			f.leader = pb.NewClusterClient(cli.ActiveConnection())
 		}
 	}
 	if f.leader == nil {
@@ -171,7 +172,7 @@ func (f *floorClient) op() error {
 	for i, m := range f.status {
 		wg.Go(func() { _, errs[i] = m.Status(ctx, &pb.StatusRequest{}) })
 	}
-	wg.Go(func() { _, errs[len(f.members)] = f.leader.MemberList(ctx) })
+	wg.Go(func() { _, errs[len(f.members)] = f.leader.MemberList(ctx, &pb.MemberListRequest{Linearizable: true}) })
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("floor: %w", err)
