@@ -99,9 +99,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	secret NAME CA | secret-delete NAME  a TLS Secret with CA bundle CA (a digest), or none
 //	bad-cert NAME WHY... | good-cert NAME   members would reject the Secret's certificate, or not
 //	pending POD DURATION | catch-up POD DURATION   slow nodes (sim_pending_test.go)
-//	volume-size S | no-expansion | volumes   spec.storageSpec.volumeSizeRequest; the claims'
-//	                                     class forbids expansion; the claims in one line
-//	                                     (sim_volumes_test.go)
+//	volume-size S | no-expansion | offline-resize | volumes   spec.storageSpec.volumeSizeRequest;
+//	                                     the claims' class forbids expansion; its driver
+//	                                     grows file systems only on a remount; the claims in
+//	                                     one line (sim_volumes_test.go)
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -256,7 +257,7 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		fmt.Fprintf(out, "%s\n", w.describe())
 	case "volumes":
 		fmt.Fprintf(out, "%s\n", w.volumesLine())
-	case "volume-size", "no-expansion":
+	case "volume-size", "no-expansion", "offline-resize":
 		w.volumeCommand(t, line, cmd, args)
 	case "spec":
 		for _, a := range args {
