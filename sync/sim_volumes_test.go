@@ -48,8 +48,9 @@ type simVolumes struct {
 	noExpansion bool
 	// expansions counts claims patched by expand-claim Jobs.
 	expansions int
-	// offline: the driver grows a file system only when the volume is mounted again.
-	offline bool
+	// offline: the driver grows a file system only when the volume is mounted again;
+	// remountFails: the node fails to grow it then, and the claim keeps waiting.
+	offline, remountFails bool
 	// restarts counts pods deleted by restart-pod Jobs.
 	restarts int
 }
@@ -76,7 +77,7 @@ func (w *simWorld) resizeClaims() {
 		case c.requested.Cmp(c.capacity) <= 0:
 			c.fsPending = false
 		case c.fsPending:
-			if p != nil && p.running && p.uid != c.mountedBy {
+			if p != nil && p.running && p.uid != c.mountedBy && !w.volumes.remountFails {
 				c.capacity, c.fsPending = c.requested, false
 			}
 		case !c.resizing:
@@ -192,6 +193,7 @@ func (w *simWorld) volumesConverged() bool {
 //	volume-size S        spec.storageSpec.volumeSizeRequest
 //	no-expansion         the claims' class does not allow expansion
 //	offline-resize       the claims' driver grows file systems only on a remount
+//	remount-fails        the node fails to grow a file system on a remount
 func (w *simWorld) volumeCommand(t *testing.T, line, cmd string, args []string) {
 	switch cmd {
 	case "volume-size":
@@ -204,6 +206,8 @@ func (w *simWorld) volumeCommand(t *testing.T, line, cmd string, args []string) 
 		w.volumes.noExpansion = true
 	case "offline-resize":
 		w.volumes.offline = true
+	case "remount-fails":
+		w.volumes.remountFails = true
 	}
 }
 
@@ -322,9 +326,39 @@ func TestVolumeExpansion(t *testing.T) {
 		if !waiting {
 			t.Error("VolumesExpanded never named the members done and those waiting for a restart")
 		}
+		for _, m := range d.Status.Members {
+			if m.Volume == nil || m.Volume.Capacity != "2Gi" || m.Volume.Resizing != "" {
+				t.Errorf("status of %s: volume %+v, want done at 2Gi", m.Name, m.Volume)
+			}
+		}
 		for ord := range 3 {
 			if c := w.volumes.claims[ord]; c.capacity.Cmp(resource.MustParse("2Gi")) != 0 || c.fsPending {
 				t.Fatalf("claim %d: %+v, want 2Gi; %s", ord, c, w.volumesLine())
+			}
+		}
+	})
+	t.Run("offline, another pod going", func(t *testing.T) {
+		// A pod terminating whose etcd still answers (evicted, say) counts as down: nothing
+		// else is restarted until it is back and ready.
+		w, _ := created(t, 3, true)
+		w.volumes.offline = true
+		w.cluster.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi")
+		w.cluster.Generation++
+		// Every claim expanded: the next sync would restart etcd-1, whose claim waits.
+		for i := 0; i < 20 && w.volumes.expansions < 3; i++ {
+			w.step()
+		}
+		if !w.volumes.claims[1].fsPending || w.volumes.restarts != 0 {
+			t.Fatalf("claim 1 does not wait for a remount, or a pod was restarted: %s", w.volumesLine())
+		}
+		w.pods[2].terminating = true
+		d := w.sync()
+		if d.Action.Type != Wait || d.Action.Member != "etcd-2" || !strings.Contains(d.Action.Reason, "pod etcd-2 is terminating") {
+			t.Errorf("with etcd-2 terminating: %v; want a Wait on it", d.Action)
+		}
+		for _, c := range d.Children {
+			if c.Kind == "Job" && strings.Contains(c.Name, "-"+verbRestartPod+"-") {
+				t.Errorf("Job %s returned while etcd-2 is terminating", c.Name)
 			}
 		}
 	})

@@ -225,6 +225,13 @@ func (v *view) disruptionBlocker() (name, why string) {
 	return "", ""
 }
 
+// restartedForResize: the member at ord is back after a restart-pod step, a healthy member
+// on a ready pod that no longer awaits a restart.
+func (v *view) restartedForResize(ord int) bool {
+	pod, m := v.pods[ord], v.byOrd[ord]
+	return pod != nil && !isTerminating(pod) && isReady(pod) && m != nil && m.Healthy && !v.awaitsRestart(ord)
+}
+
 // podRestarted reports whether the pod a restart-pod Job deleted is gone: the member's pod
 // is missing, terminating, or another pod.
 func (p *planner) podRestarted(ord int, uid string) bool {
