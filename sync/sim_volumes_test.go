@@ -242,7 +242,7 @@ func (w *simWorld) checkVolumes(d Decision) {
 			continue
 		}
 		if m.Volume.Requested != c.requested.String() || m.Volume.Capacity != c.capacity.String() {
-			w.t.Fatalf("status says %s's claim asks for %s and has %s; it asks for %s and has %s", m.Name, m.Volume.Requested, m.Volume.Capacity, c.requested.String(), c.capacity.String())
+			w.t.Fatalf("status says %s's claim asks for %s and has %s; it asks for %s and has %s (%v)", m.Name, m.Volume.Requested, m.Volume.Capacity, c.requested.String(), c.capacity.String(), d.Action)
 		}
 	}
 }

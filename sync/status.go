@@ -452,6 +452,8 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 	st.JobFailures = jobFailures(s)
 	if asked {
 		v.reportMembership(&st)
+	} else {
+		st.Members = v.refreshVolumes(st.Members)
 	}
 
 	v.setAvailable(&st, s, h, asked)
@@ -637,4 +639,14 @@ func lowestVersion(ms []etcdstate.Member) string {
 		return ""
 	}
 	return "v" + low.String()
+}
+
+// refreshVolumes is the members status last recorded, with each volume as its claim is now:
+// claims do not depend on etcd's answer, so a hold still shows which grew and which wait.
+func (v *view) refreshVolumes(members []v1alpha1.MemberStatus) []v1alpha1.MemberStatus {
+	out := slices.Clone(members)
+	for i := range out {
+		out[i].Volume = v.volumeStatus(int(out[i].Ordinal))
+	}
+	return out
 }
