@@ -142,7 +142,7 @@ func (p *planner) change() (decided, recorded step) {
 		p.scaleOut,      // 18 planner.go: fewer members than the size: add a learner
 		p.scaleIn,       // 19 planner.go: more members than the size: remove the highest
 		p.upgrade,       // 20 planner.go: an etcd version to roll out
-		p.expandVolumes, // 21 volumes.go: a claim smaller than volumeSizeRequest: expand it; a file system that grows on remount: restart its pod
+		p.expandVolumes, // 21 volumes.go: a claim smaller than volumeSizeRequest: expand it; then restart pods for offline resizes
 		p.defragment,    // 22 maintenance.go: scheduled defragmentation
 		p.tlsWaiting,    // 23 tls.go: a TLS change waiting for its Secrets or its pods
 	}

@@ -394,9 +394,10 @@ func (v *view) updateResult(s step, hist []v1alpha1.StepRecord, asked bool) []v1
 		}
 		if r.Type == RestartPod.String() && (result == v1alpha1.StepSucceeded || !found) {
 			// Its Job only deletes the pod: like a replacement, the step is done once the
-			// member is back, on a new pod.
+			// member is back, on a new pod (or the cluster is steady before its pod shows
+			// Ready).
 			result = ""
-			if ord, ok := Ordinal(v.c.Name, r.Member); ok && asked && v.restartedForResize(ord) {
+			if ord, ok := Ordinal(v.c.Name, r.Member); ok && asked && (v.restartedForResize(ord) || s.action.Type == Steady) {
 				result = v1alpha1.StepSucceeded
 			}
 		}

@@ -186,7 +186,9 @@ func (p *planner) restartForResize() (step, bool) {
 			break
 		}
 	}
-	if next == nil {
+	if next == nil || next == p.leader && p.othersStillGrow(next) {
+		// The leader waits while another claim may still come to wait for a restart: it
+		// goes last, and leadership moves once.
 		return step{}, false
 	}
 	why := "claim " + ClaimName(p.c.Name, next.ordinal) + " grows its file system when mounted again (FileSystemResizePending)"
@@ -202,6 +204,18 @@ func (p *planner) restartForResize() (step, bool) {
 		return p.wait(next.name, why+": restarting "+next.name+" would leave no healthy quorum", resyncHold), true
 	}
 	return p.runJob(memberJob{verb: verbRestartPod, member: next.name, podUID: string(next.pod.UID)}, RestartPod, why+": restarting pod "+next.name), true
+}
+
+// othersStillGrow: a member other than m has a claim still to expand or whose volume still
+// grows (not yet at FileSystemResizePending).
+func (p *planner) othersStillGrow(m *member) bool {
+	want := p.c.Spec.StorageSpec.VolumeSizeRequest
+	for _, o := range p.members {
+		if vol := p.volumeOf(o.ordinal); o != m && vol.refused == "" && (vol.short(want) || vol.resizing == string(corev1.PersistentVolumeClaimResizing) || vol.resizing == resizeRequested) {
+			return true
+		}
+	}
+	return false
 }
 
 // disruptionBlocker names the pod that keeps a member's pod from being taken down now, and

@@ -132,6 +132,10 @@ func offlineExpansion(t *testing.T, env *harness.Env) int {
 	defer stopSampling()
 	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.StorageSpec.VolumeSizeRequest = resource.MustParse("6Gi") })
 	waitExpanded(t, env, "6Gi")
+	// The last restart's step ends once a sync finds the cluster steady.
+	if _, err := env.WaitSteady(3, changeBound); err != nil {
+		t.Fatalf("not steady after the restarts: %v\n%s", err, env.Describe())
+	}
 	stopSampling()
 	if len(maxDown) > 1 {
 		t.Errorf("voters down at once: %v; the restarts go one at a time", maxDown)
@@ -142,13 +146,17 @@ func offlineExpansion(t *testing.T, env *harness.Env) int {
 		}
 	}
 	restarted := map[string]int{}
+	var steps []string
 	for _, r := range env.Store.Parent().Status.History {
-		if r.Type == sync.RestartPod.String() && r.Result == v1alpha1.StepSucceeded {
-			restarted[r.Member]++
+		if r.Type == sync.RestartPod.String() {
+			steps = append(steps, r.Member+" "+r.Result)
+			if r.Result == v1alpha1.StepSucceeded {
+				restarted[r.Member]++
+			}
 		}
 	}
 	if len(restarted) != 3 {
-		t.Errorf("history shows RestartPod succeeded for %v, want each of the 3 members", restarted)
+		t.Errorf("history shows RestartPod %v, want succeeded for each of the 3 members", steps)
 	}
 	for m, n := range restarted {
 		if n != 1 {
