@@ -51,6 +51,9 @@ type simVolumes struct {
 	// offline: the driver grows a file system only when the volume is mounted again;
 	// remountFails: the node fails to grow it then, and the claim keeps waiting.
 	offline, remountFails bool
+	// nodeOnline: the file system grows on the node while mounted, a minute after the
+	// volume grew: the claim is FileSystemResizePending meanwhile.
+	nodeOnline bool
 	// restarts counts pods deleted by restart-pod Jobs.
 	restarts int
 }
@@ -77,12 +80,13 @@ func (w *simWorld) resizeClaims() {
 		case c.requested.Cmp(c.capacity) <= 0:
 			c.fsPending = false
 		case c.fsPending:
-			if p != nil && p.running && p.uid != c.mountedBy && !w.volumes.remountFails {
+			remounted := p != nil && p.running && p.uid != c.mountedBy && !w.volumes.remountFails
+			if remounted || w.volumes.nodeOnline && w.now.Sub(c.pendingSince) >= time.Minute {
 				c.capacity, c.fsPending = c.requested, false
 			}
 		case !c.resizing:
 			c.resizing = true
-		case w.volumes.offline:
+		case w.volumes.offline || w.volumes.nodeOnline:
 			c.resizing, c.fsPending, c.pendingSince, c.mountedBy = false, true, w.now, ""
 			if p != nil && !p.terminating {
 				c.mountedBy = p.uid
@@ -194,6 +198,8 @@ func (w *simWorld) volumesConverged() bool {
 //	no-expansion         the claims' class does not allow expansion
 //	offline-resize       the claims' driver grows file systems only on a remount
 //	remount-fails        the node fails to grow a file system on a remount
+//	node-resize-online   the claims' file systems grow on the node while mounted, a
+//	                     minute after the volume
 func (w *simWorld) volumeCommand(t *testing.T, line, cmd string, args []string) {
 	switch cmd {
 	case "volume-size":
@@ -208,6 +214,8 @@ func (w *simWorld) volumeCommand(t *testing.T, line, cmd string, args []string) 
 		w.volumes.offline = true
 	case "remount-fails":
 		w.volumes.remountFails = true
+	case "node-resize-online":
+		w.volumes.nodeOnline = true
 	}
 }
 
@@ -344,8 +352,13 @@ func TestVolumeExpansion(t *testing.T) {
 		w.volumes.offline = true
 		w.cluster.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi")
 		w.cluster.Generation++
-		// Every claim expanded: the next sync would restart etcd-1, whose claim waits.
-		for i := 0; i < 20 && w.volumes.expansions < 3; i++ {
+		// Every claim expanded and waiting past the grace: the next sync would restart
+		// etcd-1.
+		due := func() bool {
+			c := w.volumes.claims[1]
+			return w.volumes.expansions == 3 && c.fsPending && w.now.Sub(c.pendingSince) >= fileSystemResizeGrace+clockSkewMargin
+		}
+		for i := 0; i < 60 && !due(); i++ {
 			w.step()
 		}
 		if !w.volumes.claims[1].fsPending || w.volumes.restarts != 0 {

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -27,8 +28,9 @@ import (
 // claim FileSystemResizePending. The StatefulSet recreates only pods of an outdated revision,
 // so the planner restarts such a member's pod itself: a restart-pod Job deletes that pod,
 // named by the UID the planner observed, and the StatefulSet creates it again on the grown
-// volume. It is a disruption like a roll's: one member at a time, the leader last with
-// leadership moved first, only while every other member is a healthy voter on a ready pod.
+// volume, once the claim has waited longer than an online resize takes. It is a disruption
+// like a roll's: one member at a time, the leader last with leadership moved first, only
+// while every other member is a healthy voter on a ready pod.
 
 // verbExpandClaim patches one member's claim to the size asked for.
 const verbExpandClaim = "expand-claim"
@@ -43,6 +45,12 @@ const verbRestartPod = "restart-pod"
 // AnnotationPodUID on a restart-pod Job is the UID of the pod it deletes: once the member's
 // pod has another UID, or is gone or going, the Job's effect shows.
 const AnnotationPodUID = "etcdops.dev/pod-uid"
+
+// fileSystemResizeGrace is how long a claim is left FileSystemResizePending before its
+// member's pod is restarted for it. Drivers that grow file systems online pass through that
+// state too, until the kubelet grows the mounted file system, within a minute or so; only one
+// that stays there needs the remount.
+const fileSystemResizeGrace = 3 * time.Minute
 
 // resizeRequested is status.members[].volume.resizing of a claim that asks for more than it
 // has before the storage system reports a condition (Resizing, FileSystemResizePending).
@@ -167,6 +175,12 @@ func (v *view) awaitsRestart(ord int) bool {
 		pod != nil && !isTerminating(pod) && !pod.CreationTimestamp.Time.After(vol.pendingSince)
 }
 
+// restartDue: the claim at ord awaits a restart and has waited for longer than the kubelet
+// takes to grow a mounted file system online.
+func (v *view) restartDue(ord int) bool {
+	return v.awaitsRestart(ord) && v.elapsedSince(v.volumeOf(ord).pendingSince) >= fileSystemResizeGrace
+}
+
 // restartForResize: a member whose file system grows only on a remount has its pod deleted
 // by a restart-pod Job, followers first by lowest ordinal, the leader last with leadership
 // moved away first. Gated like a roll's pod replacement: every pod up and ready and every
@@ -176,7 +190,7 @@ func (v *view) awaitsRestart(ord int) bool {
 func (p *planner) restartForResize() (step, bool) {
 	var next *member
 	for _, m := range p.members {
-		if !p.awaitsRestart(m.ordinal) {
+		if !p.restartDue(m.ordinal) {
 			continue
 		}
 		if next == nil || next == p.leader {
@@ -189,7 +203,7 @@ func (p *planner) restartForResize() (step, bool) {
 	if next == nil || next == p.leader && p.othersStillGrow(next) {
 		// The leader waits while another claim may still come to wait for a restart: it
 		// goes last, and leadership moves once.
-		return step{}, false
+		return p.awaitOnlineResize()
 	}
 	why := "claim " + ClaimName(p.c.Name, next.ordinal) + " grows its file system when mounted again (FileSystemResizePending)"
 	if busy, state := p.disruptionBlocker(); state != "" {
@@ -206,12 +220,38 @@ func (p *planner) restartForResize() (step, bool) {
 	return p.runJob(memberJob{verb: verbRestartPod, member: next.name, podUID: string(next.pod.UID)}, RestartPod, why+": restarting pod "+next.name), true
 }
 
-// othersStillGrow: a member other than m has a claim still to expand or whose volume still
-// grows (not yet at FileSystemResizePending).
+// awaitOnlineResize waits for the first claim that awaits a restart within the grace (a
+// follower's before the leader's, which goes last): the kubelet may still grow its file
+// system online. The reason names the time the restart is due, not the time left, so that
+// status stays the same from sync to sync.
+func (p *planner) awaitOnlineResize() (step, bool) {
+	var first *member
+	var due time.Time
+	for _, m := range p.members {
+		if !p.awaitsRestart(m.ordinal) || p.restartDue(m.ordinal) {
+			continue
+		}
+		at := p.volumeOf(m.ordinal).pendingSince.Add(fileSystemResizeGrace + clockSkewMargin)
+		if first == nil || first == p.leader && m != p.leader || m != p.leader && at.Before(due) {
+			first, due = m, at
+		}
+	}
+	if first == nil {
+		return step{}, false
+	}
+	reason := fmt.Sprintf("claim %s waits for its file system to grow (FileSystemResizePending): restarting pod %s at %s unless the node grows it online first",
+		ClaimName(p.c.Name, first.ordinal), first.name, due.UTC().Format(time.RFC3339))
+	return p.wait(first.name, reason, math.Max(1, math.Ceil(due.Sub(p.obs.Now).Seconds()))), true
+}
+
+// othersStillGrow: a member other than m has a claim still to expand, whose volume still
+// grows, or that waits for its file system within the grace: it may yet need a restart.
 func (p *planner) othersStillGrow(m *member) bool {
 	want := p.c.Spec.StorageSpec.VolumeSizeRequest
 	for _, o := range p.members {
-		if vol := p.volumeOf(o.ordinal); o != m && vol.refused == "" && (vol.short(want) || vol.resizing == string(corev1.PersistentVolumeClaimResizing) || vol.resizing == resizeRequested) {
+		vol := p.volumeOf(o.ordinal)
+		growing := vol.short(want) || vol.resizing == string(corev1.PersistentVolumeClaimResizing) || vol.resizing == resizeRequested
+		if o != m && vol.refused == "" && (growing || p.awaitsRestart(o.ordinal) && !p.restartDue(o.ordinal)) {
 			return true
 		}
 	}
@@ -330,9 +370,9 @@ func (v *view) volumesCondition(st *v1alpha1.EtcdClusterStatus) {
 			refusedBy = vol.refusedBy
 		case vol.short(want):
 			pending = append(pending, vol.name)
-		case v.awaitsRestart(ord):
+		case v.restartDue(ord):
 			restart = append(restart, PodName(v.c.Name, ord))
-		case vol.resizing == string(corev1.PersistentVolumeClaimFileSystemResizePending):
+		case vol.resizing == string(corev1.PersistentVolumeClaimFileSystemResizePending) && !v.awaitsRestart(ord):
 			resizing = append(resizing, vol.name+" ("+vol.resizing+", its pod restarted)")
 		case vol.resizing != "":
 			resizing = append(resizing, vol.name+" ("+vol.resizing+")")

@@ -131,6 +131,27 @@ func offlineExpansion(t *testing.T, env *harness.Env) int {
 	}
 	defer stopSampling()
 	env.Store.EditParentSpec(func(s *v1alpha1.EtcdClusterSpec) { s.StorageSpec.VolumeSizeRequest = resource.MustParse("6Gi") })
+	// Drivers that grow file systems online pass through FileSystemResizePending too, so the
+	// operator restarts a pod only once its claim waited past a grace of some minutes: once
+	// every claim waits, the hook's clock is moved past it.
+	if _, err := env.WaitFor(changeBound, func() (bool, string) {
+		for i := range 3 {
+			o, _ := env.Store.Get("PersistentVolumeClaim", sync.ClaimName(env.Cluster, i))
+			pvc := o.(*corev1.PersistentVolumeClaim)
+			if len(pvc.Status.Conditions) != 1 || pvc.Status.Conditions[0].Type != corev1.PersistentVolumeClaimFileSystemResizePending {
+				return false, fmt.Sprintf("claim %s: %v", pvc.Name, pvc.Status.Conditions)
+			}
+		}
+		return true, ""
+	}); err != nil {
+		t.Fatalf("the claims do not wait for a remount: %v\n%s", err, env.Describe())
+	}
+	for j := range jobNames(env) {
+		if strings.Contains(j, "-restart-pod-") {
+			t.Errorf("Job %s restarts a pod within the grace", j)
+		}
+	}
+	env.AdvanceHookClock(5 * time.Minute)
 	waitExpanded(t, env, "6Gi")
 	// The last restart's step ends once a sync finds the cluster steady.
 	if _, err := env.WaitSteady(3, changeBound); err != nil {
