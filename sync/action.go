@@ -43,6 +43,9 @@ const (
 	UpdatePeerURL
 	// ExpandVolume: a Job asks for more storage on one member's claim.
 	ExpandVolume
+	// RestartPod: a Job deletes one member's pod so that its claim's file system grows when
+	// the volume is mounted again (FileSystemResizePending).
+	RestartPod
 )
 
 var actionNames = [...]string{
@@ -64,6 +67,7 @@ var actionNames = [...]string{
 	TakeBackup:       "Backup",
 	UpdatePeerURL:    "UpdatePeerURL",
 	ExpandVolume:     "ExpandVolume",
+	RestartPod:       "RestartPod",
 }
 
 func (t ActionType) String() string {

@@ -3,7 +3,7 @@ package sync
 // The PodDisruptionBudget counts a pod as disrupted only once the disruption controller has
 // seen it not Ready or terminating. A step of the operator's own that takes a member down
 // (a pod replaced, a member removed, leadership moved before either, a defragmentation that
-// makes its member unready) does so only after its answer is applied, and through a Job or
+// makes its member unready, a pod deleted for its file system to grow) does so only after its answer is applied, and through a Job or
 // the StatefulSet controller the budget knows nothing of: a drain that evicts in between is
 // allowed a second member. So the answer that starts such a step, and every answer while its
 // Job runs, allow no voluntary disruption at all. A changed budget also refuses evictions
@@ -37,7 +37,7 @@ func (s step) disrupts() bool {
 // is moved only off a member about to be disturbed).
 func disruptingVerb(verb string) bool {
 	switch verb {
-	case verbRemove, verbMoveLeader, verbDefragment:
+	case verbRemove, verbMoveLeader, verbDefragment, verbRestartPod:
 		return true
 	}
 	return false

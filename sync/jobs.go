@@ -67,6 +67,8 @@ type memberJob struct {
 	clientSecret string
 	// claim and size: expand-claim, the claim and the storage it is to ask for.
 	claim, size string
+	// podUID: restart-pod, the UID of the pod it deletes (the member's, as observed).
+	podUID string
 }
 
 // args is the member tool's command line (docs/architecture.md).
@@ -74,6 +76,9 @@ func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbExpandClaim {
 		// It talks to the Kubernetes API, not to etcd.
 		return []string{toolName, j.verb, "--member=" + j.member, "--namespace=" + c.Namespace, "--claim=" + j.claim, "--size=" + j.size}
+	}
+	if j.verb == verbRestartPod {
+		return []string{toolName, j.verb, "--member=" + j.member, "--namespace=" + c.Namespace, "--uid=" + j.podUID}
 	}
 	args := []string{toolName, j.verb, "--endpoints=" + strings.Join(j.endpoints, ","), "--member=" + j.member}
 	if j.peerURL != "" {
@@ -110,18 +115,20 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	}
 
 	container := object{"name": "member", "image": cfg.ToolImage, "command": j.args(c), "securityContext": containerSecurityContext()}
-	// The member tool talks to etcd only, never to the Kubernetes API, but to patch a claim.
+	// The member tool talks to etcd only, never to the Kubernetes API, but to patch a claim or
+	// delete a pod.
 	podSpec := object{
 		"restartPolicy":                "Never",
 		"containers":                   []any{container},
 		"securityContext":              podSecurityContext(),
 		"automountServiceAccountToken": false,
 	}
-	if j.verb == verbExpandClaim {
+	kube := j.verb == verbExpandClaim || j.verb == verbRestartPod
+	if kube {
 		podSpec["serviceAccountName"] = ClaimsAccountName(c.Name)
 		podSpec["automountServiceAccountToken"] = true
 	}
-	if j.clientSecret != "" && j.verb != verbExpandClaim {
+	if j.clientSecret != "" && !kube {
 		container["volumeMounts"] = []volumeMount{{Name: "client-tls", MountPath: ClientTLSDir, ReadOnly: true}}
 		podSpec["volumes"] = []volume{{Name: "client-tls", Secret: &secretSource{SecretName: j.clientSecret}}}
 	}
@@ -155,6 +162,9 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	}
 	if j.size != "" {
 		meta.Annotations = map[string]string{AnnotationClaimSize: j.size}
+	}
+	if j.podUID != "" {
+		meta.Annotations = map[string]string{AnnotationPodUID: j.podUID}
 	}
 	return child("batch/v1", "Job", meta, spec)
 }

@@ -142,7 +142,7 @@ func (p *planner) change() (decided, recorded step) {
 		p.scaleOut,      // 18 planner.go: fewer members than the size: add a learner
 		p.scaleIn,       // 19 planner.go: more members than the size: remove the highest
 		p.upgrade,       // 20 planner.go: an etcd version to roll out
-		p.expandVolumes, // 21 volumes.go: a claim smaller than volumeSizeRequest: expand it
+		p.expandVolumes, // 21 volumes.go: a claim smaller than volumeSizeRequest: expand it; then restart pods for offline resizes
 		p.defragment,    // 22 maintenance.go: scheduled defragmentation
 		p.tlsWaiting,    // 23 tls.go: a TLS change waiting for its Secrets or its pods
 	}
@@ -281,6 +281,8 @@ func (p *planner) effectShows(j *batchv1.Job) bool {
 		return true
 	case verbExpandClaim:
 		return p.expandedClaim(ClaimName(p.c.Name, ord), j.Annotations[AnnotationClaimSize])
+	case verbRestartPod:
+		return p.podRestarted(ord, j.Annotations[AnnotationPodUID])
 	case verbDisarm:
 		alarm, id := j.Labels[LabelAlarm], j.Annotations[AnnotationMemberID]
 		for _, a := range p.obs.Etcd.Alarms {
@@ -785,6 +787,8 @@ func actionOfVerb(verb string) ActionType {
 		return UpdatePeerURL
 	case verbExpandClaim:
 		return ExpandVolume
+	case verbRestartPod:
+		return RestartPod
 	}
 	return MoveLeader
 }

@@ -99,9 +99,12 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	secret NAME CA | secret-delete NAME  a TLS Secret with CA bundle CA (a digest), or none
 //	bad-cert NAME WHY... | good-cert NAME   members would reject the Secret's certificate, or not
 //	pending POD DURATION | catch-up POD DURATION   slow nodes (sim_pending_test.go)
-//	volume-size S | no-expansion | volumes   spec.storageSpec.volumeSizeRequest; the claims'
-//	                                     class forbids expansion; the claims in one line
-//	                                     (sim_volumes_test.go)
+//	volume-size S | no-expansion | offline-resize | remount-fails | node-resize-online | volumes
+//	                                     spec.storageSpec.volumeSizeRequest; the claims' class
+//	                                     forbids expansion; its driver grows file systems only
+//	                                     on a remount; the node then fails to; the node grows
+//	                                     them while mounted; the claims in one line, and the
+//	                                     VolumesExpanded condition (sim_volumes_test.go)
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -256,7 +259,12 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		fmt.Fprintf(out, "%s\n", w.describe())
 	case "volumes":
 		fmt.Fprintf(out, "%s\n", w.volumesLine())
-	case "volume-size", "no-expansion":
+		for _, c := range w.cluster.Status.Conditions {
+			if c.Type == v1alpha1.ConditionVolumesExpanded {
+				fmt.Fprintf(out, "  VolumesExpanded=%s %s: %s\n", c.Status, c.Reason, c.Message)
+			}
+		}
+	case "volume-size", "no-expansion", "offline-resize", "remount-fails", "node-resize-online":
 		w.volumeCommand(t, line, cmd, args)
 	case "spec":
 		for _, a := range args {

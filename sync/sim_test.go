@@ -15,6 +15,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/backupresult"
@@ -123,6 +124,8 @@ type simPod struct {
 	// unseen: deleted, its etcd already stopped, while the hook's cache still shows it as it
 	// was (podsSeenLate).
 	unseen bool
+	// uid is the UID the API server gave it: another for each pod created at the ordinal.
+	uid string
 }
 
 type simSTS struct {
@@ -157,6 +160,8 @@ type simJob struct {
 	timeout time.Duration
 	// claim and size: expand-claim's.
 	claim, size string
+	// podUID: restart-pod's.
+	podUID string
 }
 
 type simStats struct {
@@ -261,6 +266,8 @@ type simWorld struct {
 	v2Until uint64
 	// volumes are the claims and their class (sim_volumes_test.go).
 	volumes simVolumes
+	// podSeq numbers the pods created, for their UIDs.
+	podSeq int
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -423,7 +430,7 @@ func (w *simWorld) observe() Observed {
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
 		pod := corev1.Pod{Spec: *p.tmpl.Spec.DeepCopy()}
-		pod.Name, pod.Namespace = w.podName(ord), w.cluster.Namespace
+		pod.Name, pod.Namespace, pod.UID = w.podName(ord), w.cluster.Namespace, types.UID(p.uid)
 		pod.CreationTimestamp = metav1.NewTime(p.created)
 		pod.Labels = map[string]string{LabelCluster: w.cluster.Name}
 		pod.Annotations = map[string]string{}
@@ -750,6 +757,9 @@ func (w *simWorld) newJob(b []byte) *simJob {
 		if v, ok := strings.CutPrefix(a, "--size="); ok {
 			sj.size = v
 		}
+		if v, ok := strings.CutPrefix(a, "--uid="); ok {
+			sj.podUID = v
+		}
 		sj.clientCert = sj.clientCert || strings.HasPrefix(a, "--cert=")
 	}
 	if w.failJobs > 0 {
@@ -791,9 +801,13 @@ func (w *simWorld) runJob(j *simJob) {
 	if j.verb == verbDefragment && w.probes != nil && w.slowDefragment(j, fail) {
 		return
 	}
-	if j.verb == verbExpandClaim && !j.failNow {
+	if (j.verb == verbExpandClaim || j.verb == verbRestartPod) && !j.failNow {
 		// It asks the API server, not etcd.
-		w.expandClaim(j)
+		if j.verb == verbRestartPod {
+			w.restartPod(j)
+		} else {
+			w.expandClaim(j)
+		}
 		if j.state == jobRunning {
 			j.state = jobSucceeded
 		}
@@ -946,12 +960,13 @@ func (w *simWorld) statefulSetController() {
 		if w.pods[ord] != nil || gone[ord] {
 			continue
 		}
-		p := &simPod{ord: ord, spec: s.updateSpec, config: s.updateConfig, version: s.updateVersion, tmpl: s.updateTmpl, created: w.now}
+		w.podSeq++
+		p := &simPod{ord: ord, spec: s.updateSpec, config: s.updateConfig, version: s.updateVersion, tmpl: s.updateTmpl, created: w.now, uid: fmt.Sprintf("pod-uid-%d", w.podSeq)}
 		if ord < s.partition {
 			p.spec, p.config, p.version, p.tmpl = s.currentSpec, s.currentConfig, s.currentVersion, s.currentTmpl
 		}
 		p.noImage = p.version == w.badImage
-		p.pendingUntil = w.pendingUntil(ord)
+		p.pendingUntil = w.remountUntil(ord, w.pendingUntil(ord))
 		p.down = w.startDown[ord]
 		delete(w.startDown, ord)
 		w.pods[ord] = p
@@ -1255,6 +1270,7 @@ func (w *simWorld) checkWorld() {
 	}
 	w.checkTLSWorld()
 	w.checkFork()
+	w.checkRestarts()
 	// A one-member cluster has no redundancy: recreating its pod is a planned outage.
 	if v, _ := w.voters(); v > 1 && !w.faulty && !w.hasQuorum() {
 		v, h := w.voters()

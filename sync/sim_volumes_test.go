@@ -2,8 +2,10 @@ package sync
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -17,7 +19,11 @@ import (
 // claim template's size, bound at once with that capacity. A claim whose request grows is
 // grown by the storage system in two ticks (ControllerResizing, then the capacity), as an
 // external resizer would with a driver that grows file systems online. The claims' class,
-// "standard", allows expansion unless the story says otherwise.
+// "standard", allows expansion unless the story says otherwise. With an offline driver
+// (offline-resize) the volume grows in the same two ticks but the claim is then
+// FileSystemResizePending, its capacity unchanged, until a pod other than the one running
+// then mounts it: the kubelet grows the file system while it mounts the volume, so such a pod
+// is Pending for a tick before it runs, and the claim has its capacity once it does.
 
 // simClass is the StorageClass every simulated claim names.
 const simClass = "standard"
@@ -26,6 +32,11 @@ const simClass = "standard"
 type simClaim struct {
 	requested, capacity resource.Quantity
 	resizing            bool
+	// fsPending: the volume grew, the file system waits for a remount since pendingSince;
+	// mountedBy is the UID of the pod that ran on it then ("" when none did).
+	fsPending    bool
+	pendingSince time.Time
+	mountedBy    string
 }
 
 // simVolumes is the storage side of the world.
@@ -37,6 +48,14 @@ type simVolumes struct {
 	noExpansion bool
 	// expansions counts claims patched by expand-claim Jobs.
 	expansions int
+	// offline: the driver grows a file system only when the volume is mounted again;
+	// remountFails: the node fails to grow it then, and the claim keeps waiting.
+	offline, remountFails bool
+	// nodeOnline: the file system grows on the node while mounted, a minute after the
+	// volume grew: the claim is FileSystemResizePending meanwhile.
+	nodeOnline bool
+	// restarts counts pods deleted by restart-pod Jobs.
+	restarts int
 }
 
 // claimFor creates the claim of ord from the StatefulSet's template if it has none.
@@ -52,16 +71,67 @@ func (w *simWorld) claimFor(ord int) {
 	}
 }
 
-// resizeClaims is the storage system's resizer: one tick to start, one to finish.
+// resizeClaims is the storage system's resizer: one tick to start, one to finish; with an
+// offline driver the file system grows once another pod runs on the volume.
 func (w *simWorld) resizeClaims() {
-	for _, c := range w.volumes.claims {
+	for ord, c := range w.volumes.claims {
+		p := w.pods[ord]
 		switch {
 		case c.requested.Cmp(c.capacity) <= 0:
+			c.fsPending = false
+		case c.fsPending:
+			remounted := p != nil && p.running && p.uid != c.mountedBy && !w.volumes.remountFails
+			if remounted || w.volumes.nodeOnline && w.now.Sub(c.pendingSince) >= time.Minute {
+				c.capacity, c.fsPending = c.requested, false
+			}
 		case !c.resizing:
 			c.resizing = true
+		case w.volumes.offline || w.volumes.nodeOnline:
+			c.resizing, c.fsPending, c.pendingSince, c.mountedBy = false, true, w.now, ""
+			if p != nil && !p.terminating {
+				c.mountedBy = p.uid
+			}
 		default:
 			c.capacity, c.resizing = c.requested, false
 		}
+	}
+}
+
+// remountUntil is when a pod created now at ord runs at the earliest: a tick later while its
+// claim waits for the remount that grows its file system, else at since.
+func (w *simWorld) remountUntil(ord int, since time.Time) time.Time {
+	if c := w.volumes.claims[ord]; c != nil && c.fsPending {
+		if at := w.now.Add(simTick); at.After(since) {
+			return at
+		}
+	}
+	return since
+}
+
+// restartPod is the restart-pod Job: the member's pod deleted if it is still the pod of the
+// Job's UID (the API server's delete precondition); another pod, or none, is left alone.
+func (w *simWorld) restartPod(j *simJob) {
+	ord, _ := Ordinal(w.cluster.Name, j.member)
+	if p := w.pods[ord]; p != nil && p.uid == j.podUID && !p.terminating {
+		p.terminating = true
+		w.volumes.restarts++
+	}
+}
+
+// checkRestarts: with an offline driver, whose restarts are the planner's own disruptions,
+// never two voters down at once (unless a story breaks them on purpose).
+func (w *simWorld) checkRestarts() {
+	if !w.volumes.offline || w.faulty {
+		return
+	}
+	var down []string
+	for _, m := range w.members {
+		if !m.learner && !w.healthy(m) {
+			down = append(down, w.podName(m.ord))
+		}
+	}
+	if len(down) > 1 {
+		w.t.Fatalf("%d voters down at once: %v\n%s", len(down), down, w.describe())
 	}
 }
 
@@ -101,6 +171,10 @@ func (w *simWorld) observedVolumes(obs *Observed) {
 		if c.resizing {
 			pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimResizing, Status: corev1.ConditionTrue}}
 		}
+		if c.fsPending {
+			pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimFileSystemResizePending, Status: corev1.ConditionTrue,
+				LastTransitionTime: metav1.NewTime(c.pendingSince)}}
+		}
 		obs.Claims = append(obs.Claims, pvc)
 	}
 }
@@ -122,6 +196,10 @@ func (w *simWorld) volumesConverged() bool {
 //
 //	volume-size S        spec.storageSpec.volumeSizeRequest
 //	no-expansion         the claims' class does not allow expansion
+//	offline-resize       the claims' driver grows file systems only on a remount
+//	remount-fails        the node fails to grow a file system on a remount
+//	node-resize-online   the claims' file systems grow on the node while mounted, a
+//	                     minute after the volume
 func (w *simWorld) volumeCommand(t *testing.T, line, cmd string, args []string) {
 	switch cmd {
 	case "volume-size":
@@ -132,21 +210,35 @@ func (w *simWorld) volumeCommand(t *testing.T, line, cmd string, args []string) 
 		w.cluster.Generation++
 	case "no-expansion":
 		w.volumes.noExpansion = true
+	case "offline-resize":
+		w.volumes.offline = true
+	case "remount-fails":
+		w.volumes.remountFails = true
+	case "node-resize-online":
+		w.volumes.nodeOnline = true
 	}
 }
 
-// volumesLine is the claims in one line: ordinal requested/capacity, * while resizing.
+// volumesLine is the claims in one line: ordinal requested/capacity, * while resizing, ~
+// while the file system waits for a remount; and the pods restarted for it, if any.
 func (w *simWorld) volumesLine() string {
 	var parts []string
 	for _, ord := range sortedInts(w.volumes.claims) {
 		c := w.volumes.claims[ord]
 		mark := ""
-		if c.resizing {
+		switch {
+		case c.resizing:
 			mark = "*"
+		case c.fsPending:
+			mark = "~"
 		}
 		parts = append(parts, fmt.Sprintf("%d:%s/%s%s", ord, c.requested.String(), c.capacity.String(), mark))
 	}
-	return "claims: " + strings.Join(parts, " ") + fmt.Sprintf(" (template %s)", w.volumes.template.String())
+	line := "claims: " + strings.Join(parts, " ") + fmt.Sprintf(" (template %s)", w.volumes.template.String())
+	if w.volumes.restarts > 0 {
+		line += fmt.Sprintf(" restarted=%d", w.volumes.restarts)
+	}
+	return line
 }
 
 // checkVolumes: each member's volume status says what its claim held when observed (the
@@ -158,7 +250,7 @@ func (w *simWorld) checkVolumes(d Decision) {
 			continue
 		}
 		if m.Volume.Requested != c.requested.String() || m.Volume.Capacity != c.capacity.String() {
-			w.t.Fatalf("status says %s's claim asks for %s and has %s; it asks for %s and has %s", m.Name, m.Volume.Requested, m.Volume.Capacity, c.requested.String(), c.capacity.String())
+			w.t.Fatalf("status says %s's claim asks for %s and has %s; it asks for %s and has %s (%v)", m.Name, m.Volume.Requested, m.Volume.Capacity, c.requested.String(), c.capacity.String(), d.Action)
 		}
 	}
 }
@@ -210,6 +302,79 @@ func TestVolumeExpansion(t *testing.T) {
 			}
 		}
 	})
+	t.Run("offline", func(t *testing.T) {
+		w, _ := created(t, 3, true)
+		w.volumes.offline = true
+		w.cluster.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi")
+		w.cluster.Generation++
+		var restarted []string
+		waiting := false
+		var d Decision
+		for i := 0; i < 120; i++ {
+			d = w.step()
+			if d.Action.Type == RestartPod && !slices.Contains(restarted, d.Action.Member) {
+				restarted = append(restarted, d.Action.Member)
+			}
+			msg := volumesExpandedMessage(d)
+			waiting = waiting || strings.Contains(msg, "waiting for a pod restart to grow the file system: ") && strings.Contains(msg, "done: ")
+			if d.Action.Type == Steady && volumesExpanded(d) == metav1.ConditionTrue {
+				break
+			}
+		}
+		if volumesExpanded(d) != metav1.ConditionTrue {
+			t.Fatalf("not expanded: %v; %s", d.Action, w.volumesLine())
+		}
+		// The leader, etcd-0, goes last: leadership is moved away first.
+		if want := []string{"etcd-1", "etcd-2", "etcd-0"}; !slices.Equal(restarted, want) {
+			t.Errorf("pods restarted in the order %v, want %v", restarted, want)
+		}
+		if w.volumes.restarts != 3 || w.stats.leaderMoves != 1 {
+			t.Errorf("%d pods deleted, %d leader moves; want 3 and 1", w.volumes.restarts, w.stats.leaderMoves)
+		}
+		if !waiting {
+			t.Error("VolumesExpanded never named the members done and those waiting for a restart")
+		}
+		for _, m := range d.Status.Members {
+			if m.Volume == nil || m.Volume.Capacity != "2Gi" || m.Volume.Resizing != "" {
+				t.Errorf("status of %s: volume %+v, want done at 2Gi", m.Name, m.Volume)
+			}
+		}
+		for ord := range 3 {
+			if c := w.volumes.claims[ord]; c.capacity.Cmp(resource.MustParse("2Gi")) != 0 || c.fsPending {
+				t.Fatalf("claim %d: %+v, want 2Gi; %s", ord, c, w.volumesLine())
+			}
+		}
+	})
+	t.Run("offline, another pod going", func(t *testing.T) {
+		// A pod terminating whose etcd still answers (evicted, say) counts as down: nothing
+		// else is restarted until it is back and ready.
+		w, _ := created(t, 3, true)
+		w.volumes.offline = true
+		w.cluster.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi")
+		w.cluster.Generation++
+		// Every claim expanded and waiting past the grace: the next sync would restart
+		// etcd-1.
+		due := func() bool {
+			c := w.volumes.claims[1]
+			return w.volumes.expansions == 3 && c.fsPending && w.now.Sub(c.pendingSince) >= fileSystemResizeGrace+clockSkewMargin
+		}
+		for i := 0; i < 60 && !due(); i++ {
+			w.step()
+		}
+		if !w.volumes.claims[1].fsPending || w.volumes.restarts != 0 {
+			t.Fatalf("claim 1 does not wait for a remount, or a pod was restarted: %s", w.volumesLine())
+		}
+		w.pods[2].terminating = true
+		d := w.sync()
+		if d.Action.Type != Wait || d.Action.Member != "etcd-2" || !strings.Contains(d.Action.Reason, "pod etcd-2 is terminating") {
+			t.Errorf("with etcd-2 terminating: %v; want a Wait on it", d.Action)
+		}
+		for _, c := range d.Children {
+			if c.Kind == "Job" && strings.Contains(c.Name, "-"+verbRestartPod+"-") {
+				t.Errorf("Job %s returned while etcd-2 is terminating", c.Name)
+			}
+		}
+	})
 	t.Run("refused", func(t *testing.T) {
 		w, _ := created(t, 3, true)
 		w.volumes.noExpansion = true
@@ -241,6 +406,15 @@ func volumesExpandedReason(d Decision) string {
 	for _, c := range d.Status.Conditions {
 		if c.Type == v1alpha1.ConditionVolumesExpanded {
 			return c.Reason
+		}
+	}
+	return ""
+}
+
+func volumesExpandedMessage(d Decision) string {
+	for _, c := range d.Status.Conditions {
+		if c.Type == v1alpha1.ConditionVolumesExpanded {
+			return c.Message
 		}
 	}
 	return ""

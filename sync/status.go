@@ -72,7 +72,7 @@ const replaceDeadline = 5 * time.Minute
 // up on it. Teardown has no deadline.
 func stepDeadline(t ActionType) time.Duration {
 	switch t {
-	case ReplacePod:
+	case ReplacePod, RestartPod:
 		return replaceDeadline
 	case AddLearner, PromoteLearner, RemoveMember, MoveLeader, Compact, Defragment, DisarmAlarm, TakeBackup, UpdatePeerURL, ExpandVolume:
 		return jobDeadline * time.Second
@@ -282,6 +282,8 @@ func (v *view) takesDown(cur *v1alpha1.StepRecord, name string, pod *corev1.Pod)
 		return false
 	case cur.Type == ReplacePod.String():
 		return cur.Member == name && (podDownAsPlanned(v, pod) || v.deletionNotSeenYet(cur, pod))
+	case cur.Type == RestartPod.String():
+		return cur.Member == name && podDownAsPlanned(v, pod)
 	case cur.Type == MoveLeader.String():
 		return pod != nil && !isTerminating(pod) && isReady(pod)
 	case cur.Type == UpdatePeerURL.String():
@@ -318,7 +320,7 @@ func (v *view) holdIsPlanned(cur *v1alpha1.StepRecord, held string) bool {
 	if !ok || cur == nil {
 		return false
 	}
-	if cur.Type == ReplacePod.String() && v.takesDown(cur, held, v.pods[ord]) {
+	if (cur.Type == ReplacePod.String() || cur.Type == RestartPod.String()) && v.takesDown(cur, held, v.pods[ord]) {
 		return true
 	}
 	m := v.byOrd[ord]
@@ -377,15 +379,26 @@ func (v *view) updateResult(s step, hist []v1alpha1.StepRecord, asked bool) []v1
 	result := ""
 	switch {
 	case r.Job != "":
+		found := false
 		for _, j := range v.jobs {
 			if j.Name != r.Job {
 				continue
 			}
+			found = true
 			switch state, _ := stateOf(j); state {
 			case jobSucceeded:
 				result = v1alpha1.StepSucceeded
 			case jobFailed:
 				result = v1alpha1.StepFailed
+			}
+		}
+		if r.Type == RestartPod.String() && (result == v1alpha1.StepSucceeded || !found) {
+			// Its Job only deletes the pod: like a replacement, the step is done once the
+			// member is back, on a new pod (or the cluster is steady before its pod shows
+			// Ready).
+			result = ""
+			if ord, ok := Ordinal(v.c.Name, r.Member); ok && asked && (v.restartedForResize(ord) || s.action.Type == Steady) {
+				result = v1alpha1.StepSucceeded
 			}
 		}
 		if result == "" && s.action.Type == Steady {
@@ -440,6 +453,8 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 	st.JobFailures = jobFailures(s)
 	if asked {
 		v.reportMembership(&st)
+	} else {
+		st.Members = v.refreshVolumes(st.Members)
 	}
 
 	v.setAvailable(&st, s, h, asked)
@@ -625,4 +640,14 @@ func lowestVersion(ms []etcdstate.Member) string {
 		return ""
 	}
 	return "v" + low.String()
+}
+
+// refreshVolumes is the members status last recorded, with each volume as its claim is now:
+// claims do not depend on etcd's answer, so a hold still shows which grew and which wait.
+func (v *view) refreshVolumes(members []v1alpha1.MemberStatus) []v1alpha1.MemberStatus {
+	out := slices.Clone(members)
+	for i := range out {
+		out[i].Volume = v.volumeStatus(int(out[i].Ordinal))
+	}
+	return out
 }

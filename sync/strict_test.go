@@ -80,7 +80,7 @@ func TestSimulatedChildrenAreTyped(t *testing.T) {
 		}
 	})
 	for _, want := range []string{"StatefulSet", "Service", "ConfigMap", "PodDisruptionBudget", "Job",
-		verbAddLearner, verbPromote, verbRemove, verbMoveLeader} {
+		verbAddLearner, verbPromote, verbRemove, verbMoveLeader, verbExpandClaim, verbRestartPod} {
 		if !seen[want] {
 			t.Errorf("no decision rendered a %s", want)
 		}
@@ -88,8 +88,8 @@ func TestSimulatedChildrenAreTyped(t *testing.T) {
 }
 
 // typedCommand runs one scenario command, checking every decision of one that syncs or
-// plans, and notes in seen the kinds and Job verbs rendered. "run" and "step" sync exactly
-// as runCommand does.
+// plans, and notes in seen the kinds and Job verbs rendered. "run", "step" and "watch" sync
+// exactly as runCommand does.
 func typedCommand(t *testing.T, w *simWorld, line string, seen map[string]bool) *simWorld {
 	t.Helper()
 	check := func(d Decision) Decision {
@@ -114,7 +114,7 @@ func typedCommand(t *testing.T, w *simWorld, line string, seen map[string]bool) 
 			}
 		}
 		t.Fatalf("%q: not converged:\n%s", line, w.describe())
-	case "step":
+	case "step", "watch":
 		n := 1
 		if len(f) > 1 {
 			n, _ = strconv.Atoi(f[1])

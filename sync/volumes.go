@@ -2,8 +2,10 @@ package sync
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
 )
 
 // Online volume expansion. A grown spec.storageSpec.volumeSizeRequest is applied claim by
@@ -20,6 +23,14 @@ import (
 // immutable, so it keeps the size it was created with: a claim created later from it (a new or
 // replaced member) is expanded by the same Job. Nothing here is destructive: a class that does
 // not allow expansion only stops the Jobs and shows in the VolumesExpanded condition.
+//
+// A driver that grows the file system only when the node mounts the volume again leaves the
+// claim FileSystemResizePending. The StatefulSet recreates only pods of an outdated revision,
+// so the planner restarts such a member's pod itself: a restart-pod Job deletes that pod,
+// named by the UID the planner observed, and the StatefulSet creates it again on the grown
+// volume, once the claim has waited longer than an online resize takes. It is a disruption
+// like a roll's: one member at a time, the leader last with leadership moved first, only
+// while every other member is a healthy voter on a ready pod.
 
 // verbExpandClaim patches one member's claim to the size asked for.
 const verbExpandClaim = "expand-claim"
@@ -27,6 +38,19 @@ const verbExpandClaim = "expand-claim"
 // AnnotationClaimSize on an expand-claim Job is the size it asks for, so its effect can be
 // checked against the claim.
 const AnnotationClaimSize = "etcdops.dev/claim-size"
+
+// verbRestartPod deletes one member's pod, by UID, so that its volume is mounted again.
+const verbRestartPod = "restart-pod"
+
+// AnnotationPodUID on a restart-pod Job is the UID of the pod it deletes: once the member's
+// pod has another UID, or is gone or going, the Job's effect shows.
+const AnnotationPodUID = "etcdops.dev/pod-uid"
+
+// fileSystemResizeGrace is how long a claim is left FileSystemResizePending before its
+// member's pod is restarted for it. Drivers that grow file systems online pass through that
+// state too, until the kubelet grows the mounted file system, within a minute or so; only one
+// that stays there needs the remount.
+const fileSystemResizeGrace = 3 * time.Minute
 
 // resizeRequested is status.members[].volume.resizing of a claim that asks for more than it
 // has before the storage system reports a condition (Resizing, FileSystemResizePending).
@@ -47,7 +71,7 @@ func ClaimName(cluster string, ordinal int) string {
 }
 
 // ClaimsAccountName names the ServiceAccount, Role and RoleBinding that let expand-claim Jobs
-// patch the cluster's claims.
+// patch the cluster's claims and restart-pod Jobs delete its pods.
 func ClaimsAccountName(cluster string) string { return cluster + "-claims" }
 
 // memberVolume is one member's claim as observed.
@@ -58,6 +82,9 @@ type memberVolume struct {
 	capacity  resource.Quantity
 	// resizing is where a growing volume stands (VolumeStatus.Resizing), "" when it does not grow.
 	resizing string
+	// pendingSince is when the claim became FileSystemResizePending (its condition's
+	// lastTransitionTime), zero when it is not.
+	pendingSince time.Time
 	// refused says why the claim cannot be expanded, with its condition reason; "" when it can.
 	refused, refusedBy string
 }
@@ -83,6 +110,9 @@ func (v *view) volumeOf(ord int) memberVolume {
 	for _, cond := range vol.claim.Status.Conditions {
 		if cond.Status == corev1.ConditionTrue && (cond.Type == corev1.PersistentVolumeClaimResizing || cond.Type == corev1.PersistentVolumeClaimFileSystemResizePending) {
 			vol.resizing = string(cond.Type)
+		}
+		if cond.Status == corev1.ConditionTrue && cond.Type == corev1.PersistentVolumeClaimFileSystemResizePending {
+			vol.pendingSince = cond.LastTransitionTime.Time
 		}
 	}
 	if vol.resizing == "" && vol.capacity.Cmp(vol.requested) < 0 && vol.claim.Status.Phase == corev1.ClaimBound {
@@ -131,7 +161,136 @@ func (p *planner) expandVolumes() (step, bool) {
 		reason := fmt.Sprintf("volumeSizeRequest %s: expanding claim %s from %s", st.VolumeSizeRequest.String(), vol.name, vol.requested.String())
 		return p.runJob(memberJob{verb: verbExpandClaim, member: m.name, claim: vol.name, size: st.VolumeSizeRequest.String()}, ExpandVolume, reason), true
 	}
-	return step{}, false
+	return p.restartForResize()
+}
+
+// awaitsRestart: the claim at ord waits for its volume to be mounted again
+// (FileSystemResizePending), and the pod there is the one that ran when the claim began to
+// wait. A pod created since was mounted on the grown volume already: if the claim still
+// waits, the node's resize is behind or failing, and another restart would not help. A pod
+// missing or going mounts the volume anew by itself.
+func (v *view) awaitsRestart(ord int) bool {
+	vol, pod := v.volumeOf(ord), v.pods[ord]
+	return vol.resizing == string(corev1.PersistentVolumeClaimFileSystemResizePending) &&
+		pod != nil && !isTerminating(pod) && !pod.CreationTimestamp.Time.After(vol.pendingSince)
+}
+
+// restartDue: the claim at ord awaits a restart and has waited for longer than the kubelet
+// takes to grow a mounted file system online.
+func (v *view) restartDue(ord int) bool {
+	return v.awaitsRestart(ord) && v.elapsedSince(v.volumeOf(ord).pendingSince) >= fileSystemResizeGrace
+}
+
+// restartForResize: a member whose file system grows only on a remount has its pod deleted
+// by a restart-pod Job, followers first by lowest ordinal, the leader last with leadership
+// moved away first. Gated like a roll's pod replacement: every pod up and ready and every
+// member a healthy voter, so that nothing else is down, and quorum holds while this one is.
+// One at a time: the Job stage waits for the Job, and the next member waits until the
+// restarted pod is ready again.
+func (p *planner) restartForResize() (step, bool) {
+	var next *member
+	for _, m := range p.members {
+		if !p.restartDue(m.ordinal) {
+			continue
+		}
+		if next == nil || next == p.leader {
+			next = m
+		}
+		if m != p.leader {
+			break
+		}
+	}
+	if next == nil || next == p.leader && p.othersStillGrow(next) {
+		// The leader waits while another claim may still come to wait for a restart: it
+		// goes last, and leadership moves once.
+		return p.awaitOnlineResize()
+	}
+	why := "claim " + ClaimName(p.c.Name, next.ordinal) + " grows its file system when mounted again (FileSystemResizePending)"
+	if busy, state := p.disruptionBlocker(); state != "" {
+		return p.wait(busy, why+": restarting "+next.name+" waits while "+state, resyncSoon), true
+	}
+	if next == p.leader && len(p.voters()) > 1 {
+		if s, ok := p.moveLeader(next, why+": "+next.name+" is to be restarted and leads"); ok {
+			return s, true
+		}
+	}
+	if !etcdstate.QuorumWhileOneIsDown(len(p.voters()), p.healthyVoters()-1) {
+		return p.wait(next.name, why+": restarting "+next.name+" would leave no healthy quorum", resyncHold), true
+	}
+	return p.runJob(memberJob{verb: verbRestartPod, member: next.name, podUID: string(next.pod.UID)}, RestartPod, why+": restarting pod "+next.name), true
+}
+
+// awaitOnlineResize waits for the first claim that awaits a restart within the grace (a
+// follower's before the leader's, which goes last): the kubelet may still grow its file
+// system online. The reason names the time the restart is due, not the time left, so that
+// status stays the same from sync to sync.
+func (p *planner) awaitOnlineResize() (step, bool) {
+	var first *member
+	var due time.Time
+	for _, m := range p.members {
+		if !p.awaitsRestart(m.ordinal) || p.restartDue(m.ordinal) {
+			continue
+		}
+		at := p.volumeOf(m.ordinal).pendingSince.Add(fileSystemResizeGrace + clockSkewMargin)
+		if first == nil || first == p.leader && m != p.leader || m != p.leader && at.Before(due) {
+			first, due = m, at
+		}
+	}
+	if first == nil {
+		return step{}, false
+	}
+	reason := fmt.Sprintf("claim %s waits for its file system to grow (FileSystemResizePending): restarting pod %s at %s unless the node grows it online first",
+		ClaimName(p.c.Name, first.ordinal), first.name, due.UTC().Format(time.RFC3339))
+	return p.wait(first.name, reason, math.Max(1, math.Ceil(due.Sub(p.obs.Now).Seconds()))), true
+}
+
+// othersStillGrow: a member other than m has a claim still to expand, whose volume still
+// grows, or that waits for its file system within the grace: it may yet need a restart.
+func (p *planner) othersStillGrow(m *member) bool {
+	want := p.c.Spec.StorageSpec.VolumeSizeRequest
+	for _, o := range p.members {
+		vol := p.volumeOf(o.ordinal)
+		growing := vol.short(want) || vol.resizing == string(corev1.PersistentVolumeClaimResizing) || vol.resizing == resizeRequested
+		if o != m && vol.refused == "" && (growing || p.awaitsRestart(o.ordinal) && !p.restartDue(o.ordinal)) {
+			return true
+		}
+	}
+	return false
+}
+
+// disruptionBlocker names the pod that keeps a member's pod from being taken down now, and
+// why; "" when nothing does: every pod of the StatefulSet must be there, not terminating and
+// ready, with a healthy voter.
+func (v *view) disruptionBlocker() (name, why string) {
+	for o := 0; o < v.replicas; o++ {
+		name = PodName(v.c.Name, o)
+		pod, m := v.pods[o], v.byOrd[o]
+		switch {
+		case pod == nil:
+			return name, "pod " + name + " is missing"
+		case isTerminating(pod):
+			return name, "pod " + name + " is terminating"
+		case !isReady(pod):
+			return name, "pod " + name + " is not ready"
+		case m == nil || m.IsLearner || !m.Started() || !m.Healthy:
+			return name, "member " + name + " is not a healthy voter"
+		}
+	}
+	return "", ""
+}
+
+// restartedForResize: the member at ord is back after a restart-pod step, a healthy member
+// on a ready pod that no longer awaits a restart.
+func (v *view) restartedForResize(ord int) bool {
+	pod, m := v.pods[ord], v.byOrd[ord]
+	return pod != nil && !isTerminating(pod) && isReady(pod) && m != nil && m.Healthy && !v.awaitsRestart(ord)
+}
+
+// podRestarted reports whether the pod a restart-pod Job deleted is gone: the member's pod
+// is missing, terminating, or another pod.
+func (p *planner) podRestarted(ord int, uid string) bool {
+	pod := p.pods[ord]
+	return pod == nil || isTerminating(pod) || string(pod.UID) != uid
 }
 
 // expansionRefused says why a member's claim that asks for less than the spec cannot be
@@ -199,7 +358,7 @@ func (v *view) volumesCondition(st *v1alpha1.EtcdClusterStatus) {
 		}
 	}
 	want := spec.VolumeSizeRequest
-	var refused, resizing, pending, unseen []string
+	var refused, resizing, restart, pending, unseen, done []string
 	refusedBy := ""
 	for _, ord := range ords {
 		vol := v.volumeOf(ord)
@@ -211,8 +370,14 @@ func (v *view) volumesCondition(st *v1alpha1.EtcdClusterStatus) {
 			refusedBy = vol.refusedBy
 		case vol.short(want):
 			pending = append(pending, vol.name)
+		case v.restartDue(ord):
+			restart = append(restart, PodName(v.c.Name, ord))
+		case vol.resizing == string(corev1.PersistentVolumeClaimFileSystemResizePending) && !v.awaitsRestart(ord):
+			resizing = append(resizing, vol.name+" ("+vol.resizing+", its pod restarted)")
 		case vol.resizing != "":
 			resizing = append(resizing, vol.name+" ("+vol.resizing+")")
+		default:
+			done = append(done, vol.name)
 		}
 	}
 	status, reason := metav1.ConditionTrue, ReasonVolumesAtSize
@@ -221,7 +386,7 @@ func (v *view) volumesCondition(st *v1alpha1.EtcdClusterStatus) {
 	case len(refused) > 0:
 		status, reason = metav1.ConditionFalse, refusedBy
 		msg = fmt.Sprintf("volumeSizeRequest %s cannot be applied: %s; the claims keep their size and nothing else changes", want.String(), strings.Join(slices.Compact(refused), "; "))
-	case len(pending)+len(resizing) > 0:
+	case len(pending)+len(resizing)+len(restart) > 0:
 		status, reason = metav1.ConditionFalse, ReasonExpanding
 		var parts []string
 		if len(pending) > 0 {
@@ -229,6 +394,12 @@ func (v *view) volumesCondition(st *v1alpha1.EtcdClusterStatus) {
 		}
 		if len(resizing) > 0 {
 			parts = append(parts, "resizing: "+strings.Join(resizing, ", "))
+		}
+		if len(restart) > 0 {
+			parts = append(parts, "waiting for a pod restart to grow the file system: "+strings.Join(restart, ", "))
+		}
+		if len(done) > 0 {
+			parts = append(parts, "done: "+strings.Join(done, ", "))
 		}
 		msg = fmt.Sprintf("expanding to %s; %s", want.String(), strings.Join(parts, "; "))
 	case len(unseen) > 0:
@@ -238,9 +409,10 @@ func (v *view) volumesCondition(st *v1alpha1.EtcdClusterStatus) {
 	setConditionValue(st, v.obs, v.condition(v1alpha1.ConditionVolumesExpanded, status, reason, msg))
 }
 
-// claimsAccess renders, with spec.storageSpec, the ServiceAccount expand-claim Jobs run as, a
-// Role that may read and patch the namespace's claims and nothing else, and its binding. A
-// cluster without storage has no claims and gets none of them.
+// claimsAccess renders, with spec.storageSpec, the ServiceAccount expand-claim and
+// restart-pod Jobs run as, a Role that may read and patch the namespace's claims and delete
+// its pods and nothing else, and its binding. A cluster without storage has no claims and
+// gets none of them.
 func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels) []Child {
 	if c.Spec.StorageSpec == nil {
 		return nil
@@ -255,7 +427,10 @@ func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels) []Child {
 		}},
 		{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role", Name: name, Object: object{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
-			"rules": []object{{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "verbs": []string{"get", "patch"}}},
+			"rules": []object{
+				{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "verbs": []string{"get", "patch"}},
+				{"apiGroups": []string{""}, "resources": []string{"pods"}, "verbs": []string{"delete"}},
+			},
 		}},
 		{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding", Name: name, Object: object{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,

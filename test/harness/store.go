@@ -277,13 +277,17 @@ func (s *Store) write(o Object, status bool) error {
 
 // Delete removes an object. A pod is only marked for deletion (the kubelet stops it and
 // then calls Remove); deleting a Job also deletes its pods (background propagation).
-func (s *Store) Delete(kind, name string) {
+func (s *Store) Delete(kind, name string) { s.DeleteUID(kind, name, "") }
+
+// DeleteUID is Delete with the API server's UID precondition: when no object of that name
+// has uid ("" matches any), nothing is deleted and it returns false.
+func (s *Store) DeleteUID(kind, name string, uid types.UID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := objKey{kind, name}
 	o, ok := s.objs[k]
-	if !ok {
-		return
+	if !ok || uid != "" && o.GetUID() != uid {
+		return false
 	}
 	if kind == "Pod" {
 		if o.GetDeletionTimestamp() == nil {
@@ -292,7 +296,7 @@ func (s *Store) Delete(kind, name string) {
 			s.stampLocked(o)
 			s.notifyLocked()
 		}
-		return
+		return true
 	}
 	delete(s.objs, k)
 	if kind == "Job" {
@@ -303,6 +307,7 @@ func (s *Store) Delete(kind, name string) {
 		}
 	}
 	s.notifyLocked()
+	return true
 }
 
 // Remove deletes a pod for good: the kubelet has stopped it.

@@ -109,3 +109,101 @@ func TestResizerGrowsAClaim(t *testing.T) {
 	}
 	t.Fatal("the claim did not grow in 5s")
 }
+
+// TestStoreDeletePod: a Job pod deletes a pod only with a Role granting delete on pods, and
+// only the pod of the UID it names (the API server's precondition); another pod of that name,
+// or none, is ErrPodGone and stays.
+func TestStoreDeletePod(t *testing.T) {
+	ctx := context.Background()
+	s := NewStore("ns")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etcd-0"}}
+	if err := s.Create(pod); err != nil {
+		t.Fatal(err)
+	}
+	acct := storeClaims{store: s, account: "etcd-claims"}
+	_ = s.Create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "etcd-claims"}})
+	_ = s.Create(&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "etcd-claims"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "patch", "delete"}}}})
+	_ = s.Create(&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "etcd-claims"}, RoleRef: rbacv1.RoleRef{Kind: "Role", Name: "etcd-claims"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "etcd-claims", Namespace: "ns"}}})
+	deleting := func() bool {
+		o, _ := s.Get("Pod", "etcd-0")
+		return o.GetDeletionTimestamp() != nil
+	}
+	if err := acct.DeletePod(ctx, "ns", "etcd-0", pod.UID); !errors.Is(err, membertool.ErrClaimRefused) || deleting() {
+		t.Errorf("without delete on pods: %v, deleting %v; want refused, kept", err, deleting())
+	}
+	o, _ := s.Get("Role", "etcd-claims")
+	role := o.(*rbacv1.Role)
+	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"delete"}})
+	_ = s.Update(role)
+	if err := acct.DeletePod(ctx, "ns", "etcd-0", "another-uid"); !errors.Is(err, membertool.ErrPodGone) || deleting() {
+		t.Errorf("another UID: %v, deleting %v; want ErrPodGone, kept", err, deleting())
+	}
+	if err := acct.DeletePod(ctx, "ns", "etcd-0", pod.UID); err != nil || !deleting() {
+		t.Errorf("its UID: %v, deleting %v; want deleted", err, deleting())
+	}
+	if err := acct.DeletePod(ctx, "ns", "etcd-9", pod.UID); !errors.Is(err, membertool.ErrPodGone) {
+		t.Errorf("no such pod: %v, want ErrPodGone", err)
+	}
+}
+
+// TestResizerOffline: with a class whose driver grows file systems only on a remount, the
+// grown claim is FileSystemResizePending, its capacity unchanged, while the pod that had it
+// mounted runs; once another pod runs on it, it has the capacity and no condition.
+func TestResizerOffline(t *testing.T) {
+	s := NewStore("ns")
+	SetExpansion(s, true)
+	SetOfflineResize(s, true)
+	newClaim(t, s)
+	mounting := func() *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etcd-0"}}
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-etcd-0"}}}}
+		if err := s.Create(p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Phase = corev1.PodRunning
+		_ = s.UpdateStatus(p)
+		return p
+	}
+	mounting()
+	o, _ := s.Get("PersistentVolumeClaim", "data-etcd-0")
+	pvc := o.(*corev1.PersistentVolumeClaim)
+	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
+	_ = s.Update(pvc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go (&Resizer{Store: s, Delay: 100 * time.Millisecond, TimeScale: 1}).Run(ctx)
+	claim := func() (string, []corev1.PersistentVolumeClaimCondition) {
+		o, _ := s.Get("PersistentVolumeClaim", "data-etcd-0")
+		pvc := o.(*corev1.PersistentVolumeClaim)
+		q := pvc.Status.Capacity[corev1.ResourceStorage]
+		return q.String(), pvc.Status.Conditions
+	}
+	pending := func() bool {
+		_, conds := claim()
+		return len(conds) == 1 && conds[0].Type == corev1.PersistentVolumeClaimFileSystemResizePending
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && !pending() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if c, conds := claim(); !pending() || c != "1Gi" {
+		t.Fatalf("capacity %s, conditions %v; want 1Gi and FileSystemResizePending while the pod runs", c, conds)
+	}
+	s.Delete("Pod", "etcd-0")
+	s.Remove("Pod", "etcd-0")
+	mounting()
+	for time.Now().Before(deadline) {
+		if c, conds := claim(); c == "2Gi" {
+			if len(conds) != 0 {
+				t.Errorf("grown, with conditions %v left", conds)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c, conds := claim()
+	t.Fatalf("after the pod was recreated: capacity %s, conditions %v; want 2Gi", c, conds)
+}

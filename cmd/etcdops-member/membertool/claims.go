@@ -17,20 +17,26 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// Claims is the part of the Kubernetes API expand-claim uses. The Job's pod reaches it
-// through client-go (KubeClaims); the end-to-end harness passes its own API server's.
+// Claims is the part of the Kubernetes API the volume Jobs use: expand-claim's claims, and
+// the pod restart-pod deletes. The Job's pod reaches it through client-go (KubeClaims); the
+// end-to-end harness passes its own API server's.
 type Claims interface {
 	// Requested is the claim's spec.resources.requests.storage.
 	Requested(ctx context.Context, namespace, name string) (resource.Quantity, error)
 	// Request sets the claim's spec.resources.requests.storage.
 	Request(ctx context.Context, namespace, name string, size resource.Quantity) error
+	// DeletePod deletes the pod if its UID is uid (a delete precondition); ErrPodGone when
+	// there is no such pod, or it has another UID.
+	DeletePod(ctx context.Context, namespace, name string, uid types.UID) error
 }
 
-// Errors a Claims implementation wraps: a missing claim, and a request the API server
-// refuses for good (its StorageClass does not allow expansion, a quota).
+// Errors a Claims implementation wraps: a missing claim, a request the API server refuses
+// for good (its StorageClass does not allow expansion, a quota, a missing permission), and a
+// pod already gone or recreated.
 var (
 	ErrClaimNotFound = errors.New("claim not found")
 	ErrClaimRefused  = errors.New("refused by the API server")
+	ErrPodGone       = errors.New("pod gone or recreated")
 )
 
 // KubeClaims is Claims over client-go.
@@ -67,6 +73,17 @@ func (k *KubeClaims) Requested(ctx context.Context, namespace, name string) (res
 func (k *KubeClaims) Request(ctx context.Context, namespace, name string, size resource.Quantity) error {
 	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, size.String())
 	_, err := k.Client.CoreV1().PersistentVolumeClaims(namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return kubeError(err)
+}
+
+// DeletePod deletes the pod with a UID precondition, so that a pod the StatefulSet already
+// created again under the same name is never deleted in its place.
+func (k *KubeClaims) DeletePod(ctx context.Context, namespace, name string, uid types.UID) error {
+	err := k.Client.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	// The API server answers a precondition that does not hold with a conflict.
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return fmt.Errorf("%w: %v", ErrPodGone, err)
+	}
 	return kubeError(err)
 }
 
@@ -142,4 +159,49 @@ func expandOnce(ctx context.Context, claims Claims, namespace, claim string, siz
 		return "", err
 	}
 	return fmt.Sprintf("claim %s asks for %s (was %s)", claim, size.String(), got.String()), nil
+}
+
+// runRestartPod deletes the member's pod if it is still the one of --uid, retrying what may
+// pass within --timeout. A pod gone or recreated is done: the Job may run again after a lost
+// answer, and must not delete the pod that replaced it.
+func runRestartPod(ctx context.Context, claims Claims, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("restart-pod", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	member := fs.String("member", "", "pod name of the member")
+	namespace := fs.String("namespace", "", "namespace of the pod")
+	uid := fs.String("uid", "", "UID of the pod to delete")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long, retrying what is retryable")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *member == "" || *namespace == "" || *uid == "" {
+		fmt.Fprintln(stderr, "restart-pod: --member, --namespace and --uid are required")
+		return ExitUsage
+	}
+	if claims == nil {
+		var err error
+		if claims, err = NewKubeClaims(nil); err != nil {
+			fmt.Fprintf(stderr, "restart-pod %s: %v\n", *member, err)
+			return ExitRetryable
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	for {
+		err := claims.DeletePod(ctx, *namespace, *member, types.UID(*uid))
+		switch {
+		case err == nil:
+			fmt.Fprintf(stdout, "restart-pod %s: deleted pod %s (uid %s)\n", *member, *member, *uid)
+			return ExitOK
+		case errors.Is(err, ErrPodGone):
+			fmt.Fprintf(stdout, "restart-pod %s: pod %s of uid %s is already gone\n", *member, *member, *uid)
+			return ExitOK
+		case errors.Is(err, ErrClaimRefused):
+			fmt.Fprintf(stderr, "restart-pod %s: %v\n", *member, err)
+			return ExitRefused
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(stderr, "restart-pod %s: %v (gave up after %v)\n", *member, err, *timeout)
+			return ExitRetryable
+		case <-time.After(retryEvery):
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 )
 
@@ -144,5 +146,112 @@ func TestExpandClaimRefusals(t *testing.T) {
 	}
 	if got := s.claims["data-etcd-0"].Spec.Resources.Requests[corev1.ResourceStorage]; got.String() != "1Gi" {
 		t.Errorf("the claim asks for %s after refusals, want 1Gi", got.String())
+	}
+}
+
+// podServer plays the kube-apiserver's pod DELETE on loopback: it records each request's
+// delete options and answers as the API server does for a UID precondition: the pod deleted
+// when its UID matches, a conflict when it does not, not found when there is no pod.
+type podServer struct {
+	mu      gosync.Mutex
+	uid     string // the pod etcd-1's UID; "" when there is no pod
+	deleted bool
+	bodies  []string
+	// fail, when set, answers every request with that status code.
+	fail int
+}
+
+func (s *podServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	body, _ := io.ReadAll(r.Body)
+	// client-go may send the options as protobuf or JSON: decode either, as the API server does.
+	var opts metav1.DeleteOptions
+	if o, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil); err == nil {
+		if d, ok := o.(*metav1.DeleteOptions); ok {
+			opts = *d
+		}
+	}
+	uid := ""
+	if opts.Preconditions != nil && opts.Preconditions.UID != nil {
+		uid = string(*opts.Preconditions.UID)
+	}
+	s.bodies = append(s.bodies, r.Method+" "+r.URL.Path+" precondition uid="+uid)
+	switch {
+	case r.Method != http.MethodDelete || r.URL.Path != "/api/v1/namespaces/ns/pods/etcd-1":
+		status(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no such path")
+	case s.fail == http.StatusForbidden:
+		status(w, s.fail, metav1.StatusReasonForbidden, `pods "etcd-1" is forbidden: User "system:serviceaccount:ns:etcd-claims" cannot delete resource "pods"`)
+	case s.fail != 0:
+		status(w, s.fail, metav1.StatusReasonServiceUnavailable, "the server is currently unable to handle the request")
+	case s.uid == "" || s.deleted:
+		status(w, http.StatusNotFound, metav1.StatusReasonNotFound, `pods "etcd-1" not found`)
+	case opts.Preconditions == nil || opts.Preconditions.UID == nil:
+		// Without a precondition the API server would delete whatever pod has the name.
+		s.deleted = true
+		status(w, http.StatusOK, "", "")
+	case string(*opts.Preconditions.UID) != s.uid:
+		status(w, http.StatusConflict, metav1.StatusReasonConflict, fmt.Sprintf(`Operation cannot be fulfilled on pods "etcd-1": Precondition failed: UID in precondition: %s, UID in object meta: %s`, *opts.Preconditions.UID, s.uid))
+	default:
+		s.deleted = true
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusSuccess})
+	}
+}
+
+func newPodServer(t *testing.T, uid string) (*podServer, Claims) {
+	s := &podServer{uid: uid}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	claims, err := NewKubeClaims(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, claims
+}
+
+func restart(claims Claims, args ...string) (int, string) {
+	var stdout, stderr bytes.Buffer
+	code := RunWithClaims(context.Background(), append([]string{"restart-pod", "--member=etcd-1", "--namespace=ns"}, args...), &stdout, &stderr, claims)
+	return code, strings.TrimSpace(stdout.String() + stderr.String())
+}
+
+// TestRestartPod: restart-pod deletes the pod with a UID precondition, so that a pod already
+// recreated under the name is left alone; a pod gone or of another UID is done (a retried
+// Job), never deleted.
+func TestRestartPod(t *testing.T) {
+	s, claims := newPodServer(t, "uid-a")
+	if code, out := restart(claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "deleted pod etcd-1 (uid uid-a)") || !s.deleted {
+		t.Fatalf("exit %d, %q, deleted %v; want the pod deleted", code, out, s.deleted)
+	}
+	if want := "DELETE /api/v1/namespaces/ns/pods/etcd-1 precondition uid=uid-a"; len(s.bodies) != 1 || s.bodies[0] != want {
+		t.Fatalf("requests %q; want exactly %q", s.bodies, want)
+	}
+	if code, out := restart(claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "already gone") {
+		t.Errorf("the pod gone: exit %d, %q; want done", code, out)
+	}
+	s.uid, s.deleted = "uid-b", false
+	if code, out := restart(claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "already gone") || s.deleted {
+		t.Errorf("the pod recreated as uid-b: exit %d, %q, deleted %v; want done and the new pod kept", code, out, s.deleted)
+	}
+}
+
+// TestRestartPodRefusals: a missing permission exits 3 at once, an API server that does not
+// answer is retried until --timeout and exits 1, and a bad command line exits 2.
+func TestRestartPodRefusals(t *testing.T) {
+	s, claims := newPodServer(t, "uid-a")
+	s.fail = http.StatusForbidden
+	if code, out := restart(claims, "--uid=uid-a"); code != ExitRefused || !strings.Contains(out, `cannot delete resource "pods"`) {
+		t.Errorf("forbidden: exit %d, %q; want %d with the API server's reason", code, out, ExitRefused)
+	}
+	s.fail = http.StatusServiceUnavailable
+	if code, out := restart(claims, "--uid=uid-a", "--timeout=1s"); code != ExitRetryable || !strings.Contains(out, "gave up after 1s") {
+		t.Errorf("an API server that does not answer: exit %d, %q; want %d after retrying", code, out, ExitRetryable)
+	}
+	if code, _ := restart(claims); code != ExitUsage {
+		t.Errorf("no --uid: exit %d, want %d", code, ExitUsage)
+	}
+	if s.deleted {
+		t.Error("the pod was deleted")
 	}
 }

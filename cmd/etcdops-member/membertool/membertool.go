@@ -49,6 +49,8 @@ commands:
   update-peer-url --endpoints=URL[,URL] --member=POD --id=HEX --peer-url=URL
   expand-claim --member=POD --namespace=NS --claim=NAME --size=QUANTITY [--timeout=30s]
               (the Kubernetes API, with the pod's service account)
+  restart-pod --member=POD --namespace=NS --uid=UID [--timeout=30s]
+              (deletes the pod if its UID is still UID; the Kubernetes API, as expand-claim)
   backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination>
               [--keep=N] [--keep-for=DURATION] [--max-bandwidth=BYTES] [--work-dir=DIR]
               [--termination-log=FILE]
@@ -74,7 +76,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return RunWithClaims(ctx, args, stdout, stderr, nil)
 }
 
-// RunWithClaims is Run with the claims API expand-claim uses; nil is the in-cluster API
+// RunWithClaims is Run with the Kubernetes API expand-claim and restart-pod use; nil is the in-cluster API
 // server's, through client-go.
 func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer, claims Claims) int {
 	if len(args) == 0 {
@@ -89,6 +91,8 @@ func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return runBackup(ctx, rest, stdout, stderr)
 	case "expand-claim":
 		return runExpandClaim(ctx, claims, rest, stdout, stderr)
+	case "restart-pod":
+		return runRestartPod(ctx, claims, rest, stdout, stderr)
 	case "stream-backup":
 		return runStreamBackup(ctx, rest, stdout, stderr)
 	case "probe":
