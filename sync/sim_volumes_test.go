@@ -17,7 +17,7 @@ import (
 
 // Volumes in the simulator: with storage, the StatefulSet creates a claim per ordinal at its
 // claim template's size, bound at once with that capacity. A claim whose request grows is
-// grown by the storage system in two ticks (ControllerResizing, then the capacity), as an
+// grown by the storage system in two ticks (Resizing, then the capacity), as an
 // external resizer would with a driver that grows file systems online. The claims' class,
 // "standard", allows expansion unless the story says otherwise. With an offline driver
 // (offline-resize) the volume grows in the same two ticks but the claim is then

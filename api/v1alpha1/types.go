@@ -691,7 +691,7 @@ type VolumeStatus struct {
 	//
 	// +optional
 	Capacity string `json:"capacity,omitempty"`
-	// Resizing, while the volume grows, is where: ControllerResizing (the storage system
+	// Resizing, while the volume grows, is where: Resizing (the storage system
 	// grows the volume), FileSystemResizePending (the volume grew, its file system grows when
 	// the node next mounts it), or Requested (the claim asks for more, nothing reported yet).
 	//
