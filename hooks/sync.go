@@ -76,7 +76,11 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 		return sync.Observed{}, err
 	}
 	pods, secrets := sorted(req.related.pods), sorted(req.related.secrets)
+	// The stream's progress is read while etcd is asked, so that it adds no wait of its own.
+	progress := make(chan sync.StreamProgress, 1)
+	go func() { progress <- h.streamProgress(ctx, sync.ProgressURL(h.Config, &c, children)) }()
 	snap := h.snapshot(ctx, &c, pods, secrets)
+	stream := <-progress
 	// One reading of the clock, after etcd answered, for everything the planner is given.
 	now := h.Now()
 	return sync.Observed{
@@ -90,6 +94,7 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 		CABundles: sync.CABundles(&c, secrets),
 		// Certificates members would reject are caught before a TLS change relies on them.
 		CertProblems: sync.CertificateProblems(h.Config, &c, secrets, now),
+		BackupStream: stream,
 		Finalizing:   req.finalizing || finalize,
 		Now:          now,
 	}, nil

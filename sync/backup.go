@@ -341,7 +341,8 @@ func (v *view) backupResync(resync float64) float64 {
 
 // backupCondition sets the BackedUp condition of a cluster with spec.backup: True while the
 // last backup succeeded and the one after it is not overdue, False after a failure or when
-// two schedule times passed since the last success, Unknown before the first.
+// two schedule times passed since the last success, Unknown before the first; then the
+// continuous backup's part (streamCondition).
 func (v *view) backupCondition(st *v1alpha1.EtcdClusterStatus) {
 	b := v.c.Spec.Backup
 	if b == nil {
@@ -364,6 +365,7 @@ func (v *view) backupCondition(st *v1alpha1.EtcdClusterStatus) {
 			cond.Message += fmt.Sprintf(": %s, revision %d", l.Object, l.Revision)
 		}
 	}
+	v.streamCondition(st, &cond)
 	setConditionValue(st, v.obs, cond)
 }
 

@@ -232,6 +232,8 @@ type simWorld struct {
 	log    []string
 	// backups are the snapshots backup Jobs stored, oldest first; a restore reads the last.
 	backups []simBackup
+	// stream is the continuous backup's progress, as its pod serves it (sim_stream_test.go).
+	stream simStream
 	// secrets are the TLS Secrets that exist, each with a digest of its CA bundle;
 	// badCerts those whose certificate members would reject, and why.
 	secrets  map[string]string
@@ -419,6 +421,7 @@ func (w *simWorld) observe() Observed {
 		}
 	}
 	w.hideJobs = false
+	obs.BackupStream = w.streamProgress(obs.Children)
 	obs.Pods = append(obs.Pods, w.backupPods(obs.Children.Jobs)...)
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
