@@ -389,6 +389,32 @@ func restoreJoin(c *v1alpha1.EtcdCluster, seed string) *joinstate.Restore {
 	return nil
 }
 
+// recordRestoredRevision records, on a cluster bootstrapped from a snapshot, the revision its
+// seed restored, once: the seed's etcd container ends once after the restore with it in its
+// termination message (joinstate.RestoredMessage), which the pod's status keeps until the
+// container ends again.
+func recordRestoredRevision(obs *Observed, c *v1alpha1.EtcdCluster, st *v1alpha1.EtcdClusterStatus) {
+	if fromBackup(c) == nil || st.RestoredRevision != 0 {
+		return
+	}
+	for i := range obs.Pods {
+		p := &obs.Pods[i]
+		cs := etcdStatus(p)
+		if p.Labels[LabelCluster] != c.Name || cs == nil {
+			continue
+		}
+		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if t == nil {
+				continue
+			}
+			if rev, ok := joinstate.RestoredRevision(t.Message); ok {
+				st.RestoredRevision = rev
+				return
+			}
+		}
+	}
+}
+
 func fromBackup(c *v1alpha1.EtcdCluster) *v1alpha1.FromBackup {
 	if b := c.Spec.Bootstrap; b != nil {
 		return b.FromBackup

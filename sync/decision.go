@@ -38,6 +38,7 @@ func (v *view) decision(s step) Decision {
 	if s.backup != nil {
 		st.Backup = s.backup
 	}
+	recordRestoredRevision(v.obs, v.c, &st)
 	v.streamStatus(&st)
 	v.backupCondition(&st)
 	v.volumesCondition(&st)

@@ -730,7 +730,7 @@ func decisionText(t *testing.T, d Decision) string {
 		b.WriteString("\n")
 	}
 	if st.RestoredFrom != "" {
-		fmt.Fprintf(&b, "  restored from: %s\n", st.RestoredFrom)
+		fmt.Fprintf(&b, "  restored from: %s revision=%d\n", st.RestoredFrom, st.RestoredRevision)
 	}
 	for _, w := range st.Warnings {
 		fmt.Fprintf(&b, "  warning: %s\n", w)

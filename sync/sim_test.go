@@ -116,6 +116,9 @@ type simPod struct {
 	// why its etcd last failed to start, for describe; refusal, the termination message a
 	// refusing launcher left.
 	why, refusal string
+	// restored, on a seed that restored a snapshot, is the termination message its container
+	// ended with once before starting etcd on the restored data.
+	restored string
 	// created is when the StatefulSet created it.
 	created time.Time
 	// pendingUntil: its image pulls and its volume attaches until then.
@@ -454,6 +457,9 @@ func (w *simWorld) observe() Observed {
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
 		case p.running:
 			cs.State.Running = &corev1.ContainerStateRunning{}
+			if p.restored != "" {
+				cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: "Completed", Message: p.restored}
+			}
 		case p.noImage:
 			pod.Status.Phase = corev1.PodPending
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}
@@ -1083,6 +1089,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 			m.raft, m.live, m.file = b.revision, b.live, b.live
 			m.snap = m.raft
 			w.data[p.ord].restored = join.Token
+			p.restored = joinstate.RestoredMessage(int64(b.revision), fmt.Sprintf("s3://backups/default/etcd/etcd-r%d.db", b.revision))
 			w.clusterID++
 		}
 		w.members = append(w.members, m)

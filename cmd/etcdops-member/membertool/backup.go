@@ -166,10 +166,10 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 // restoreSnapshot is the launcher's restore: the snapshot the join state names, from the
 // destination the launch flags name, into the target data dir, fetched beside it on the
 // member volume.
-func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, log io.Writer) error {
+func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, log io.Writer) (backup.Restored, error) {
 	store, err := from.Open()
 	if err != nil {
-		return err
+		return backup.Restored{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
 	defer cancel()
@@ -178,8 +178,8 @@ func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, lo
 		Member: rt.Member, PeerURL: rt.PeerURL, InitialCluster: rt.InitialCluster, Token: rt.Token,
 	})
 	if err != nil {
-		return err
+		return backup.Restored{}, err
 	}
 	fmt.Fprintf(log, "launch: restored %s (%d keys) and %d chunks of changes after it: revision %d\n", r.Object, r.Keys, r.Changes, r.Revision)
-	return nil
+	return r, nil
 }

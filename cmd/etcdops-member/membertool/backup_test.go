@@ -55,10 +55,17 @@ func TestBackupThenLaunchRestores(t *testing.T) {
 	if err := os.WriteFile(joinFile, []byte(joinstate.Encode(state)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	argv, d, err := LaunchArgv([]string{"--join-state=" + joinFile, "--name=e-0", "--data-dir=" + dataDir, "--etcd=/usr/local/bin/etcd",
-		"--restore-dir=" + store, "--"})
+	launch := []string{"--join-state=" + joinFile, "--name=e-0", "--data-dir=" + dataDir, "--etcd=/usr/local/bin/etcd", "--restore-dir=" + store, "--"}
+	argv, d, restored, err := LaunchArgv(launch)
 	if err != nil || argv == nil || !d.Restore {
 		t.Fatalf("launch with a restore: %v %+v %v", argv, d, err)
+	}
+	// The container ends once, telling the planner what it restored; the restart starts etcd.
+	if rev, ok := joinstate.RestoredRevision(restored); !ok || rev < 2 || !strings.Contains(restored, store) {
+		t.Fatalf("termination message after the restore %q", restored)
+	}
+	if _, d, restored, err := LaunchArgv(launch); err != nil || d.Restore || restored != "" || d.Kind != launcher.Start {
+		t.Fatalf("launch after the restore: %+v %q %v", d, restored, err)
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "member", "snap", "db")); err != nil {
 		t.Fatalf("restored data dir: %v", err)
