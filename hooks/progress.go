@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"etcdops.dev/etcdops/backupresult"
 	"etcdops.dev/etcdops/sync"
 )
 
-// progressClient reads the continuous backup's progress: in-cluster, never through a proxy.
-var progressClient = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1}}
+// progressClient reads the continuous backup's progress: in-cluster, never through a proxy,
+// one idle connection per stream kept between syncs and closed when syncs stop.
+var progressClient = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: 2 * time.Minute}}
 
 // streamProgress reads the continuous backup's progress from url (sync.ProgressURL) under
 // ProgressTimeout. It never fails: what it could not read is Known false with the reason,
