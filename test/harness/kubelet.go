@@ -244,6 +244,7 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 	if rt.proc != nil && rt.proc.Exited() {
 		// The container exited on its own: restartPolicy Always, with back-off.
 		rt.lastErr = rt.proc.exitReason()
+		rt.lastExit = nil
 		k.Logf("pod %s (%s): %s", rt.name, rt.ip, rt.lastErr)
 		if msg, ok := rt.proc.panicMessage(); ok {
 			k.OnPanic(rt.name, msg)
@@ -298,6 +299,8 @@ func (k *Kubelet) record(rt *podRuntime, proc *etcdProcess, err error) (unwanted
 	rt.starting = false
 	if err != nil {
 		rt.lastErr = err.Error()
+		// The last termination is this one: a message of an earlier one is gone.
+		rt.lastExit = nil
 		var exited ContainerExited
 		if errors.As(err, &exited) {
 			rt.lastExit = &corev1.ContainerStateTerminated{Reason: "Completed", Message: exited.Message, FinishedAt: metav1.NewTime(time.Now().Truncate(time.Second))}
