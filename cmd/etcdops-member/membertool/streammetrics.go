@@ -39,7 +39,7 @@ func newStreamMetrics(cluster string, now func() time.Time) *streamMetrics {
 		progress: backupresult.Progress{CaughtUpTime: start},
 		registry: prometheus.NewRegistry(),
 		stored: prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcdops_backup_stream_stored_revision", ConstLabels: labels,
-			Help: "Last revision of the newest chunk of changes this stream stored."}),
+			Help: "Every change up to this revision is stored: the newest chunk's last, or the snapshot the chain resumes after."}),
 		storedAt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcdops_backup_stream_stored_timestamp_seconds", ConstLabels: labels,
 			Help: "When this stream last stored a chunk, or started, in Unix seconds."}),
 		watched: prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcdops_backup_stream_watched_revision", ConstLabels: labels,
