@@ -38,6 +38,12 @@ type StreamOptions struct {
 	Stored  func(Delta)
 	Watched func(revision int64)
 	Failed  func(error)
+	// Resumed is told where each chain's stream starts: every change up to stored is in the
+	// destination. CaughtUp is told, at most every Interval/4, that nothing is held unstored
+	// and the watch is up and has sent every change up to the cluster's revision, stored.
+	// Either may be nil.
+	Resumed  func(stored int64)
+	CaughtUp func(revision int64)
 }
 
 // flushOnStop bounds storing the held changes once the stream is stopped.
@@ -132,8 +138,15 @@ func streamChain(ctx context.Context, o StreamOptions) error {
 	defer op.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if o.Resumed != nil {
+		o.Resumed(next - 1)
+	}
 	c := &chunker{o: o, base: base, last: next - 1}
 	changes := op.WatchAll(ctx, next)
+	// current is the cluster's revision as the watch last said, once it answered (its first
+	// answer comes when it is set up): caught up is never claimed on a watch not yet up.
+	var current int64
+	answered := false
 	tick := time.NewTicker(max(o.Interval/4, 10*time.Millisecond))
 	defer tick.Stop()
 	for {
@@ -152,10 +165,14 @@ func streamChain(ctx context.Context, o StreamOptions) error {
 			if err := c.add(ctx, ch.Events); err != nil {
 				return err
 			}
+			answered, current = true, max(current, ch.Revision)
 			if o.Watched != nil && len(ch.Events) > 0 {
 				o.Watched(c.last)
 			}
 		case <-tick.C:
+			if o.CaughtUp != nil && answered && len(c.events) == 0 && c.last >= current {
+				o.CaughtUp(c.last)
+			}
 			if c.due(o.Take.Now()) {
 				if err := c.flush(ctx); err != nil {
 					return err

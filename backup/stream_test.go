@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -363,4 +365,79 @@ func realStore(t *testing.T) Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// refusingStore refuses to store chunks while refuse is set: storage that cannot be reached.
+type refusingStore struct {
+	Store
+	refuse atomic.Bool
+}
+
+func (s *refusingStore) Put(ctx context.Context, name string, f *os.File, size int64, meta Meta) error {
+	if strings.HasPrefix(name, deltaDir) && s.refuse.Load() {
+		return errors.New("storage unreachable")
+	}
+	return s.Store.Put(ctx, name, f, size, meta)
+}
+
+// The stream says it is caught up while nothing waits, an idle cluster included, and stops
+// saying so while a change waits that it cannot store; it resumes where it stored last.
+func TestStreamIsCaughtUpOnlyWithNothingWaiting(t *testing.T) {
+	ms := startCluster(t, 1)
+	eps := endpoints(ms...)
+	s := &refusingStore{Store: realStore(t)}
+	cli := client(t, eps)
+	var mu sync.Mutex
+	var caughtUp []int64
+	var resumed int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	o := StreamOptions{Endpoints: eps, Take: takeOptions(t, s, eps, time.Now), Interval: 100 * time.Millisecond,
+		MaxChunkBytes: 1 << 20, Retry: 100 * time.Millisecond,
+		Resumed:  func(stored int64) { mu.Lock(); resumed = stored; mu.Unlock() },
+		CaughtUp: func(rev int64) { mu.Lock(); caughtUp = append(caughtUp, rev); mu.Unlock() }}
+	go func() { done <- Stream(ctx, o) }()
+	defer func() { cancel(); <-done }()
+	since := func(n int) []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int64(nil), caughtUp[min(n, len(caughtUp)):]...)
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(caughtUp) }
+	waitCaughtUp := func(rev int64) {
+		t.Helper()
+		for i := 0; ; i++ {
+			if c := since(0); len(c) > 0 && c[len(c)-1] >= rev {
+				return
+			}
+			if i == 200 {
+				t.Fatalf("not caught up to revision %d in 20s: %v", rev, since(0))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// Idle: the first snapshot holds everything, nothing is written, and it is caught up.
+	waitCaughtUp(currentRevision(t, cli))
+	mu.Lock()
+	first := resumed
+	mu.Unlock()
+	if first != currentRevision(t, cli) {
+		t.Fatalf("resumed after revision %d, want the snapshot's %d", first, currentRevision(t, cli))
+	}
+	s.refuse.Store(true)
+	resp, err := cli.Put(context.Background(), "waits", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	n := count()
+	time.Sleep(time.Second)
+	if c := since(n); len(c) > 0 {
+		t.Fatalf("caught up at %v while revision %d could not be stored", c, resp.Header.Revision)
+	}
+	s.refuse.Store(false)
+	waitCaughtUp(resp.Header.Revision)
+	if _, c := waitStored(t, s, resp.Header.Revision); c[len(c)-1].Last != resp.Header.Revision {
+		t.Fatalf("chain ends at %d, want %d", c[len(c)-1].Last, resp.Header.Revision)
+	}
 }

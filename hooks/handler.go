@@ -30,6 +30,9 @@ const (
 	DefaultMaxBodyBytes   = 8 << 20
 	DefaultSyncTimeout    = 5 * time.Second
 	DefaultObserveTimeout = 3 * time.Second
+	// DefaultProgressTimeout bounds reading the continuous backup's progress: a small JSON
+	// answer in the cluster's network.
+	DefaultProgressTimeout = time.Second
 )
 
 // Observer reads one snapshot of an etcd cluster under the context's deadline. It never
@@ -63,6 +66,9 @@ type Deps struct {
 	SyncTimeout time.Duration
 	// ObserveTimeout bounds the etcd observation; past it the sync holds.
 	ObserveTimeout time.Duration
+	// ProgressTimeout bounds reading the continuous backup's progress; past it the progress
+	// is unknown.
+	ProgressTimeout time.Duration
 	// AuthToken, when set, is the bearer token every hook call must present.
 	AuthToken string
 	// Ready reports readiness for /readyz; always ready when nil.
@@ -93,6 +99,9 @@ func NewHandler(d Deps) http.Handler {
 	}
 	if d.ObserveTimeout <= 0 {
 		d.ObserveTimeout = DefaultObserveTimeout
+	}
+	if d.ProgressTimeout <= 0 {
+		d.ProgressTimeout = DefaultProgressTimeout
 	}
 	h := &handler{Deps: d, metrics: newMetrics(d.Now)}
 

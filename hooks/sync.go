@@ -76,7 +76,20 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 		return sync.Observed{}, err
 	}
 	pods, secrets := sorted(req.related.pods), sorted(req.related.secrets)
+	// The stream's progress is read while etcd is asked, so that it adds no wait of its own;
+	// a cluster without a stream to ask pays no goroutine for it.
+	var stream sync.StreamProgress
+	var progress chan sync.StreamProgress
+	if url := sync.ProgressURL(h.Config, &c, children); url != "" {
+		progress = make(chan sync.StreamProgress, 1)
+		go func() { progress <- h.streamProgress(ctx, url) }()
+	} else {
+		stream = h.streamProgress(ctx, url)
+	}
 	snap := h.snapshot(ctx, &c, pods, secrets)
+	if progress != nil {
+		stream = <-progress
+	}
 	// One reading of the clock, after etcd answered, for everything the planner is given.
 	now := h.Now()
 	return sync.Observed{
@@ -90,6 +103,7 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 		CABundles: sync.CABundles(&c, secrets),
 		// Certificates members would reject are caught before a TLS change relies on them.
 		CertProblems: h.certs.Problems(h.Config, &c, secrets, now),
+		BackupStream: stream,
 		Finalizing:   req.finalizing || finalize,
 		Now:          now,
 	}, nil

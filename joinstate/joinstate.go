@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -22,6 +24,27 @@ const (
 	ForeignCluster = "the volume holds data of cluster "
 	DataLost       = "the volume lost the member's data: "
 )
+
+// The seed of a cluster bootstrapped from a snapshot says which revision it restored the
+// same way: it ends its container once with a termination message of Restored and the
+// revision, and starts etcd on the restored data when the container restarts.
+const Restored = "launch restored: revision "
+
+// RestoredMessage is the seed's termination message after it restored revision from object.
+func RestoredMessage(revision int64, object string) string {
+	return fmt.Sprintf("%s%d from %s", Restored, revision, object)
+}
+
+// RestoredRevision reads the revision from a termination message; false for any other.
+func RestoredRevision(msg string) (int64, bool) {
+	rest, ok := strings.CutPrefix(msg, Restored)
+	if !ok {
+		return 0, false
+	}
+	num, _, _ := strings.Cut(rest, " ")
+	rev, err := strconv.ParseInt(num, 10, 64)
+	return rev, err == nil && rev > 0
+}
 
 // Cluster states, as etcd's --initial-cluster-state takes them.
 const (

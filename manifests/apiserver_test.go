@@ -484,8 +484,10 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		},
 		Backup: &v1alpha1.BackupStatus{LastScheduleTime: &since, LastRequest: "before-upgrade", LastSuccessfulTime: &since,
 			LastSuccessful: &v1alpha1.BackupRecord{Object: "s3://b/ns/status/status-20261201T090000Z-r42.db", Revision: 42, Size: 20512, SHA256: "ab12", Member: "status-1", Time: since},
-			LastFailure:    &v1alpha1.BackupFailure{Job: "status-backup-status-2-0123456789", Reason: "no member can give a snapshot", Time: since}},
-		RestoredFrom: "latest",
+			LastFailure:    &v1alpha1.BackupFailure{Job: "status-backup-status-2-0123456789", Reason: "no member can give a snapshot", Time: since},
+			Continuous:     &v1alpha1.ContinuousBackupStatus{StoredRevision: 4711, StoredTime: &since, BehindSince: &since, Message: "changes wait unstored"}},
+		RestoredFrom:     "latest",
+		RestoredRevision: 4700,
 		Ledger: []v1alpha1.LedgerRecord{
 			{Name: "status-0", ID: "8e9e05c52164694d", Incarnation: 0, Established: true},
 			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true},

@@ -12,13 +12,22 @@ import (
 )
 
 // checkHookEgress: the hook may dial etcd members' client ports, found by the label the
-// operator puts on their pods, and cluster DNS; nothing else.
+// operator puts on their pods, cluster DNS, and the continuous backup's progress on its
+// pods' metrics port; nothing else.
 func checkHookEgress(t *testing.T, np networkingv1.NetworkPolicySpec) {
 	t.Helper()
-	if !slices.Contains(np.PolicyTypes, networkingv1.PolicyTypeEgress) || len(np.Egress) != 2 {
-		t.Fatalf("NetworkPolicy: want egress restricted to two rules, got %+v", np)
+	if !slices.Contains(np.PolicyTypes, networkingv1.PolicyTypeEgress) || len(np.Egress) != 3 {
+		t.Fatalf("NetworkPolicy: want egress restricted to three rules, got %+v", np)
 	}
-	members, dns := np.Egress[0], np.Egress[1]
+	members, dns, streams := np.Egress[0], np.Egress[1], np.Egress[2]
+	if len(streams.To) != 1 || streams.To[0].PodSelector == nil || !slices.ContainsFunc(streams.To[0].PodSelector.MatchExpressions, func(r metav1.LabelSelectorRequirement) bool {
+		return r.Key == sync.LabelBackupStreamOf && r.Operator == metav1.LabelSelectorOpExists
+	}) || len(streams.To[0].PodSelector.MatchLabels) > 0 {
+		t.Errorf("NetworkPolicy egress %+v, want the stream pods (%s) in any namespace", streams.To, sync.LabelBackupStreamOf)
+	}
+	if len(streams.Ports) != 1 || streams.Ports[0].Port.IntValue() != sync.StreamMetricsPort || *streams.Ports[0].Protocol != corev1.ProtocolTCP {
+		t.Errorf("NetworkPolicy stream egress ports %+v, want TCP %d only", streams.Ports, sync.StreamMetricsPort)
+	}
 	want := metav1.LabelSelectorRequirement{Key: sync.LabelCluster, Operator: metav1.LabelSelectorOpExists}
 	if len(members.To) != 1 || members.To[0].PodSelector == nil || !slices.ContainsFunc(members.To[0].PodSelector.MatchExpressions, func(r metav1.LabelSelectorRequirement) bool {
 		return r.Key == want.Key && r.Operator == want.Operator

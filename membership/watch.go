@@ -25,11 +25,12 @@ type Changes struct {
 // WatchAll watches every key from revision from on, until ctx ends or the watch fails. It
 // requires a leader: a member cut off from the others ends the watch with an error rather
 // than wait silently, and the client reconnects to another member on a lost connection by
-// itself. Progress notifications come as answers without events. The caller ends ctx when it
-// stops reading.
+// itself. Progress notifications come as answers without events, and so does the first answer,
+// once the watch is set up, with the cluster's revision. The caller ends ctx when it stops
+// reading.
 func (o *Operator) WatchAll(ctx context.Context, from int64) <-chan Changes {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	wch := o.cli.Watch(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	wch := o.cli.Watch(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
 	out := make(chan Changes)
 	go func() {
 		defer close(out)

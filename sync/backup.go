@@ -341,7 +341,8 @@ func (v *view) backupResync(resync float64) float64 {
 
 // backupCondition sets the BackedUp condition of a cluster with spec.backup: True while the
 // last backup succeeded and the one after it is not overdue, False after a failure or when
-// two schedule times passed since the last success, Unknown before the first.
+// two schedule times passed since the last success, Unknown before the first; then the
+// continuous backup's part (streamCondition).
 func (v *view) backupCondition(st *v1alpha1.EtcdClusterStatus) {
 	b := v.c.Spec.Backup
 	if b == nil {
@@ -364,6 +365,7 @@ func (v *view) backupCondition(st *v1alpha1.EtcdClusterStatus) {
 			cond.Message += fmt.Sprintf(": %s, revision %d", l.Object, l.Revision)
 		}
 	}
+	v.streamCondition(st, &cond)
 	setConditionValue(st, v.obs, cond)
 }
 
@@ -385,6 +387,32 @@ func restoreJoin(c *v1alpha1.EtcdCluster, seed string) *joinstate.Restore {
 		return r
 	}
 	return nil
+}
+
+// recordRestoredRevision records, on a cluster bootstrapped from a snapshot, the revision its
+// seed restored, once: the seed's etcd container ends once after the restore with it in its
+// termination message (joinstate.RestoredMessage), which the pod's status keeps until the
+// container ends again.
+func recordRestoredRevision(obs *Observed, c *v1alpha1.EtcdCluster, st *v1alpha1.EtcdClusterStatus) {
+	if fromBackup(c) == nil || st.RestoredRevision != 0 {
+		return
+	}
+	for i := range obs.Pods {
+		p := &obs.Pods[i]
+		cs := etcdStatus(p)
+		if p.Labels[LabelCluster] != c.Name || cs == nil {
+			continue
+		}
+		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if t == nil {
+				continue
+			}
+			if rev, ok := joinstate.RestoredRevision(t.Message); ok {
+				st.RestoredRevision = rev
+				return
+			}
+		}
+	}
 }
 
 func fromBackup(c *v1alpha1.EtcdCluster) *v1alpha1.FromBackup {

@@ -263,14 +263,32 @@ func TestContinuousBackupDeployment(t *testing.T) {
 		}
 	}
 
+	// Its Service selects its pod, on the metrics port the hook reads its progress from.
+	svc, ok := childOf(d, "Service", BackupStreamName(w.cluster.Name))
+	if !ok {
+		t.Fatal("no Service before the stream")
+	}
+	if b, _ := json.Marshal(svc.Object); !strings.Contains(string(b), `"`+LabelBackupStreamOf+`":"`+w.cluster.Name+`"}`) ||
+		!strings.Contains(string(b), `"port":9480`) {
+		t.Fatalf("stream Service %s", b)
+	}
+
 	// Observed, it goes when the spec drops it, and with the teardown's first step.
 	w.run(5)
-	if obs := w.observe(); len(obs.Children.Deployments) != 1 {
+	obs := w.observe()
+	if len(obs.Children.Deployments) != 1 {
 		t.Fatalf("observed %d Deployments, want the stream", len(obs.Children.Deployments))
 	}
+	if want := "http://" + BackupStreamName(w.cluster.Name) + "." + w.cluster.Namespace + ".svc.cluster.local:9480/progress"; ProgressURL(simConfig, &w.cluster, obs.Children) != want {
+		t.Fatalf("progress read from %q, want %q", ProgressURL(simConfig, &w.cluster, obs.Children), want)
+	}
 	w.cluster.Spec.Backup.Continuous = nil
-	if _, ok := stream(Plan(simConfig, w.observe())); ok {
+	d = Plan(simConfig, w.observe())
+	if _, ok := stream(d); ok {
 		t.Fatal("the stream kept after spec.backup.continuous was removed")
+	}
+	if _, ok := childOf(d, "Service", BackupStreamName(w.cluster.Name)); ok {
+		t.Fatal("the stream's Service kept after spec.backup.continuous was removed")
 	}
 	w.cluster.DeletionTimestamp = &metav1.Time{Time: w.now}
 	if d := Plan(simConfig, w.observe()); d.Finalized {
@@ -278,4 +296,14 @@ func TestContinuousBackupDeployment(t *testing.T) {
 	} else if _, ok := stream(d); ok {
 		t.Fatal("the teardown keeps the stream's Deployment")
 	}
+}
+
+// childOf finds a desired child by kind and name.
+func childOf(d Decision, kind, name string) (Child, bool) {
+	for _, c := range d.Children {
+		if c.Kind == kind && c.Name == name {
+			return c, true
+		}
+	}
+	return Child{}, false
 }

@@ -38,6 +38,8 @@ func (v *view) decision(s step) Decision {
 	if s.backup != nil {
 		st.Backup = s.backup
 	}
+	recordRestoredRevision(v.obs, v.c, &st)
+	v.streamStatus(&st)
 	v.backupCondition(&st)
 	v.volumesCondition(&st)
 	s.resync = v.backupResync(s.resync)
@@ -70,7 +72,7 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 		children = append(children, *job)
 	}
 	if stream, ok := v.backupStream(); ok {
-		children = append(children, stream)
+		children = append(children, stream, v.backupStreamService())
 	}
 	return append(children, adopted(v.obs.Children, v.c.Name)...), l
 }
@@ -109,7 +111,8 @@ func adopted(observed Children, cluster string) []Child {
 		}
 	}
 	for i := range observed.Services {
-		if o := &observed.Services[i]; !ownChild(cluster, "Service", o.Name) {
+		// The stream's Service serves no client: it goes with the stream's Deployment.
+		if o := &observed.Services[i]; !ownChild(cluster, "Service", o.Name) && o.Name != BackupStreamName(cluster) {
 			out = append(out, unchanged("v1", "Service", o.ObjectMeta, o))
 		}
 	}

@@ -256,6 +256,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	st := newStatus(obs, c, v1alpha1.PhaseCreating, action)
 	if f := fromBackup(c); f != nil {
 		st.RestoredFrom = f.Name
+		recordRestoredRevision(obs, c, &st)
 	}
 	st.TLS = v.tlsStatus()
 	st.Client = client

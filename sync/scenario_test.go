@@ -502,10 +502,16 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		switch arg(0) {
 		case "suspend", "resume":
 			w.cluster.Spec.Backup.Suspend = arg(0) == "suspend"
+		case "continuous":
+			w.cluster.Spec.Backup.Continuous = &v1alpha1.ContinuousBackup{}
+		case "discontinue":
+			w.cluster.Spec.Backup.Continuous = nil
 		default:
 			w.cluster.Spec.Backup = &v1alpha1.BackupSpec{Schedule: strings.Join(args, " "), Destination: v1alpha1.BackupDestination{
 				S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
 		}
+	case "stream":
+		w.streamCommand(t, line, args)
 	case "restore":
 		from := &v1alpha1.FromBackup{Name: arg(0), BackupDestination: v1alpha1.BackupDestination{
 			S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
@@ -720,10 +726,19 @@ func decisionText(t *testing.T, d Decision) string {
 		if f := r.LastFailure; f != nil {
 			fmt.Fprintf(&b, " failure=%q", f.Reason)
 		}
+		if c := r.Continuous; c != nil {
+			fmt.Fprintf(&b, " stored=%d", c.StoredRevision)
+			if c.BehindSince != nil {
+				fmt.Fprintf(&b, " behind-since=%s", c.BehindSince.UTC().Format(time.RFC3339))
+			}
+			if c.Message != "" {
+				fmt.Fprintf(&b, " stream=%q", c.Message)
+			}
+		}
 		b.WriteString("\n")
 	}
 	if st.RestoredFrom != "" {
-		fmt.Fprintf(&b, "  restored from: %s\n", st.RestoredFrom)
+		fmt.Fprintf(&b, "  restored from: %s revision=%d\n", st.RestoredFrom, st.RestoredRevision)
 	}
 	for _, w := range st.Warnings {
 		fmt.Fprintf(&b, "  warning: %s\n", w)

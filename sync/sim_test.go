@@ -117,6 +117,9 @@ type simPod struct {
 	// why its etcd last failed to start, for describe; refusal, the termination message a
 	// refusing launcher left.
 	why, refusal string
+	// restored, on a seed that restored a snapshot, is the termination message its container
+	// ended with once before starting etcd on the restored data.
+	restored string
 	// created is when the StatefulSet created it.
 	created time.Time
 	// pendingUntil: its image pulls and its volume attaches until then.
@@ -237,6 +240,8 @@ type simWorld struct {
 	log    []string
 	// backups are the snapshots backup Jobs stored, oldest first; a restore reads the last.
 	backups []simBackup
+	// stream is the continuous backup's progress, as its pod serves it (sim_stream_test.go).
+	stream simStream
 	// secrets are the TLS Secrets that exist, each with a digest of its CA bundle;
 	// badCerts those whose certificate members would reject, and why.
 	secrets  map[string]string
@@ -426,6 +431,7 @@ func (w *simWorld) observe() Observed {
 		}
 	}
 	w.hideJobs = false
+	obs.BackupStream = w.streamProgress(obs.Children)
 	obs.Pods = append(obs.Pods, w.backupPods(obs.Children.Jobs)...)
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
@@ -458,6 +464,9 @@ func (w *simWorld) observe() Observed {
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
 		case p.running:
 			cs.State.Running = &corev1.ContainerStateRunning{}
+			if p.restored != "" {
+				cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: "Completed", Message: p.restored}
+			}
 		case p.noImage:
 			pod.Status.Phase = corev1.PodPending
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}
@@ -1095,6 +1104,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 			m.raft, m.live, m.file = b.revision, b.live, b.live
 			m.snap = m.raft
 			w.data[p.ord].restored = join.Token
+			p.restored = joinstate.RestoredMessage(int64(b.revision), fmt.Sprintf("s3://backups/default/etcd/etcd-r%d.db", b.revision))
 			w.clusterID++
 		}
 		w.members = append(w.members, m)

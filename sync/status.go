@@ -135,7 +135,9 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		History:        startStep(prev.History, prev.Action, a, "", false, obs.Now),
 		Backup:         prev.Backup,
 		RestoredFrom:   prev.RestoredFrom,
-		Client:         prev.Client,
+		// The seed reports the revision it restored once; status keeps it.
+		RestoredRevision: prev.RestoredRevision,
+		Client:           prev.Client,
 	}
 }
 

@@ -1,6 +1,14 @@
 package sync
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/backupresult"
+)
 
 // The continuous backup (spec.backup.continuous) runs as a Deployment child of one pod,
 // <cluster>-backup-stream, not as a sidecar of each etcd pod: one writer per cluster, so no
@@ -9,6 +17,11 @@ import "fmt"
 // what the destination holds whenever its pod starts, so it is rendered beside the other
 // children, and a Deployment of another name is not adopted but deleted: a second writer.
 // Its strategy is Recreate, so that a changed template never runs two pods at once.
+//
+// The recovery point in status comes from the stream: a Service of the same name selects its
+// pod, the hook reads the stream's progress through it (ProgressURL) under a short deadline,
+// and the planner records it in status.backup.continuous (streamStatus). Progress that could
+// not be read changes nothing but the BackedUp condition, which says so.
 
 const (
 	// LabelBackupStreamOf on the stream's pod names the cluster. (LabelCluster would put the
@@ -19,8 +32,115 @@ const (
 	StreamMetricsPort = 9480
 )
 
-// BackupStreamName is the continuous backup's Deployment.
+// BackupStreamName is the continuous backup's Deployment and the Service before its pod.
 func BackupStreamName(cluster string) string { return cluster + "-backup-stream" }
+
+// ProgressURL is where the hook reads the continuous backup's progress; "" when the cluster
+// has none or its Deployment is not observed yet (there is nothing to ask).
+func ProgressURL(cfg Config, c *v1alpha1.EtcdCluster, observed Children) string {
+	if b := c.Spec.Backup; b == nil || b.Continuous == nil {
+		return ""
+	}
+	for _, d := range observed.Deployments {
+		if d.Name == BackupStreamName(c.Name) {
+			return fmt.Sprintf("http://%s.%s.svc.%s:%d%s", BackupStreamName(c.Name), c.Namespace, cfg.ClusterDomain, StreamMetricsPort, backupresult.ProgressPath)
+		}
+	}
+	return ""
+}
+
+// backupStreamService selects the stream's pod, for the hook's progress reads and for
+// Prometheus.
+func (v *view) backupStreamService() Child {
+	labels := commonLabels(v.c)
+	labels[LabelAction] = verbStreamBackup
+	return child("v1", "Service", metadata(v.c, BackupStreamName(v.c.Name), labels), serviceSpec{
+		Selector: map[string]string{LabelBackupStreamOf: v.c.Name, LabelManagedBy: ManagedBy},
+		Ports:    []servicePort{{Name: "metrics", Port: StreamMetricsPort, TargetPort: StreamMetricsPort, Protocol: "TCP"}},
+	})
+}
+
+// streamBehindAfter is how long past its interval a change may wait unstored before the
+// stream counts as behind.
+func (v *view) streamBehindAfter() time.Duration {
+	interval := v1alpha1.DefaultContinuousInterval
+	if i := v.c.Spec.Backup.Continuous.Interval; i != nil {
+		interval = i.Duration
+	}
+	return interval + v1alpha1.StreamBehindAfter
+}
+
+// streamStatus records the stream's progress in status.backup.continuous. Progress not read
+// keeps what was recorded and says why in the message; the record goes with
+// spec.backup.continuous. BehindSince is set once, when the stream falls behind, so that a
+// stream that stays behind does not change status at every sync.
+func (v *view) streamStatus(st *v1alpha1.EtcdClusterStatus) {
+	on := v.c.Spec.Backup != nil && v.c.Spec.Backup.Continuous != nil
+	if !on && (st.Backup == nil || st.Backup.Continuous == nil) {
+		return
+	}
+	rec := &v1alpha1.BackupStatus{}
+	if st.Backup != nil {
+		*rec = *st.Backup
+	}
+	st.Backup = rec
+	if !on {
+		if rec.Continuous = nil; *rec == (v1alpha1.BackupStatus{}) {
+			st.Backup = nil
+		}
+		return
+	}
+	cs := &v1alpha1.ContinuousBackupStatus{}
+	if rec.Continuous != nil {
+		*cs = *rec.Continuous
+	}
+	rec.Continuous = cs
+	obs := v.obs.BackupStream
+	if !obs.Known {
+		cs.Message = "progress unknown: " + obs.Err
+		return
+	}
+	p := obs.Progress
+	cs.StoredRevision = p.StoredRevision
+	if !p.StoredTime.IsZero() {
+		// Status keeps seconds: a finer time would read back different and change it again.
+		cs.StoredTime = &metav1.Time{Time: p.StoredTime.Truncate(time.Second)}
+	}
+	if p.Behind() <= v.streamBehindAfter() {
+		cs.BehindSince, cs.Message = nil, ""
+		return
+	}
+	if cs.BehindSince == nil {
+		cs.BehindSince = &metav1.Time{Time: v.obs.Now.Add(-p.Behind()).Truncate(time.Second)}
+	}
+	cs.Message = "changes wait unstored"
+	if p.LastError != "" {
+		cs.Message += "; the stream's last failure: " + p.LastError
+	}
+}
+
+// streamCondition is the BackedUp condition with the continuous backup's part: False while
+// the stream is behind, Unknown while its progress cannot be read, True once it has stored
+// changes though no scheduled backup has finished yet. A failed or overdue snapshot stays
+// False whatever the stream does.
+func (v *view) streamCondition(st *v1alpha1.EtcdClusterStatus, cond *metav1.Condition) {
+	if cond.Status == metav1.ConditionFalse || st.Backup == nil || st.Backup.Continuous == nil {
+		return
+	}
+	cs := st.Backup.Continuous
+	switch {
+	case cs.BehindSince != nil:
+		cond.Status, cond.Reason = metav1.ConditionFalse, "StreamBehind"
+		cond.Message = fmt.Sprintf("the continuous backup has not been caught up since %s (more than %s): changes are stored up to revision %d; %s",
+			cs.BehindSince.UTC().Format(time.RFC3339), v.streamBehindAfter(), cs.StoredRevision, cs.Message)
+	case !v.obs.BackupStream.Known:
+		cond.Status, cond.Reason = metav1.ConditionUnknown, "StreamProgressUnknown"
+		cond.Message = "the continuous backup's progress could not be read: " + v.obs.BackupStream.Err
+	case cond.Status == metav1.ConditionUnknown && cs.StoredRevision > 0:
+		cond.Status, cond.Reason = metav1.ConditionTrue, "StreamCaughtUp"
+		cond.Message = fmt.Sprintf("no scheduled backup yet; the continuous backup stores every change, up to revision %d so far", cs.StoredRevision)
+	}
+}
 
 // backupStream renders the continuous backup's Deployment; false when the spec asks none.
 // It reaches etcd through the client Service, so that membership changes leave it as it is.

@@ -11,6 +11,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/backupresult"
 	"etcdops.dev/etcdops/etcdstate"
 )
 
@@ -43,8 +44,18 @@ type Observed struct {
 	// CertProblems says, per TLS Secret whose certificate members would reject, why
 	// (CertificateProblems); no TLS change moves onto such a Secret.
 	CertProblems map[string]string
+	// BackupStream is the continuous backup's progress, read from its Service.
+	BackupStream StreamProgress
 	Finalizing   bool
 	Now          time.Time
+}
+
+// StreamProgress is the continuous backup's progress as the hook read it from the stream
+// (backupresult.Progress); Known is false when it could not be read, and Err says why.
+type StreamProgress struct {
+	Known    bool
+	Err      string
+	Progress backupresult.Progress
 }
 
 // Children are the observed children, by type, as Metacontroller sent them.

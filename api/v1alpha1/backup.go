@@ -229,7 +229,40 @@ type BackupStatus struct {
 	//
 	// +optional
 	LastFailure *BackupFailure `json:"lastFailure,omitempty"`
+	// Continuous is the continuous backup's recovery point (spec.backup.continuous), as the
+	// operator last read it from the stream.
+	//
+	// +optional
+	Continuous *ContinuousBackupStatus `json:"continuous,omitempty"`
 }
+
+// ContinuousBackupStatus is how far the continuous backup has stored the cluster's changes.
+type ContinuousBackupStatus struct {
+	// StoredRevision: every change up to this revision is stored; a restore reaches it.
+	//
+	// +optional
+	StoredRevision int64 `json:"storedRevision,omitempty"`
+	// StoredTime is when the stream last stored a chunk of changes.
+	//
+	// +optional
+	StoredTime *metav1.Time `json:"storedTime,omitempty"`
+	// BehindSince, set while the stream is behind (a change has waited more than
+	// StreamBehindAfter beyond the interval unstored, or its watch has been down as long), is
+	// about when it was last caught up. An idle cluster is never behind.
+	//
+	// +optional
+	BehindSince *metav1.Time `json:"behindSince,omitempty"`
+	// Message says why the stream is behind (its last error) or why its progress is not
+	// known; empty while it is caught up.
+	//
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// StreamBehindAfter is how much longer than spec.backup.continuous.interval a change may
+// wait unstored before the continuous backup counts as behind: the EtcdBackupStreamBehind
+// alert's 5 minutes.
+const StreamBehindAfter = 5 * time.Minute
 
 // BackupRecord is one stored snapshot.
 type BackupRecord struct {

@@ -462,6 +462,12 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	RestoredFrom string `json:"restoredFrom,omitempty"`
+	// RestoredRevision, on a cluster bootstrapped from a snapshot, is the revision the seed
+	// restored: every change up to it (the snapshot's, then the stored changes replayed after
+	// it), none after. Recorded once the seed reports it.
+	//
+	// +optional
+	RestoredRevision int64 `json:"restoredRevision,omitempty"`
 	// TLS is what the members serve and, while TLS is turned on or off, how far the roll got.
 	//
 	// +optional

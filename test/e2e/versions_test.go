@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/internal/etcdbin"
+	"etcdops.dev/etcdops/joinstate"
 	"etcdops.dev/etcdops/test/harness"
 )
 
@@ -120,7 +122,7 @@ func steadyOrRefused(t *testing.T, env *harness.Env, size int) {
 	var exited string
 	if _, err := env.WaitFor(changeBound, func() (bool, string) {
 		for _, p := range env.Pods() {
-			if cs := p.Status.ContainerStatuses; len(cs) > 0 && cs[0].RestartCount > 0 && cs[0].State.Waiting != nil {
+			if cs := p.Status.ContainerStatuses; len(cs) > 0 && cs[0].RestartCount > plannedRestarts(cs[0]) && cs[0].State.Waiting != nil {
 				exited = fmt.Sprintf("%s: %s", p.Name, cs[0].State.Waiting.Message)
 				return true, ""
 			}
@@ -132,6 +134,15 @@ func steadyOrRefused(t *testing.T, env *harness.Env, size int) {
 	if exited != "" {
 		t.Fatalf("etcd exited: %s\n%s", exited, env.Describe())
 	}
+}
+
+// plannedRestarts is 1 for the seed of a restored cluster, whose container ends once after
+// the restore to report it (joinstate.Restored), and 0 for any other.
+func plannedRestarts(cs corev1.ContainerStatus) int32 {
+	if t := cs.LastTerminationState.Terminated; t != nil && strings.HasPrefix(t.Message, joinstate.Restored) {
+		return 1
+	}
+	return 0
 }
 
 // checkServes checks that every running member reports release v and answers the probe

@@ -72,8 +72,10 @@ type Env struct {
 	Kubelet   *Kubelet
 	// Disruptions is the disruption controller and the Eviction API (Drain).
 	Disruptions *Disruptions
-	MC          *Metacontroller
-	Monitor     *Monitor
+	// Streams runs the continuous backup's Deployment.
+	Streams *Streams
+	MC      *Metacontroller
+	Monitor *Monitor
 
 	opts   Options
 	cancel context.CancelFunc
@@ -158,6 +160,10 @@ func Start(opts Options) (*Env, error) {
 	e.Jobs.Mounts = func(p *corev1.Pod) (map[string]string, error) {
 		return e.Kubelet.jobMounts(p, filepath.Join(opts.Root, "pods", p.Name))
 	}
+	e.Streams = NewStreams(e.Store, opts.Tools, opts.TimeScale, opts.Logf)
+	e.Streams.Mounts = func(p *corev1.Pod) (map[string]string, error) {
+		return e.Kubelet.jobMounts(p, filepath.Join(opts.Root, "pods", p.Name))
+	}
 	e.Monitor = newMonitor(e)
 	var jobStart gosync.Map
 	e.Jobs.OnRun = func(job string, args []string, started bool, out string, err error) {
@@ -219,6 +225,7 @@ func Start(opts Options) (*Env, error) {
 	e.spawn((&Resizer{Store: e.Store, Delay: opts.ResizeDelay, TimeScale: opts.TimeScale}).Run)
 	e.spawn(e.Disruptions.Run)
 	e.spawn(e.Jobs.Run)
+	e.spawn(e.Streams.Run)
 	e.spawn(e.Monitor.Run)
 	kubeletCtx, stopKubelet := context.WithCancel(context.Background())
 	e.wg.Add(1)
@@ -519,11 +526,11 @@ func (e *Env) waitFor(timeout time.Duration, cond func() (bool, string)) (time.D
 	return time.Since(start), errors.New("timed out: " + why)
 }
 
-// Pods returns the etcd pods (not Job pods), sorted by name.
+// Pods returns the etcd pods (not Job pods, not the continuous backup's), sorted by name.
 func (e *Env) Pods() []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, o := range e.Store.List("Pod") {
-		if p := o.(*corev1.Pod); !isJobPod(p) {
+		if p := o.(*corev1.Pod); !isJobPod(p) && !isStreamPod(p) {
 			out = append(out, p)
 		}
 	}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -31,6 +32,13 @@ type Tools struct {
 	// returns what it printed on success.
 	Member func(ctx context.Context, args []string) (string, error)
 }
+
+// ContainerExited is a container that ended on its own with a termination message (exit
+// code 0), as the launcher's does once after a restore; the kubelet keeps the message in the
+// container's last state and restarts it.
+type ContainerExited struct{ Message string }
+
+func (e ContainerExited) Error() string { return "exited: " + e.Message }
 
 // toolBinary is the basename of the member tool in images.
 const toolBinary = "etcdops-member"
@@ -94,6 +102,8 @@ type podRuntime struct {
 	held     bool      // restarts refused: the pod's node is cut off
 	ready    bool
 	lastErr  string
+	// lastExit is how the container last ended on its own with a termination message.
+	lastExit *corev1.ContainerStateTerminated
 	stopping bool
 	liveFail int
 	started  time.Time
@@ -177,7 +187,7 @@ func (k *Kubelet) syncPods(ctx context.Context) {
 	seen := map[types.UID]bool{}
 	for _, o := range k.Store.List("Pod") {
 		p := o.(*corev1.Pod)
-		if isJobPod(p) {
+		if isJobPod(p) || isStreamPod(p) {
 			continue
 		}
 		seen[p.UID] = true
@@ -234,6 +244,7 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 	if rt.proc != nil && rt.proc.Exited() {
 		// The container exited on its own: restartPolicy Always, with back-off.
 		rt.lastErr = rt.proc.exitReason()
+		rt.lastExit = nil
 		k.Logf("pod %s (%s): %s", rt.name, rt.ip, rt.lastErr)
 		if msg, ok := rt.proc.panicMessage(); ok {
 			k.OnPanic(rt.name, msg)
@@ -288,6 +299,12 @@ func (k *Kubelet) record(rt *podRuntime, proc *etcdProcess, err error) (unwanted
 	rt.starting = false
 	if err != nil {
 		rt.lastErr = err.Error()
+		// The last termination is this one: a message of an earlier one is gone.
+		rt.lastExit = nil
+		var exited ContainerExited
+		if errors.As(err, &exited) {
+			rt.lastExit = &corev1.ContainerStateTerminated{Reason: "Completed", Message: exited.Message, FinishedAt: metav1.NewTime(time.Now().Truncate(time.Second))}
+		}
 		k.Logf("pod %s (%s): container failed: %s", rt.name, rt.ip, rt.lastErr)
 		rt.restarts++
 		rt.next = time.Now().Add(k.backoff(rt.restarts))
@@ -664,6 +681,9 @@ func (k *Kubelet) writeStatus(p *corev1.Pod, rt *podRuntime) {
 	running := rt.proc != nil && !rt.proc.Exited()
 	st := corev1.PodStatus{Phase: corev1.PodRunning, PodIP: rt.ip, PodIPs: []corev1.PodIP{{IP: rt.ip}}, HostIP: "127.0.0.1"}
 	cs := corev1.ContainerStatus{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image, RestartCount: rt.restarts, Ready: rt.ready && running}
+	if rt.lastExit != nil {
+		cs.LastTerminationState.Terminated = rt.lastExit.DeepCopy()
+	}
 	if running {
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(rt.started.Truncate(time.Second))}
 		cs.Started = ptr(true)

@@ -84,9 +84,12 @@ func OperatorTools() Tools {
 			if len(args) == 0 || args[0] != "launch" {
 				return nil, fmt.Errorf("not a launch command: %q", args)
 			}
-			argv, d, err := membertool.LaunchArgv(args[1:])
+			argv, d, restored, err := membertool.LaunchArgv(args[1:])
 			if err != nil {
 				return nil, err
+			}
+			if restored != "" {
+				return nil, ContainerExited{Message: restored}
 			}
 			if argv == nil {
 				return nil, fmt.Errorf("%v: %s", d.Kind, d.Reason)

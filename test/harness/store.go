@@ -50,7 +50,7 @@ var kinds = map[string]kindInfo{
 	"RoleBinding":           {"rbac.authorization.k8s.io/v1", "rolebindings", func() Object { return &rbacv1.RoleBinding{} }},
 	// Cluster-scoped in Kubernetes; the store keeps it in its one namespace.
 	"StorageClass": {"storage.k8s.io/v1", "storageclasses", func() Object { return &storagev1.StorageClass{} }},
-	// The continuous backup's Deployment is stored, not run: no scenario streams yet.
+	// The continuous backup's Deployment; Streams runs its pod.
 	"Deployment": {"apps/v1", "deployments", func() Object { return &appsv1.Deployment{} }},
 }
 

@@ -110,7 +110,7 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.DurationVar(&interval, "interval", 30*time.Second, "longest a change waits before it is stored")
 	fs.Int64Var(&maxChunk, "max-chunk-bytes", 4<<20, "largest chunk of changes, in bytes")
 	fs.Int64Var(&bandwidth, "max-bandwidth", 0, "bytes per second a full snapshot is read at; 0: no bound")
-	fs.StringVar(&metricsAddr, "metrics-addr", "", "address to serve the stream's metrics on (/metrics); none when empty")
+	fs.StringVar(&metricsAddr, "metrics-addr", "", "address to serve the stream's metrics (/metrics) and progress (/progress) on; none when empty")
 	dest.Register(fs, "")
 	err := fs.Parse(args)
 	switch {
@@ -128,7 +128,7 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "stream-backup: %v\n", err)
 		return ExitUsage
 	}
-	m := newStreamMetrics(cluster, time.Now())
+	m := newStreamMetrics(cluster, time.Now)
 	t, err := f.tls()
 	if err == nil && metricsAddr != "" {
 		err = m.serve(ctx, metricsAddr)
@@ -143,12 +143,14 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 					BytesPerSecond: bandwidth, Now: time.Now},
 				TakeTimeout: f.timeout,
 				Stored: func(d backup.Delta) {
-					m.chunkStored(d, time.Now())
+					m.chunkStored(d)
 					fmt.Fprintf(stdout, "stream-backup %s: stored %s (revisions %d to %d, %d bytes)\n", cluster, store.Where(d.Name), d.First, d.Last, d.Size)
 				},
-				Watched: func(rev int64) { m.watched.Set(float64(rev)) },
+				Watched:  m.watchedUpTo,
+				Resumed:  m.resumed,
+				CaughtUp: m.caughtUp,
 				Failed: func(err error) {
-					m.failures.Inc()
+					m.failed(err)
 					fmt.Fprintf(stderr, "stream-backup %s: %v\n", cluster, err)
 				},
 			})
@@ -164,10 +166,10 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 // restoreSnapshot is the launcher's restore: the snapshot the join state names, from the
 // destination the launch flags name, into the target data dir, fetched beside it on the
 // member volume.
-func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, log io.Writer) error {
+func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, log io.Writer) (backup.Restored, error) {
 	store, err := from.Open()
 	if err != nil {
-		return err
+		return backup.Restored{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
 	defer cancel()
@@ -176,8 +178,8 @@ func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, lo
 		Member: rt.Member, PeerURL: rt.PeerURL, InitialCluster: rt.InitialCluster, Token: rt.Token,
 	})
 	if err != nil {
-		return err
+		return backup.Restored{}, err
 	}
 	fmt.Fprintf(log, "launch: restored %s (%d keys) and %d chunks of changes after it: revision %d\n", r.Object, r.Keys, r.Changes, r.Revision)
-	return nil
+	return r, nil
 }

@@ -55,15 +55,33 @@ func TestBackupThenLaunchRestores(t *testing.T) {
 	if err := os.WriteFile(joinFile, []byte(joinstate.Encode(state)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	argv, d, err := LaunchArgv([]string{"--join-state=" + joinFile, "--name=e-0", "--data-dir=" + dataDir, "--etcd=/usr/local/bin/etcd",
-		"--restore-dir=" + store, "--"})
+	launch := []string{"--join-state=" + joinFile, "--name=e-0", "--data-dir=" + dataDir, "--etcd=/usr/local/bin/etcd", "--restore-dir=" + store, "--"}
+	argv, d, restored, err := LaunchArgv(launch)
 	if err != nil || argv == nil || !d.Restore {
 		t.Fatalf("launch with a restore: %v %+v %v", argv, d, err)
+	}
+	// The container ends once, telling the planner what it restored; the restart starts etcd.
+	if _, ok := joinstate.RestoredRevision(restored); !ok || !strings.Contains(restored, store) {
+		t.Fatalf("termination message after the restore %q", restored)
+	}
+	if _, d, restored, err := LaunchArgv(launch); err != nil || d.Restore || restored != "" || d.Kind != launcher.Start {
+		t.Fatalf("launch after the restore: %+v %q %v", d, restored, err)
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "member", "snap", "db")); err != nil {
 		t.Fatalf("restored data dir: %v", err)
 	}
 	if v, err := launcher.Inspect(dataDir); err != nil || v.Restored != state.Token {
 		t.Fatalf("volume after restore: %+v %v", v, err)
+	}
+
+	// The command itself: after the restore it exits cleanly with the revision in its
+	// termination message, without starting etcd (the restart does).
+	other := filepath.Join(dir, "volume2", "data")
+	code, _, errOut = run("launch", "--join-state="+joinFile, "--name=e-0", "--data-dir="+other, "--etcd=/nonexistent/etcd",
+		"--restore-dir="+store, "--termination-log="+termLog, "--")
+	msg, _ = os.ReadFile(termLog)
+	want, _ := joinstate.RestoredRevision(restored)
+	if rev, ok := joinstate.RestoredRevision(string(msg)); code != ExitOK || !ok || rev != want {
+		t.Fatalf("launch with a restore: exit %d, termination message %q (LaunchArgv said %q), stderr %q", code, msg, restored, errOut)
 	}
 }

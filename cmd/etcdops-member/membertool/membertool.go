@@ -317,20 +317,32 @@ func copyExecutable(src, dst string) error {
 }
 
 // LaunchArgv does everything launch does short of exec: it parses launch's arguments,
-// inspects the volume, wipes a stale data dir, records the incarnation and returns etcd's
-// argv (argv[0] is the --etcd path). When the pod must not start, argv is nil and the
-// decision says why. The end-to-end harness runs the argv in an embedded etcd instead.
-func LaunchArgv(args []string) ([]string, launcher.Decision, error) {
-	o, _, err := parseLaunch(args)
+// inspects the volume, wipes a stale data dir, restores a snapshot, records the incarnation
+// and returns etcd's argv (argv[0] is the --etcd path). When the pod must not start, argv is
+// nil and the decision says why. After a restore, restored is the termination message the
+// container ends with instead of starting etcd (joinstate.RestoredMessage); etcd starts on
+// the restored data when it restarts. The end-to-end harness runs the argv in an embedded
+// etcd instead.
+func LaunchArgv(args []string) (argv []string, d launcher.Decision, restored string, err error) {
+	o, _, report, err := parseLaunch(args)
 	if err != nil {
-		return nil, launcher.Decision{}, err
+		return nil, launcher.Decision{}, "", err
 	}
-	return launcher.Prepare(o)
+	argv, d, err = launcher.Prepare(o)
+	if err == nil && d.Restore {
+		restored = report.message()
+	}
+	return argv, d, restored, err
 }
 
-// parseLaunch reads launch's arguments: the launcher's options and the file its refusal is
-// written to.
-func parseLaunch(args []string) (launcher.Options, string, error) {
+// restoreReport is what the launcher's restore restored, for its termination message.
+type restoreReport struct{ r backup.Restored }
+
+func (p *restoreReport) message() string { return joinstate.RestoredMessage(p.r.Revision, p.r.Object) }
+
+// parseLaunch reads launch's arguments: the launcher's options, the file its refusal or its
+// restore is written to, and where the restore reports what it restored.
+func parseLaunch(args []string) (launcher.Options, string, *restoreReport, error) {
 	fs := flag.NewFlagSet("launch", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var o launcher.Options
@@ -338,21 +350,25 @@ func parseLaunch(args []string) (launcher.Options, string, error) {
 	fs.StringVar(&o.Name, "name", "", "pod name, which is the member name")
 	fs.StringVar(&o.DataDir, "data-dir", "/var/lib/etcd/data", "etcd data dir; the incarnation marker lives beside it")
 	fs.StringVar(&o.Etcd, "etcd", "/usr/local/bin/etcd", "etcd executable")
-	termLog := fs.String("termination-log", "/dev/termination-log", "file a refusal is written to, for the planner")
+	termLog := fs.String("termination-log", "/dev/termination-log", "file a refusal or a restore is written to, for the planner")
 	var from backup.DestinationFlags
 	from.Register(fs, "restore-")
 	if err := fs.Parse(args); err != nil {
-		return o, "", fmt.Errorf("%w: %v", launcher.ErrBadOptions, err)
+		return o, "", nil, fmt.Errorf("%w: %v", launcher.ErrBadOptions, err)
 	}
 	o.Static = fs.Args()
+	report := &restoreReport{}
 	if from.Set() {
-		o.Restore = func(rt launcher.RestoreTarget) error { return restoreSnapshot(from, rt, os.Stderr) }
+		o.Restore = func(rt launcher.RestoreTarget) (err error) {
+			report.r, err = restoreSnapshot(from, rt, os.Stderr)
+			return err
+		}
 	}
-	return o, *termLog, nil
+	return o, *termLog, report, nil
 }
 
 func runLaunch(args []string, stderr io.Writer) int {
-	o, termLog, err := parseLaunch(args)
+	o, termLog, report, err := parseLaunch(args)
 	var argv []string
 	var d launcher.Decision
 	if err == nil {
@@ -378,6 +394,15 @@ func runLaunch(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "launch: termination log: %v\n", err)
 		}
 		return ExitRefused
+	}
+	if d.Restore {
+		// The planner learns the revision restored only from the termination message: the
+		// container ends here once, and its restart starts etcd on the restored data.
+		fmt.Fprintf(stderr, "launch: %s (incarnation %d): restored revision %d; the restart starts etcd on it\n", d.Reason, d.Incarnation, report.r.Revision)
+		if err := os.WriteFile(termLog, []byte(report.message()), 0o644); err != nil {
+			fmt.Fprintf(stderr, "launch: termination log: %v\n", err)
+		}
+		return ExitOK
 	}
 	fmt.Fprintf(stderr, "launch: %s (incarnation %d)\n", d.Reason, d.Incarnation)
 	err = syscall.Exec(argv[0], argv, os.Environ())

@@ -322,8 +322,8 @@ func TestLaunch(t *testing.T) {
 	if err := os.WriteFile(joinFile, []byte(joinstate.Encode(state)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	argv, d, err := LaunchArgv(args)
-	if err != nil || d.Kind != launcher.Start {
+	argv, d, restored, err := LaunchArgv(args)
+	if err != nil || d.Kind != launcher.Start || restored != "" {
 		t.Fatalf("LaunchArgv: %+v %v", d, err)
 	}
 	want := []string{"/usr/local/bin/etcd", "--listen-client-urls=http://0.0.0.0:2379", "--name=e-1", "--data-dir=" + dataDir,
@@ -349,7 +349,7 @@ func TestLaunchRefusalReachesTheTerminationLog(t *testing.T) {
 	if err := os.WriteFile(joinFile, []byte(joinstate.Encode(state)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, d, err := LaunchArgv(args[1:]); err != nil || d.Kind != launcher.Start {
+	if _, d, _, err := LaunchArgv(args[1:]); err != nil || d.Kind != launcher.Start {
 		t.Fatalf("first cluster: %+v %v", d, err)
 	}
 	if err := os.MkdirAll(filepath.Join(dataDir, "member"), 0o700); err != nil {

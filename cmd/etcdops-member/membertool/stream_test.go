@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"etcdops.dev/etcdops/backup"
+	"etcdops.dev/etcdops/backupresult"
 	"etcdops.dev/etcdops/internal/etcdtest"
 )
 
@@ -85,6 +86,21 @@ func TestStreamBackupStoresChangesUntilStopped(t *testing.T) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}
+	// Caught up: everything the watch sent is stored, so the stream says it is not behind
+	// (within a few of its ticks), and which revision every change is stored up to.
+	var p backupresult.Progress
+	for i := 0; ; i++ {
+		if p, err = getProgress("http://" + metrics + backupresult.ProgressPath); err != nil {
+			t.Fatal(err)
+		}
+		if p.StoredRevision == last && p.Revision == last && p.Behind() < time.Second && !p.StoredTime.IsZero() && p.LastError == "" {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("progress %+v: want revision %d stored, caught up", p, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	cancel()
 	if code := <-done; code != ExitOK {
 		t.Fatalf("stopped: exit %d, stderr %q", code, stderr.String())
@@ -103,4 +119,17 @@ func TestStreamBackupStoresChangesUntilStopped(t *testing.T) {
 	if code, _, errOut := run("stream-backup", "--endpoints="+ep, "--dir="+store); code != ExitUsage || !strings.Contains(errOut, "--cluster") {
 		t.Fatalf("without --cluster: exit %d, %q", code, errOut)
 	}
+}
+
+func getProgress(url string) (backupresult.Progress, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return backupresult.Progress{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return backupresult.Progress{}, err
+	}
+	return backupresult.DecodeProgress(b)
 }

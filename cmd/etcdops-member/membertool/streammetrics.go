@@ -2,33 +2,44 @@ package membertool
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
+	gosync "sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"etcdops.dev/etcdops/backup"
+	"etcdops.dev/etcdops/backupresult"
 )
 
 // streamMetrics are the continuous backup's recovery point, as series labelled with the
 // cluster's name: the newest change stored (revision and when), the newest change the watch
 // delivered, and the failures. Behind means watched above stored while the last store is
-// old (the EtcdBackupStreamBehind alert).
+// old (the EtcdBackupStreamBehind alert). The same, with how long the stream has not been
+// caught up, is served as JSON (backupresult.Progress) for the operator's status.
 type streamMetrics struct {
 	registry                  *prometheus.Registry
 	stored, storedAt, watched prometheus.Gauge
 	failures                  prometheus.Counter
+
+	now      func() time.Time
+	mu       gosync.Mutex
+	progress backupresult.Progress
 }
 
-func newStreamMetrics(cluster string, start time.Time) *streamMetrics {
+func newStreamMetrics(cluster string, now func() time.Time) *streamMetrics {
 	labels := prometheus.Labels{"name": cluster}
+	start := now()
 	m := &streamMetrics{
+		now:      now,
+		progress: backupresult.Progress{CaughtUpTime: start},
 		registry: prometheus.NewRegistry(),
 		stored: prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcdops_backup_stream_stored_revision", ConstLabels: labels,
-			Help: "Last revision of the newest chunk of changes this stream stored."}),
+			Help: "Every change up to this revision is stored: the newest chunk's last, or the snapshot the chain resumes after."}),
 		storedAt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcdops_backup_stream_stored_timestamp_seconds", ConstLabels: labels,
 			Help: "When this stream last stored a chunk, or started, in Unix seconds."}),
 		watched: prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcdops_backup_stream_watched_revision", ConstLabels: labels,
@@ -42,9 +53,51 @@ func newStreamMetrics(cluster string, start time.Time) *streamMetrics {
 	return m
 }
 
-func (m *streamMetrics) chunkStored(d backup.Delta, at time.Time) {
+func (m *streamMetrics) chunkStored(d backup.Delta) {
+	at := m.now()
 	m.stored.Set(float64(d.Last))
 	m.storedAt.Set(float64(at.Unix()))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.progress.StoredRevision, m.progress.StoredTime = d.Last, at
+}
+
+// resumed: every change up to stored is in the destination, stored before or by this stream.
+func (m *streamMetrics) resumed(stored int64) {
+	m.stored.Set(float64(stored))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.progress.StoredRevision = stored
+}
+
+func (m *streamMetrics) watchedUpTo(rev int64) {
+	m.watched.Set(float64(rev))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.progress.Revision = max(m.progress.Revision, rev)
+}
+
+func (m *streamMetrics) caughtUp(rev int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.progress.CaughtUpTime = m.now()
+	m.progress.Revision = max(m.progress.Revision, rev)
+}
+
+func (m *streamMetrics) failed(err error) {
+	m.failures.Inc()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.progress.LastError, m.progress.LastErrorTime = err.Error(), m.now()
+}
+
+// current is the progress as of now.
+func (m *streamMetrics) current() backupresult.Progress {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.progress
+	p.BehindSeconds = max(0, m.now().Sub(p.CaughtUpTime).Seconds())
+	return p
 }
 
 // serve serves the metrics on addr until ctx ends.
@@ -55,6 +108,10 @@ func (m *streamMetrics) serve(ctx context.Context, addr string) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc(backupresult.ProgressPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(m.current())
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
