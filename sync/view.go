@@ -288,21 +288,32 @@ func (v *view) replacementBlocker(ord int) (name, why string) {
 			continue
 		}
 		name = PodName(v.c.Name, o)
-		pod, m := v.pods[o], v.byOrd[o]
-		switch {
-		case pod == nil:
-			return name, "pod " + name + " is missing"
-		case isTerminating(pod):
-			return name, "pod " + name + " is terminating"
-		case o > ord && v.outdated(pod):
+		pod := v.pods[o]
+		if o > ord && pod != nil && !isTerminating(pod) && v.outdated(pod) {
 			return name, "pod " + name + " still runs an outdated spec"
-		case !isReady(pod):
-			return name, "pod " + name + " is not ready"
-		case m == nil || m.IsLearner || !m.Started() || !m.Healthy:
-			return name, "member " + name + " is not a healthy voter"
+		}
+		if why := v.notUp(o); why != "" {
+			return name, why
 		}
 	}
 	return "", ""
+}
+
+// notUp says why the pod at o is not a ready pod with a healthy voter on it; "" when it is.
+func (v *view) notUp(o int) string {
+	name := PodName(v.c.Name, o)
+	pod, m := v.pods[o], v.byOrd[o]
+	switch {
+	case pod == nil:
+		return "pod " + name + " is missing"
+	case isTerminating(pod):
+		return "pod " + name + " is terminating"
+	case !isReady(pod):
+		return "pod " + name + " is not ready"
+	case m == nil || m.IsLearner || !m.Started() || !m.Healthy:
+		return "member " + name + " is not a healthy voter"
+	}
+	return ""
 }
 
 // canReplace: the partition may be lowered onto ord now.

@@ -263,17 +263,8 @@ func (p *planner) othersStillGrow(m *member) bool {
 // ready, with a healthy voter.
 func (v *view) disruptionBlocker() (name, why string) {
 	for o := 0; o < v.replicas; o++ {
-		name = PodName(v.c.Name, o)
-		pod, m := v.pods[o], v.byOrd[o]
-		switch {
-		case pod == nil:
-			return name, "pod " + name + " is missing"
-		case isTerminating(pod):
-			return name, "pod " + name + " is terminating"
-		case !isReady(pod):
-			return name, "pod " + name + " is not ready"
-		case m == nil || m.IsLearner || !m.Started() || !m.Healthy:
-			return name, "member " + name + " is not a healthy voter"
+		if why := v.notUp(o); why != "" {
+			return PodName(v.c.Name, o), why
 		}
 	}
 	return "", ""

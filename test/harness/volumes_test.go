@@ -84,13 +84,7 @@ func TestStoreClaimsAuthorise(t *testing.T) {
 func TestResizerGrowsAClaim(t *testing.T) {
 	s := NewStore("ns")
 	newClaim(t, s)
-	o, _ := s.Get("PersistentVolumeClaim", "data-etcd-0")
-	pvc := o.(*corev1.PersistentVolumeClaim)
-	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
-	_ = s.Update(pvc)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go (&Resizer{Store: s, Delay: 300 * time.Millisecond, TimeScale: 1}).Run(ctx)
+	growWithResizer(t, s, 300*time.Millisecond)
 	sawResizing := false
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
@@ -167,13 +161,7 @@ func TestResizerOffline(t *testing.T) {
 		return p
 	}
 	mounting()
-	o, _ := s.Get("PersistentVolumeClaim", "data-etcd-0")
-	pvc := o.(*corev1.PersistentVolumeClaim)
-	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
-	_ = s.Update(pvc)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go (&Resizer{Store: s, Delay: 100 * time.Millisecond, TimeScale: 1}).Run(ctx)
+	growWithResizer(t, s, 100*time.Millisecond)
 	claim := func() (string, []corev1.PersistentVolumeClaimCondition) {
 		o, _ := s.Get("PersistentVolumeClaim", "data-etcd-0")
 		pvc := o.(*corev1.PersistentVolumeClaim)
@@ -206,4 +194,17 @@ func TestResizerOffline(t *testing.T) {
 	}
 	c, conds := claim()
 	t.Fatalf("after the pod was recreated: capacity %s, conditions %v; want 2Gi", c, conds)
+}
+
+// growWithResizer asks claim data-etcd-0 for 2Gi and runs a resizer of delay until the test
+// ends.
+func growWithResizer(t *testing.T, s *Store, delay time.Duration) {
+	t.Helper()
+	o, _ := s.Get("PersistentVolumeClaim", "data-etcd-0")
+	pvc := o.(*corev1.PersistentVolumeClaim)
+	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
+	_ = s.Update(pvc)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go (&Resizer{Store: s, Delay: delay, TimeScale: 1}).Run(ctx)
 }

@@ -87,13 +87,19 @@ func newClaimServer(t *testing.T) (*claimServer, Claims) {
 	pvc.Spec.StorageClassName = new("standard")
 	pvc.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
 	s.claims[pvc.Name] = pvc
-	srv := httptest.NewServer(s)
+	return s, kubeClaimsOf(t, s)
+}
+
+// kubeClaimsOf is the client-go adapter talking to api, served on loopback until the test ends.
+func kubeClaimsOf(t *testing.T, api http.Handler) Claims {
+	t.Helper()
+	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	claims, err := NewKubeClaims(&rest.Config{Host: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, claims
+	return claims
 }
 
 func expand(t *testing.T, claims Claims, args ...string) (int, string) {
@@ -201,13 +207,7 @@ func (s *podServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func newPodServer(t *testing.T, uid string) (*podServer, Claims) {
 	s := &podServer{uid: uid}
-	srv := httptest.NewServer(s)
-	t.Cleanup(srv.Close)
-	claims, err := NewKubeClaims(&rest.Config{Host: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, claims
+	return s, kubeClaimsOf(t, s)
 }
 
 func restart(claims Claims, args ...string) (int, string) {
