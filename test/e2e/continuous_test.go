@@ -133,8 +133,10 @@ func continuousBackup(t *testing.T, dest v1alpha1.BackupDestination, open func()
 		}
 		next = d.Last + 1
 	}
-	if next-1 < final || len(deltas) < 4 {
-		t.Fatalf("%d chunks reach revision %d, want %d", len(deltas), next-1, final)
+	// The stream stores what it holds when it is stopped, so its restart leaves a chunk
+	// before and one after; how many more depends on how fast the workload wrote.
+	if next-1 < final || len(deltas) < 2 {
+		t.Fatalf("%d chunks reach revision %d, want at least 2 reaching %d", len(deltas), next-1, final)
 	}
 	t.Logf("%d writes acknowledged, revisions %d to %d in %d chunks after snapshot r%d; compacted at %d",
 		stats.Acked, snaps[0].Revision+1, next-1, len(deltas), snaps[0].Revision, compacted)
