@@ -289,17 +289,24 @@ func TestHookManifests(t *testing.T) {
 		t.Errorf("Service ports = %+v, want %d to http", h.service.Spec.Ports, hookPort)
 	}
 
+	// Two ingress rules: Metacontroller, and Prometheus (TestEveryAlertIsScraped checks that
+	// the scrape is admitted).
 	np := h.networkPolicy.Spec
-	if len(np.Ingress) != 1 || len(np.Ingress[0].From) != 1 || !slices.Contains(np.PolicyTypes, networkingv1.PolicyTypeIngress) {
-		t.Fatalf("NetworkPolicy: want one ingress rule from one peer, got %+v", np)
+	if len(np.Ingress) != 2 || !slices.Contains(np.PolicyTypes, networkingv1.PolicyTypeIngress) {
+		t.Fatalf("NetworkPolicy: want two ingress rules, got %+v", np)
 	}
-	peer := np.Ingress[0].From[0]
-	if peer.NamespaceSelector == nil || peer.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "metacontroller" ||
-		peer.PodSelector == nil || peer.PodSelector.MatchLabels["app.kubernetes.io/name"] != "metacontroller" {
-		t.Errorf("NetworkPolicy admits %+v, want only Metacontroller's pods", peer)
-	}
-	if len(np.Ingress[0].Ports) != 1 || np.Ingress[0].Ports[0].Port.String() != "http" {
-		t.Errorf("NetworkPolicy ports = %+v, want the hook's http port only", np.Ingress[0].Ports)
+	for i, want := range []string{"metacontroller", "prometheus"} {
+		rule := np.Ingress[i]
+		if len(rule.From) != 1 {
+			t.Fatalf("NetworkPolicy ingress rule %d from %+v, want one peer", i, rule.From)
+		}
+		peer := rule.From[0]
+		if peer.NamespaceSelector == nil || peer.PodSelector == nil || peer.PodSelector.MatchLabels["app.kubernetes.io/name"] != want {
+			t.Errorf("NetworkPolicy ingress rule %d admits %+v, want only %s's pods", i, peer, want)
+		}
+		if len(rule.Ports) != 1 || rule.Ports[0].Port.String() != "http" {
+			t.Errorf("NetworkPolicy ingress rule %d ports = %+v, want the hook's http port only", i, rule.Ports)
+		}
 	}
 	checkHookEgress(t, np)
 
@@ -435,7 +442,13 @@ func TestKustomizeBuild(t *testing.T) {
 // kustomizeBuild runs kustomize on manifests/metacontroller, as kubectl apply -k does.
 func kustomizeBuild(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), kustomizeDir)
+	return kustomizeBuildDir(t, kustomizeDir)
+}
+
+// kustomizeBuildDir runs kustomize on a directory of manifests/, as kubectl apply -k does.
+func kustomizeBuildDir(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		t.Fatalf("kustomize build: %v", err)
 	}
