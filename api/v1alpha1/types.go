@@ -76,7 +76,7 @@ type EtcdClusterSpec struct {
 	// +optional
 	Size *int32 `json:"size,omitempty"`
 	// Version is the etcd release to run, e.g. "v3.6.16" (a leading "v" is optional).
-	// Changes may only move one patch or one minor release forward.
+	// Changes may only move forward: to any later patch, or to the next minor release.
 	//
 	// +kubebuilder:default="v3.6.16"
 	// +kubebuilder:validation:Pattern=`^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`
@@ -405,7 +405,8 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	V2LogIndex int64 `json:"v2LogIndex,omitempty"`
-	// Conditions: Available, Progressing, Degraded.
+	// Conditions: Available, Progressing, Degraded; BackedUp with spec.backup; VolumesExpanded
+	// once a volume grows (docs/operate.md, "Conditions").
 	//
 	// +listType=map
 	// +listMapKey=type
@@ -708,7 +709,9 @@ type VolumeStatus struct {
 // Action is the operator's current step: a membership change, a pod replacement, or a wait.
 type Action struct {
 	// Type: Steady, Wait, Hold, Bootstrap, AddLearner, PromoteLearner, RemoveMember,
-	// MoveLeader, ReplacePod, ScaleStatefulSet, Teardown.
+	// MoveLeader, ReplacePod, ScaleStatefulSet, Teardown, Compact, Defragment, DisarmAlarm,
+	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod (docs/operate.md,
+	// "Actions").
 	//
 	// +optional
 	Type string `json:"type"`
