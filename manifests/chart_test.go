@@ -320,3 +320,38 @@ func TestHelmLint(t *testing.T) {
 		}
 	}
 }
+
+// events.enabled=false leaves the hook with no API access: no RBAC, no token, no egress to
+// the API, and --events=false.
+func TestChartEventsOff(t *testing.T) {
+	var dep appsv1.Deployment
+	var np networkingv1.NetworkPolicy
+	for _, o := range renderChart(t, "--set", "events.enabled=false") {
+		switch o.GetKind() {
+		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			t.Errorf("%s rendered with events off", objectKey(o))
+		case "Deployment":
+			decode(t, o, &dep)
+		case "NetworkPolicy":
+			decode(t, o, &np)
+		}
+	}
+	if a := dep.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Error("the hook's pod mounts a token with events off")
+	}
+	if args := dep.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--events=false") {
+		t.Errorf("args %q lack --events=false", args)
+	}
+	if len(np.Spec.Egress) != 3 {
+		t.Errorf("egress rules %+v, want the three without the API", np.Spec.Egress)
+	}
+	// And narrowed to an address, the API rule names it.
+	for _, o := range renderChart(t, "--set-json", `events.apiServer=[{"ipBlock":{"cidr":"192.0.2.10/32"}}]`) {
+		if o.GetKind() == "NetworkPolicy" {
+			decode(t, o, &np)
+			if api := np.Spec.Egress[3]; len(api.To) != 1 || api.To[0].IPBlock == nil || api.To[0].IPBlock.CIDR != "192.0.2.10/32" {
+				t.Errorf("API egress %+v, want only 192.0.2.10/32", api)
+			}
+		}
+	}
+}

@@ -31,8 +31,16 @@ const (
 // table of planner.change (sync/planner.go), the one list of them, each entry with its file
 // and what it decides.
 //
-// Every decision is checked against the invariants before it is returned (invariants.go).
+// Every decision is checked against the invariants before it is returned (invariants.go),
+// and carries the Events that tell what changed from the status it started from (events.go).
 func Plan(cfg Config, obs Observed) Decision {
+	d := decide(cfg, obs)
+	d.Events = events(&obs.Cluster.Status, &d.Status)
+	return d
+}
+
+// decide runs the phases in order; the first that decides wins.
+func decide(cfg Config, obs Observed) Decision {
 	c := v1alpha1.Defaulted(obs.Cluster)
 	if obs.Finalizing {
 		// 1. Deletion overrides everything, whatever state the cluster is in.

@@ -604,6 +604,7 @@ func (w *simWorld) sync() Decision {
 	d := Plan(simConfig, obs)
 	checkTyped(w.t, d)
 	checkConditions(w.t, obs.Cluster.Generation, d)
+	checkEvents(w.t, &obs.Cluster.Status, d)
 	w.stats.syncs++
 	again := Plan(simConfig, obs)
 	if a, b := encodeDecision(w.t, d), encodeDecision(w.t, again); a != b {

@@ -429,9 +429,8 @@ type EtcdClusterStatus struct {
 	// +optional
 	JobFailures int32 `json:"jobFailures,omitempty"`
 	// History is the story of the last steps the operator took, oldest first, at most
-	// MaxHistory: Metacontroller's hook protocol has no way to emit Events, so status carries
-	// them. An entry is added only when the operator starts a new step, so a repeated sync
-	// changes nothing here.
+	// MaxHistory. The hook also tells it as Events, which expire; this stays. An entry is
+	// added only when the operator starts a new step, so a repeated sync changes nothing here.
 	//
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=10
