@@ -33,7 +33,7 @@ var APIVersion = schema.GroupVersion{Group: Group, Version: Version}.String()
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:path=etcdclusters,singular=etcdcluster,scope=Namespaced,shortName=etcd;ec,categories=etcdops
+// +kubebuilder:resource:path=etcdclusters,singular=etcdcluster,scope=Namespaced,shortName=ec,categories=etcdops
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.spec.size`,description="Desired number of voting members"
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyMembers`,description="Healthy voting members"
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.currentVersion`,description="Lowest etcd version the members run"
