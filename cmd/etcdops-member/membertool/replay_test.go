@@ -20,7 +20,9 @@ import (
 
 // launch replays the changes stored after a snapshot with the pod's own etcd, the binary its
 // --etcd names: with one that does not exist the restore is refused, naming it, and leaves no
-// data dir; with a real one it reaches the revision the join state asks for.
+// data dir; with a real one it reaches the revision the join state asks for. The member's peer
+// URL is its pod's, TLS and a name only the cluster resolves: the replay server listens on
+// loopback alone and needs neither.
 func TestLaunchReplaysWithThePodsEtcd(t *testing.T) {
 	bin, err := etcdbin.Path(etcdbin.Pinned["v3.7"])
 	if err != nil {
@@ -74,7 +76,7 @@ func TestLaunchReplaysWithThePodsEtcd(t *testing.T) {
 	target := snaps[0].Revision + 10
 	joinFile := filepath.Join(dir, "join-state.json")
 	state := joinstate.State{Token: "ns/e/uid-2", ClusterState: joinstate.StateNew,
-		Members: []joinstate.Member{{Name: "e-0", PeerURL: "http://127.0.0.1:2380"}},
+		Members: []joinstate.Member{{Name: "e-0", PeerURL: "https://e-0.e.ns.svc.cluster.local:2380"}},
 		Restore: &joinstate.Restore{Member: "e-0", Backup: "latest", Revision: target}}
 	if err := os.WriteFile(joinFile, []byte(joinstate.Encode(state)), 0o600); err != nil {
 		t.Fatal(err)
