@@ -153,8 +153,13 @@ type leasedHistory struct {
 	short, kept clientv3.LeaseID
 }
 
-// keptTTL is the TTL of the lease kept alive through the change window.
-const keptTTL = 3
+// TTLs of the lease left to expire in the change window and of the one kept alive through it:
+// long enough that a loaded machine takes the snapshot before the first expires and renews the
+// second in time.
+const (
+	shortTTL = 3
+	keptTTL  = 5
+)
 
 // writeLeasedHistory writes, on a one-member cluster: keys on a lease left to expire in the
 // change window, which etcd deletes at one revision; keys on a lease kept alive throughout,
@@ -184,7 +189,7 @@ func writeLeasedHistory(t *testing.T) leasedHistory {
 			t.Fatal(err)
 		}
 	}
-	h := leasedHistory{s: s, cli: cli, short: grant(2), kept: grant(keptTTL)}
+	h := leasedHistory{s: s, cli: cli, short: grant(shortTTL), kept: grant(keptTTL)}
 	h.known = map[clientv3.LeaseID]bool{h.short: true, h.kept: true}
 	alive, stop := context.WithCancel(context.Background())
 	t.Cleanup(stop)
@@ -278,7 +283,9 @@ func TestReplayKeepsLeasedKeysAsTheyWere(t *testing.T) {
 // the stored revisions: no lease expires in the replay, so none of its keys is deleted there.
 func TestReplaySlowerThanTheLeasesTTL(t *testing.T) {
 	h := writeLeasedHistory(t)
-	pause := 2*keptTTL*time.Second + 2*time.Second
+	// The replay server's leader would revoke the lease its TTL plus an election timeout (1s)
+	// after it is elected, before the first revision is applied.
+	pause := keptTTL*time.Second + 3*time.Second
 	for name, at := range map[string]int64{"after-the-first": h.base + 1, "after-the-last": h.end} {
 		t.Run(name, func(t *testing.T) {
 			var paused []int64

@@ -12,7 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	gosync "sync"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -218,7 +218,7 @@ func withoutEtcdEnv(env []string) []string {
 
 // tailBuffer keeps the last max bytes written to it.
 type tailBuffer struct {
-	mu  gosync.Mutex
+	mu  sync.Mutex
 	max int
 	buf []byte
 }
