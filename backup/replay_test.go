@@ -359,3 +359,35 @@ func TestReplayStopsExactlyAtTheTarget(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayNamesWhyItsEtcdDidNotServe: an etcd that exits instead of serving fails the restore
+// with etcd's own reason, and the data dir goes. Here it is v3.6 asked to replay onto the
+// snapshot of a v3.7 cluster (the embedded members), which it refuses to start on.
+func TestReplayNamesWhyItsEtcdDidNotServe(t *testing.T) {
+	v36, err := etcdbin.Path(etcdbin.Pinned["v3.6"])
+	if err != nil {
+		t.Skipf("etcd %s cannot be built from the Go module proxy: %v", etcdbin.Pinned["v3.6"], err)
+	}
+	ms := startCluster(t, 1)
+	eps := endpoints(ms...)
+	s, err := NewDir(filepath.Join(t.TempDir(), "claim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := startStream(t, s, eps, 1<<10)
+	churn(t, client(t, eps), 10)
+	end := currentRevision(t, client(t, eps))
+	waitStored(t, s, end)
+	st.stop()
+	m, _, err := restoreOnly(t, s, end, func(o *RestoreOptions) { o.Etcd = v36 })
+	// v3.6 refuses the newer storage schema, or, when the snapshot was taken before the v3.7
+	// cluster wrote its schema, the newer cluster version.
+	if err == nil || !strings.Contains(err.Error(), "exited before serving") ||
+		!strings.Contains(err.Error(), `version "3.7.0" is not supported`) && !strings.Contains(err.Error(), "invalid downgrade") {
+		t.Fatalf("restore replaying with etcd %s: %v", etcdbin.Pinned["v3.6"], err)
+	}
+	t.Logf("refused: %v", err)
+	if _, serr := os.Stat(m.dir); !os.IsNotExist(serr) {
+		t.Fatalf("a refused replay left its data dir: %v", serr)
+	}
+}

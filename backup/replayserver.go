@@ -1,8 +1,8 @@
 package backup
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -135,13 +135,13 @@ func (s *replayServer) waitServing(ctx context.Context) error {
 		}
 		select {
 		case <-s.exited:
-			return fmt.Errorf("replay: etcd on the restored data dir exited before serving (%v): %s", s.waitErr, s.out.lastLines(8))
+			return fmt.Errorf("replay: etcd on the restored data dir exited before serving (%v): %s", s.waitErr, s.out.reason())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("replay: etcd on the restored data dir did not serve within %s (last: %v): %s", replayStartTimeout, err, s.out.lastLines(8))
+			return fmt.Errorf("replay: etcd on the restored data dir did not serve within %s (last: %v): %s", replayStartTimeout, err, s.out.reason())
 		}
 	}
 }
@@ -153,7 +153,7 @@ func (s *replayServer) stop() error {
 	s.cli.Close()
 	select {
 	case <-s.exited:
-		return fmt.Errorf("replay: etcd on the restored data dir exited during the replay (%v): %s", s.waitErr, s.out.lastLines(8))
+		return fmt.Errorf("replay: etcd on the restored data dir exited during the replay (%v): %s", s.waitErr, s.out.reason())
 	default:
 	}
 	if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
@@ -165,7 +165,7 @@ func (s *replayServer) stop() error {
 		return nil
 	case <-time.After(replayStopTimeout):
 		s.kill()
-		return fmt.Errorf("replay: etcd on the restored data dir did not stop within %s: %s", replayStopTimeout, s.out.lastLines(8))
+		return fmt.Errorf("replay: etcd on the restored data dir did not stop within %s: %s", replayStopTimeout, s.out.reason())
 	}
 }
 
@@ -239,14 +239,34 @@ func (b *tailBuffer) String() string {
 	return string(b.buf)
 }
 
-// lastLines are the last n lines of output, on one line each, for an error.
-func (b *tailBuffer) lastLines(n int) string {
-	lines := bytes.Split(bytes.TrimSpace([]byte(b.String())), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+// reason is what the server's output says went wrong: a Go panic's message, else its last
+// fatal or panic log entry, else its last error entry, else its last lines.
+func (b *tailBuffer) reason() string {
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	var fatal, failed string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "panic: ") {
+			return l
+		}
+		var e struct{ Level, Msg, Error string }
+		if json.Unmarshal([]byte(l), &e) != nil {
+			continue
+		}
+		entry := strings.TrimSuffix(e.Msg+": "+e.Error, ": ")
+		switch e.Level {
+		case "fatal", "panic", "dpanic":
+			fatal = entry
+		case "error":
+			failed = entry
+		}
 	}
-	if len(lines) == 1 && len(lines[0]) == 0 {
+	switch {
+	case fatal != "":
+		return fatal
+	case failed != "":
+		return failed
+	case len(lines) == 1 && lines[0] == "":
 		return "no output"
 	}
-	return string(bytes.Join(lines, []byte(" | ")))
+	return strings.Join(lines[max(0, len(lines)-3):], " | ")
 }
