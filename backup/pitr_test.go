@@ -61,7 +61,7 @@ func restoreTo(t *testing.T, s Store, rev int64) (*member, Restored) {
 	m := newMember(t, "etcd-0")
 	m.dir = filepath.Join(t.TempDir(), "data")
 	initial := m.name + "=" + m.peerURL.String()
-	r, err := Restore(context.Background(), RestoreOptions{Store: s, Name: LatestName, Revision: rev, WorkDir: t.TempDir(), DataDir: m.dir,
+	r, err := Restore(context.Background(), RestoreOptions{Store: s, Name: LatestName, Revision: rev, WorkDir: t.TempDir(), DataDir: m.dir, Etcd: replayEtcd(t),
 		Member: m.name, PeerURL: m.peerURL.String(), InitialCluster: initial, Token: "restored"})
 	if err != nil {
 		t.Fatalf("restore to %d: %v", rev, err)
@@ -131,7 +131,7 @@ func TestPointInTimeRestoreRefusesAGapOrACorruptChunk(t *testing.T) {
 	}
 	restore := func(rev int64) (string, error) {
 		dataDir := filepath.Join(t.TempDir(), "data")
-		_, err := Restore(context.Background(), RestoreOptions{Store: s, Name: LatestName, Revision: rev, WorkDir: t.TempDir(), DataDir: dataDir,
+		_, err := Restore(context.Background(), RestoreOptions{Store: s, Name: LatestName, Revision: rev, WorkDir: t.TempDir(), DataDir: dataDir, Etcd: replayEtcd(t),
 			Member: "etcd-0", PeerURL: "http://127.0.0.1:2380", InitialCluster: "etcd-0=http://127.0.0.1:2380", Token: "t"})
 		return dataDir, err
 	}

@@ -23,6 +23,15 @@ type RestoreOptions struct {
 	// Member, PeerURL, InitialCluster and Token are the new cluster's first member, as its
 	// --name, --initial-advertise-peer-urls, --initial-cluster and --initial-cluster-token.
 	Member, PeerURL, InitialCluster, Token string
+	// Etcd is the etcd server binary that replays the stored changes after the snapshot: the
+	// pod's own (launch's --etcd), the release that will run the data dir, so that what it
+	// writes there (the storage schema, the cluster version) is that release's. Only a restore
+	// that replays changes needs it.
+	Etcd string
+
+	// replayed, when set, hears of each revision replayed and checked, before the next is
+	// applied: the tests' way to make a replay slow.
+	replayed func(rev int64)
 }
 
 // Restored says what was restored.
@@ -43,8 +52,9 @@ type Restored struct {
 // that fails a check is refused with an error wrapping ErrCorrupt.
 //
 // For LatestName, the snapshot is the newest at or before the target revision, and the
-// changes stored after it are replayed up to the target (replay); a target they do not
-// reach is refused with an error wrapping ErrGap that says where they stop.
+// changes stored after it are replayed up to the target with the etcd binary o.Etcd (replay);
+// a target they do not reach is refused with an error wrapping ErrGap that says where they
+// stop.
 func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 	name := o.Name
 	var pit pointInTime
@@ -96,7 +106,7 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 	}
 	r := Restored{Object: where, Revision: v.Revision, Keys: v.Keys}
 	if pit.target > v.Revision {
-		if err := replay(ctx, o.Store, o.DataDir, o.Member, v.Revision, pit); err != nil {
+		if err := replay(ctx, o, v.Revision, pit); err != nil {
 			// A half-replayed data dir must not start as the cluster's.
 			os.RemoveAll(o.DataDir)
 			return Restored{}, err

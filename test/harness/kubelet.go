@@ -10,17 +10,21 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/version"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+
+	"etcdops.dev/etcdops/internal/etcdbin"
 )
 
 // Tools are the operator's binaries, run in-process.
@@ -333,11 +337,44 @@ func (k *Kubelet) runContainer(ctx context.Context, p *corev1.Pod, rt *podRuntim
 	if len(argv) < 2 || path.Base(argv[0]) != toolBinary || argv[1] != "launch" {
 		return nil, fmt.Errorf("pod %s: the harness runs etcd pods through `%s launch`, got %q", p.Name, toolBinary, argv)
 	}
-	etcdArgs, err := k.Tools.Launch(ctx, argv[1:])
+	etcdArgs, err := k.Tools.Launch(ctx, k.imageEtcd(c.Image, argv[1:]))
 	if err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
 	return k.startContainerEtcd(c.Image, etcdArgs, rt)
+}
+
+// imageEtcd points launch's --etcd, the image's own etcd binary, at the binary that stands
+// for it here, in a pod that may restore: only a restore runs it (the replay of stored
+// changes). That is the real binary of the image's release with EtcdBinary, else that of the
+// release the embedded members link (internal/etcdbin), which then start on what it wrote. One that cannot be built leaves the flag as
+// it is, and a replay then fails, naming the binary it did not find.
+func (k *Kubelet) imageEtcd(image string, args []string) []string {
+	end := slices.Index(args, "--")
+	if end < 0 {
+		end = len(args)
+	}
+	if !slices.ContainsFunc(args[:end], func(a string) bool { return strings.HasPrefix(a, "--restore-") }) {
+		return args
+	}
+	var bin string
+	var err error
+	if k.EtcdBinary != nil {
+		bin, err = k.EtcdBinary(image)
+	} else {
+		bin, err = etcdbin.Path("v" + version.Version)
+	}
+	if err != nil {
+		k.Logf("image %s: no etcd binary for launch's --etcd: %v", image, err)
+		return args
+	}
+	out := slices.Clone(args)
+	for i, a := range out[:end] {
+		if strings.HasPrefix(a, "--etcd=") {
+			out[i] = "--etcd=" + bin
+		}
+	}
+	return out
 }
 
 // containerArgv is a command as the container runs it: $(VAR) expanded from the container's

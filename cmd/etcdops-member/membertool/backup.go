@@ -165,8 +165,9 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 
 // restoreSnapshot is the launcher's restore: the snapshot the join state names, from the
 // destination the launch flags name, into the target data dir, fetched beside it on the
-// member volume.
-func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, log io.Writer) (backup.Restored, error) {
+// member volume. Stored changes after the snapshot are replayed with etcd, the pod's own etcd
+// binary.
+func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, etcd string, log io.Writer) (backup.Restored, error) {
 	store, err := from.Open()
 	if err != nil {
 		return backup.Restored{}, err
@@ -175,7 +176,7 @@ func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, lo
 	defer cancel()
 	r, err := backup.Restore(ctx, backup.RestoreOptions{
 		Store: store, Name: rt.Backup, Revision: rt.Revision, WorkDir: filepath.Dir(rt.DataDir), DataDir: rt.DataDir,
-		Member: rt.Member, PeerURL: rt.PeerURL, InitialCluster: rt.InitialCluster, Token: rt.Token,
+		Member: rt.Member, PeerURL: rt.PeerURL, InitialCluster: rt.InitialCluster, Token: rt.Token, Etcd: etcd,
 	})
 	if err != nil {
 		return backup.Restored{}, err

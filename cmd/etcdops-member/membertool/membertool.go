@@ -359,8 +359,9 @@ func parseLaunch(args []string) (launcher.Options, string, *restoreReport, error
 	o.Static = fs.Args()
 	report := &restoreReport{}
 	if from.Set() {
+		etcd := o.Etcd
 		o.Restore = func(rt launcher.RestoreTarget) (err error) {
-			report.r, err = restoreSnapshot(from, rt, os.Stderr)
+			report.r, err = restoreSnapshot(from, rt, etcd, os.Stderr)
 			return err
 		}
 	}
