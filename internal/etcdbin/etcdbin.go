@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	gosync "sync"
+	"testing"
 	"time"
 
 	"etcdops.dev/etcdops/internal/buildlock"
@@ -59,8 +60,13 @@ type build struct {
 	err  error
 }
 
+// ErrShort: go test -short runs no test on a real etcd server, so that the fast loop never
+// waits minutes for a build.
+var ErrShort = errors.New("-short: tests on real etcd servers, built from the Go module proxy (minutes cold), run in the full suite")
+
 // Path returns the etcd binary of a pinned release, building it on first use. The error
-// says why it cannot be built (no network, no proxy, no Go toolchain); callers skip on it.
+// says why it cannot be built (no network, no proxy, no Go toolchain, or ErrShort); callers
+// skip on it.
 func Path(version string) (string, error) {
 	pinned := version == BelowUpgradeMinimum
 	for _, v := range Pinned {
@@ -68,6 +74,9 @@ func Path(version string) (string, error) {
 	}
 	if !pinned {
 		return "", fmt.Errorf("etcd %s is not one of the pinned releases %v", version, Versions())
+	}
+	if testing.Testing() && testing.Short() {
+		return "", ErrShort
 	}
 	mu.Lock()
 	b, ok := builds[version]
