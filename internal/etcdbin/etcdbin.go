@@ -62,11 +62,7 @@ type build struct {
 // Path returns the etcd binary of a pinned release, building it on first use. The error
 // says why it cannot be built (no network, no proxy, no Go toolchain); callers skip on it.
 func Path(version string) (string, error) {
-	pinned := version == BelowUpgradeMinimum
-	for _, v := range Pinned {
-		pinned = pinned || v == version
-	}
-	if !pinned {
+	if !isPinned(version) {
 		return "", fmt.Errorf("etcd %s is not one of the pinned releases %v", version, Versions())
 	}
 	mu.Lock()
