@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/joinstate"
 	"etcdops.dev/etcdops/sync"
 )
 
@@ -210,6 +211,14 @@ func restrictedProblems(pod *corev1.Pod) string {
 // cluster the runbooks' examples use (etcd in namespace etcd).
 func renderedEtcdPod(t *testing.T) corev1.PodSpec {
 	t.Helper()
+	spec, _ := rendered(t, "")
+	return spec
+}
+
+// rendered is what the planner answers for a new persistent-3 sample (of release version,
+// or the sample's when empty): the etcd pods' template and the join state's token.
+func rendered(t *testing.T, version string) (corev1.PodSpec, string) {
+	t.Helper()
 	data, err := os.ReadFile("../../manifests/metacontroller/samples/persistent-3.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -219,23 +228,42 @@ func renderedEtcdPod(t *testing.T) corev1.PodSpec {
 		t.Fatal(err)
 	}
 	c.Namespace, c.UID, c.Generation = "etcd", "0e7c7f0e-0000-4000-8000-000000000001", 1
+	if version != "" {
+		c.Spec.Version = version
+	}
 	d := sync.Plan(sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops/etcdops:v0.1.0"}, sync.Observed{Cluster: c, Now: time.Unix(1_800_000_000, 0)})
+	var spec *corev1.PodSpec
+	token := ""
 	for _, ch := range d.Children {
-		if ch.Kind != "StatefulSet" {
-			continue
-		}
 		raw, err := json.Marshal(ch.Object)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var s appsv1.StatefulSet
-		if err := json.Unmarshal(raw, &s); err != nil {
-			t.Fatal(err)
+		switch ch.Kind {
+		case "StatefulSet":
+			var s appsv1.StatefulSet
+			if err := json.Unmarshal(raw, &s); err != nil {
+				t.Fatal(err)
+			}
+			spec = &s.Spec.Template.Spec
+		case "ConfigMap":
+			var cm corev1.ConfigMap
+			if err := json.Unmarshal(raw, &cm); err != nil {
+				t.Fatal(err)
+			}
+			if js, ok := cm.Data[joinstate.ConfigMapKey]; ok {
+				st, err := joinstate.Decode([]byte(js))
+				if err != nil {
+					t.Fatal(err)
+				}
+				token = st.Token
+			}
 		}
-		return s.Spec.Template.Spec
 	}
-	t.Fatalf("the planner rendered no StatefulSet for the sample: %v", d.Action)
-	return corev1.PodSpec{}
+	if spec == nil || token == "" {
+		t.Fatalf("the planner rendered no StatefulSet or join state for the sample: %v", d.Action)
+	}
+	return *spec, token
 }
 
 // memberVolume is where the rendered etcd container mounts the member's volume, and the data
