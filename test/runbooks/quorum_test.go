@@ -53,10 +53,11 @@ import (
 //     `port-forward` (the forwarded address is the pod's client URL), `scale --replicas=0`
 //     (every member stopped), `delete pvc` (the volume directories removed), `run` (the
 //     helper's mounts from its --overrides), `wait`, `cp` (the tree copied as tar would as
-//     the pod's user), and reading the token from the join ConfigMap;
+//     the pod's user);
 //   - not run: lines that only read or change Kubernetes objects (`get`, `patch`,
-//     `annotate`: pausing the cluster, the reclaim policy), which need a real API server.
-//     The control-plane tier will run them.
+//     `annotate`, `scale` up: pausing the cluster, the reclaim policy, the join ConfigMap's
+//     token, which the test puts where a line says '<the token>'), and a variable read from
+//     the API server. They need a real API server; the control-plane tier will run them.
 //
 // A line of none of these kinds fails the test: the runbook changed, and so must this test.
 // After 4a the survivor starts through the launcher as its pod would and must hold every key
@@ -65,7 +66,7 @@ import (
 
 var versionsFlag = flag.Bool("e2e.versions", false, "follow the quorum loss runbook on every supported etcd release, not only the operator's default (.ci/run does)")
 
-// TestQuorumLossRunbook runs the operator's default release in the default run (about 15s
+// TestQuorumLossRunbook runs the operator's default release in the default run (about 8s
 // once the binaries are built) and every pinned release with -e2e.versions.
 func TestQuorumLossRunbook(t *testing.T) {
 	versions := []string{etcdbin.Pinned[minorOf(v1alpha1.DefaultVersion)]}
@@ -517,10 +518,6 @@ func (r *runner) follow(sec section) {
 func (r *runner) line(step, line string) {
 	t := r.t
 	switch {
-	case strings.HasPrefix(line, "kubectl ") && strings.Contains(line, " | jq -r .token"):
-		// The join ConfigMap's token: the join state the launchers read holds it.
-		r.played = append(r.played, line)
-		return
 	case strings.Contains(line, "=$(kubectl "):
 		// What it reads stays unknown; lines that use it are Kubernetes' too.
 		name, _, _ := strings.Cut(line, "=")
@@ -533,13 +530,16 @@ func (r *runner) line(step, line string) {
 		t.Fatalf("%s: %v", step, err)
 	}
 	w := c.words
+	if c.pipe && w[0] != "kubectl" {
+		t.Fatalf("%s: %q pipes into another command, which the test does not run", step, line)
+	}
 	switch {
 	case len(w) == 1 && strings.Contains(w[0], "=") && !strings.HasPrefix(w[0], "-"):
 		name, val, _ := strings.Cut(w[0], "=")
 		r.vars[name] = r.resolve(val)
 		r.ran = append(r.ran, line)
 	case w[0] == "etcdctl" || w[0] == "etcdutl":
-		out := r.run(step, line, r.work, workstation, r.onWorkstation(w))
+		out := r.run(step, line, r.work, nil, r.onWorkstation(w))
 		r.check(step, c, out)
 		r.ran = append(r.ran, line)
 	case w[0] == "kubectl":
@@ -574,13 +574,16 @@ func (r *runner) kubectl(step string, c command) {
 	verb := w[0]
 	switch {
 	case verb == "exec":
+		if c.pipe {
+			t.Fatalf("%s: %q pipes into another command, which the test does not run", step, c.line)
+		}
 		p := r.pod(step, w[1])
 		i := slices.Index(w, "--")
 		if i < 0 {
 			t.Fatalf("%s: kubectl exec without --: %q", step, c.line)
 		}
 		argv := slices.Clone(w[i+1:])
-		if bin, ok := r.bins[argv[0]]; ok {
+		if bin, ok := r.bins[filepath.Base(argv[0])]; ok {
 			argv[0] = bin
 		} else if path, err := exec.LookPath(argv[0]); err == nil {
 			argv[0] = path
@@ -590,7 +593,7 @@ func (r *runner) kubectl(step string, c command) {
 		for j := 1; j < len(argv); j++ {
 			argv[j] = p.inPaths(strings.ReplaceAll(argv[j], "127.0.0.1", p.addr))
 		}
-		out := r.run(step, c.line, "/", p.id, argv)
+		out := r.run(step, c.line, "/", &p.id, argv)
 		r.check(step, c, out)
 		r.ran = append(r.ran, c.line)
 	case verb == "port-forward":
@@ -721,16 +724,17 @@ func (r *runner) startHelper(step string, m *corev1.Pod) {
 	p.proc = start(r.t, r.root, m.Name, p.id, argv)
 }
 
-// run runs a command to its end within callBound and returns its output; a failure fails the
+// run runs a command to its end within callBound, as the pod's identity or, nil, as the
+// reader on the workstation (the test's user), and returns its output; a failure fails the
 // test with the output.
-func (r *runner) run(step, line, dir string, id identity, argv []string) string {
+func (r *runner) run(step, line, dir string, id *identity, argv []string) string {
 	r.t.Helper()
 	checkLoopback(r.t, argv)
 	ctx, cancel := context.WithTimeout(context.Background(), callBound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
-	if id != workstation {
+	if id != nil {
 		cmd.SysProcAttr = id.credential()
 	}
 	cmd.WaitDelay = time.Second
@@ -743,9 +747,6 @@ func (r *runner) run(step, line, dir string, id identity, argv []string) string 
 }
 
 var memberRow = regexp.MustCompile(`(?m)^[|│] *[0-9a-f]+ *[|│]`)
-
-// workstation is the reader's own user: commands on the workstation run as the test does.
-var workstation = identity{uid: ^uint32(0)}
 
 // check holds a command's output to what the runbook says of it.
 func (r *runner) check(step string, c command, out string) {
@@ -896,16 +897,13 @@ func tail(s string, n int) string {
 func checkLoopback(t *testing.T, argv []string) {
 	t.Helper()
 	for _, a := range argv {
-		_, val, _ := strings.Cut(a, "=")
-		for _, s := range strings.Split(val, ",") {
-			for _, part := range strings.Split(s, "=") {
-				u, err := url.Parse(part)
-				if err != nil || u.Host == "" || u.Scheme == "" {
-					continue
-				}
-				if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
-					t.Fatalf("%q names %s, which is not a loopback address", argv, u.Host)
-				}
+		for _, s := range strings.FieldsFunc(a, func(r rune) bool { return r == ',' || r == '=' }) {
+			u, err := url.Parse(s)
+			if err != nil || u.Host == "" || u.Scheme == "" {
+				continue
+			}
+			if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
+				t.Fatalf("%q names %s, which is not a loopback address", argv, u.Host)
 			}
 		}
 	}
