@@ -68,11 +68,7 @@ var ErrShort = errors.New("-short: tests on real etcd servers, built from the Go
 // says why it cannot be built (no network, no proxy, no Go toolchain, or ErrShort); callers
 // skip on it.
 func Path(version string) (string, error) {
-	pinned := version == BelowUpgradeMinimum
-	for _, v := range Pinned {
-		pinned = pinned || v == version
-	}
-	if !pinned {
+	if !isPinned(version) {
 		return "", fmt.Errorf("etcd %s is not one of the pinned releases %v", version, Versions())
 	}
 	if testing.Testing() && testing.Short() {
