@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	gosync "sync"
+	"testing"
 
 	"etcdops.dev/etcdops/internal/buildlock"
 )
@@ -41,6 +42,9 @@ type toolsBuild struct {
 func ToolsFor(version string) (Tools, error) {
 	if !isPinned(version) {
 		return Tools{}, fmt.Errorf("etcd %s is not one of the pinned releases %v", version, Versions())
+	}
+	if testing.Testing() && testing.Short() {
+		return Tools{}, ErrShort
 	}
 	toolsMu.Lock()
 	b, ok := toolsBuilds[version]
