@@ -11,6 +11,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
@@ -49,7 +50,35 @@ const (
 	backupCADir          = "/etc/etcdops/backup/ca"
 	backupClaimDir       = "/var/lib/etcdops/backup"
 	backupCAKey          = "ca.crt"
+	// volumeBackupWork is the scratch volume of a backup Job and of the stream.
+	volumeBackupWork = "backup-work"
 )
+
+// scratchFloor is the least a scratch volume is bounded to.
+const scratchFloor = 1 << 30
+
+// scratchLimit bounds a scratch volume that holds a snapshot of a database of db bytes:
+// twice the database, for one that grows between the observation and the read, rounded up to
+// a power of two and at least 1Gi, so that the bound (and with it a backup Job's name and the
+// stream's template) stays the same while the database grows within it. The kubelet evicts a
+// pod whose scratch outgrows it (docs/backup.md, "Scratch space").
+func scratchLimit(db int64) string {
+	n := int64(scratchFloor)
+	for n/2 < db && n <= math.MaxInt64/2 {
+		n *= 2
+	}
+	return resource.NewQuantity(n, resource.BinarySI).String()
+}
+
+// largestDB is the largest database file a member reported: the size a snapshot of the
+// cluster takes.
+func (v *view) largestDB() int64 {
+	var n int64
+	for _, m := range v.members {
+		n = max(n, m.DBSize)
+	}
+	return n
+}
 
 // backupTrigger is why a backup is due: a schedule time, or an on-demand request.
 type backupTrigger struct {
@@ -128,7 +157,8 @@ func latestTick(next func(time.Time) time.Time, from, now time.Time) (time.Time,
 // than one snapshot, which at worst fails and is taken at the next schedule time.
 func (p *planner) backupDue() (step, bool) {
 	t, ok := p.dueBackup()
-	if !ok || p.stage.retry != "" || p.stage.exhausted != nil || p.stage.backupWait != nil {
+	retry := !ok && p.stage.backupRetry != ""
+	if !ok && !retry || p.stage.retry != "" || p.stage.exhausted != nil || p.stage.backupWait != nil {
 		// A failed step due for its retry, or out of retries, goes first: a backup in between
 		// would lose its count of attempts. One backup at a time.
 		return step{}, false
@@ -149,8 +179,15 @@ func (p *planner) backupDue() (step, bool) {
 			break
 		}
 	}
+	scratch := scratchLimit(p.largestDB())
+	if retry {
+		// The schedule time or request is recorded already: only the Job is new.
+		s := p.base(Action{Type: TakeBackup, Member: name, Reason: "backup taken again: the database outgrew the scratch volume of the last one; now bounded to " + scratch + ", snapshot from a follower, " + name + " preferred"}, resyncSoon)
+		s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: p.stage.backupRetry, clientSecret: p.tls.clientSecret, scratch: scratch}
+		return s, true
+	}
 	s := p.base(Action{Type: TakeBackup, Member: name, Reason: "backup " + t.String() + ": snapshot from a follower, " + name + " preferred"}, resyncSoon)
-	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), clientSecret: p.tls.clientSecret}
+	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), clientSecret: p.tls.clientSecret, scratch: scratch}
 	rec := (&backupRecord{st: p.stage.backup, prev: p.obs.Cluster.Status.Backup}).changed()
 	if t.request != "" {
 		rec.LastRequest = t.request
@@ -204,9 +241,52 @@ func (p *planner) backupJob(j *batchv1.Job, rec *backupRecord) (s step, keep boo
 		if reason == "" {
 			reason = jobFailureMessage(j)
 		}
+		if pod := p.evictedPod(j); pod != nil {
+			reason = "its pod was evicted: " + strings.TrimSpace(pod.Status.Message)
+		}
 		rec.changed().LastFailure = &v1alpha1.BackupFailure{Job: j.Name, Reason: reason, Time: metav1.NewTime(at)}
 	}
 	return step{}, false
+}
+
+// evictedPod is the newest pod of backup Job j the kubelet evicted, if any: one whose
+// scratch outgrew its bound, or on a node short of space.
+func (p *planner) evictedPod(j *batchv1.Job) *corev1.Pod {
+	var newest *corev1.Pod
+	for i := range p.obs.Pods {
+		pod := &p.obs.Pods[i]
+		if pod.Labels[LabelBackupOf] == p.c.Name && pod.Labels[batchv1.JobNameLabel] == j.Name &&
+			pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == "Evicted" && (newest == nil || newer(pod, newest)) {
+			newest = pod
+		}
+	}
+	return newest
+}
+
+// newer: a was created after b, or in the same second and named after it.
+func newer(a, b *corev1.Pod) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return b.CreationTimestamp.Before(&a.CreationTimestamp)
+	}
+	return a.Name > b.Name
+}
+
+// outgrewScratch: backup Job j failed with a pod evicted, and the database observed now
+// needs a larger scratch bound than j had. Its backup is then taken again at once, with that
+// bound (backupDue): the schedule time or request it was for is not lost to a database that
+// grew between the observation and the read. A Job evicted with a bound the database still
+// fits is a failure like any other.
+func (p *planner) outgrewScratch(j *batchv1.Job) bool {
+	if state, _ := stateOf(j); state != jobFailed || p.evictedPod(j) == nil {
+		return false
+	}
+	want := resource.MustParse(scratchLimit(p.largestDB()))
+	for _, vol := range j.Spec.Template.Spec.Volumes {
+		if vol.Name == volumeBackupWork && vol.EmptyDir != nil && vol.EmptyDir.SizeLimit != nil {
+			return want.Cmp(*vol.EmptyDir.SizeLimit) > 0
+		}
+	}
+	return false
 }
 
 // backupResult reads the report of a pod of Job j that ended in phase (a succeeded Job has
@@ -318,8 +398,8 @@ func backupPod(c *v1alpha1.EtcdCluster, j memberJob, labels, podLabels map[strin
 	podLabels[LabelBackupOf] = c.Name
 	spec["activeDeadlineSeconds"] = backupDeadline
 	vols, mounts := destinationVolumes(c.Spec.Backup.Destination, false)
-	vols = append(vols, volume{Name: "backup-work", EmptyDir: &emptyDir{}})
-	mounts = append(mounts, volumeMount{Name: "backup-work", MountPath: backupWorkDir})
+	vols = append(vols, volume{Name: volumeBackupWork, EmptyDir: &emptyDir{SizeLimit: j.scratch}})
+	mounts = append(mounts, volumeMount{Name: volumeBackupWork, MountPath: backupWorkDir})
 	if have, ok := podSpec["volumes"].([]volume); ok {
 		vols = append(have, vols...)
 	}
@@ -422,10 +502,31 @@ func fromBackup(c *v1alpha1.EtcdCluster) *v1alpha1.FromBackup {
 	return nil
 }
 
-// withRestore gives the etcd container of a cluster bootstrapped from a snapshot the restore
+// restoreRendered is the cluster the pod template is rendered from: c while it bootstraps,
+// and c without spec.bootstrap once it has. Only the seed's first start reads the snapshot (a
+// restore acts only while the join state says new, launcher.Decide), and the seed's etcd
+// answers only once its restore is done, which ends the bootstrap (isBootstrapping). So the
+// pods mount the restore source while the seed restores (a failed restore is retried by its
+// container's restarts, a seed pod recreated meanwhile mounts it again) and never after: a
+// Secret rotated or deleted, or a claim held by another pod, cannot keep a new or
+// rescheduled pod from starting. The seed, created with the source, is rolled to the template
+// without it like any pod on an outdated template (docs/backup.md, "The restore source"),
+// except a lone member without a volume: rolling it would lose its data, and a new pod of it
+// would have none to start on, with the source mounted or not, so its template keeps the
+// source until it has company.
+func restoreRendered(obs *Observed, c *v1alpha1.EtcdCluster) *v1alpha1.EtcdCluster {
+	if fromBackup(c) == nil || isBootstrapping(obs) || c.Spec.StorageSpec == nil && *c.Spec.Size == 1 {
+		return c
+	}
+	past := *c
+	past.Spec.Bootstrap = nil
+	return &past
+}
+
+// withRestore gives the etcd container of a cluster bootstrapping from a snapshot the restore
 // flags (before the "--" that ends the launcher's own) and the mounts the snapshot is read
 // through. Every pod gets them, as they share one template; only the seed of the new
-// cluster uses them (launcher.Decide).
+// cluster uses them (launcher.Decide), and only while it bootstraps (restoreRendered).
 func withRestore(c *v1alpha1.EtcdCluster, spec *etcdPodSpec) {
 	f := fromBackup(c)
 	if f == nil {
@@ -439,14 +540,29 @@ func withRestore(c *v1alpha1.EtcdCluster, spec *etcdPodSpec) {
 	etcd.VolumeMounts = append(etcd.VolumeMounts, mounts...)
 }
 
+// AnnotationRestoredFrom on the join ConfigMap of a cluster bootstrapped from a snapshot
+// names the snapshot, beside status.restoredFrom: with either lost, the cluster is still known
+// to have started from it. (The pod template, which carried the restore flags, no longer does
+// once the cluster has bootstrapped.)
+const AnnotationRestoredFrom = "etcdops.dev/restored-from"
+
 // restoreInPlace refuses spec.bootstrap.fromBackup on a cluster that did not start from it:
 // a restore makes a new cluster, so applying it to a running one would either do nothing or
-// throw its data away. Started from it means status says so, or the StatefulSet's pods carry
-// the restore flags (kept twice, so that a lost status loses nothing).
+// throw its data away. Started from it means status says so, or the join ConfigMap does, or
+// the StatefulSet's pods carry the restore flags (as a hook before the ConfigMap's record left
+// them), so that a lost status loses nothing.
+//
+// spec.bootstrap is fixed at creation (the CRD's rule), so the refusal cannot be answered by
+// removing it: the advice names what the API server takes, a new EtcdCluster.
 func restoreInPlace(obs *Observed, c *v1alpha1.EtcdCluster) error {
 	f := fromBackup(c)
 	if f == nil || isBootstrapping(obs) || obs.Cluster.Status.RestoredFrom != "" {
 		return nil
+	}
+	for _, cm := range obs.Children.ConfigMaps {
+		if cm.Name == JoinConfigMapName(c.Name) && cm.Annotations[AnnotationRestoredFrom] != "" {
+			return nil
+		}
 	}
 	for _, s := range obs.Children.StatefulSets {
 		for _, ct := range s.Spec.Template.Spec.Containers {
@@ -455,6 +571,6 @@ func restoreInPlace(obs *Observed, c *v1alpha1.EtcdCluster) error {
 			}
 		}
 	}
-	return errors.New("spec.bootstrap.fromBackup is set on a cluster that already runs: a restore creates a new cluster and is never applied in place; " +
-		"remove spec.bootstrap to go on with this cluster, or restore into a new EtcdCluster (docs/runbooks.md, restore over an existing cluster)")
+	return errors.New("spec.bootstrap.fromBackup is set on a cluster that already runs: a restore creates a new cluster and is never applied in place, and spec.bootstrap is fixed at creation; " +
+		"nothing changes while it is set. To keep this cluster's data, snapshot it and restore it into a new EtcdCluster; to start over from the snapshot, delete this EtcdCluster and its claims and create it again (docs/runbooks.md, restore over an existing cluster)")
 }

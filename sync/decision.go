@@ -38,6 +38,10 @@ func (v *view) decision(s step) Decision {
 	if s.backup != nil {
 		st.Backup = s.backup
 	}
+	if st.RestoredFrom == "" && fromBackup(v.c) != nil && v.join != nil {
+		// A lost status gets it back from the join ConfigMap's copy.
+		st.RestoredFrom = v.join.Annotations[AnnotationRestoredFrom]
+	}
 	recordRestoredRevision(v.obs, v.c, &st)
 	v.streamStatus(&st)
 	v.backupCondition(&st)

@@ -31,6 +31,16 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		return &c
 	}
 	s3 := v1alpha1.BackupDestination{S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example", Bucket: "b", Region: "r", CredentialsSecret: "creds", CASecret: "ca"}}
+	toolSettings := func(c *v1alpha1.EtcdCluster) {
+		c.Spec.PodTemplate = &v1alpha1.PodTemplate{Spec: &v1alpha1.PodSpec{ImagePullSecrets: []v1alpha1.SecretReference{{Name: "etcd-registry"}, {Name: "shared"}}}}
+		c.Spec.Tool = &v1alpha1.ToolSpec{
+			ImagePullSecrets: []v1alpha1.SecretReference{{Name: "tool-registry"}, {Name: "shared"}},
+			Resources: &corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+			},
+		}
+	}
 	pvc := v1alpha1.BackupDestination{PersistentVolumeClaim: &v1alpha1.PVCDestination{ClaimName: "backups", Path: "p"}}
 	for _, tc := range []struct {
 		story                     string
@@ -67,7 +77,8 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 					}}}},
 				},
 			}
-		}), serving{}, "51aff7b1c4", "26c65f2aec", "dcb4fcba60f24a1f"},
+		}), serving{}, "1e5a1fe65a", "dc35560c07", "d5eeebe50b9a9730"},
+		{"pull secrets, tool resources", cluster(toolSettings), serving{}, "fc0bae24c0", "245fd87cdf", "2463ceaf5258345e"},
 		{"restore from S3", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: s3, Name: "latest"}}
 		}), serving{}, "62644ea4e8", "ae8f8f11e6", "cbea53015fa28ae7"},
@@ -95,10 +106,11 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		j     memberJob
 		want  string
 	}{
-		{"add a learner", cluster(nil), memberJob{verb: verbAddLearner, member: "etcd-3", peerURL: "http://etcd-3.etcd.db.svc.cluster.local:2380", endpoints: endpoints}, "etcd-add-learner-etcd-3-60b6aeebdf 9083a52caef282d8"},
-		{"remove over TLS", cluster(nil), memberJob{verb: verbRemove, member: "etcd-2", id: 0xabc, endpoints: endpoints, attempt: 2, clientSecret: "cli"}, "etcd-remove-etcd-2-a920a0bb23 6a5a8d51dbfe62dd"},
-		{"backup to S3", backup(s3), memberJob{verb: verbBackup, member: "etcd-0", endpoints: endpoints, backupFor: "scheduled"}, "etcd-backup-etcd-0-7a82a56f97 93412ab5ace0f848"},
-		{"backup to a claim over TLS", backup(pvc), memberJob{verb: verbBackup, member: "etcd-0", endpoints: endpoints, backupFor: "now", clientSecret: "cli"}, "etcd-backup-etcd-0-7ce9e8527f 4b2af62fd5b1cdd8"},
+		{"add a learner", cluster(nil), memberJob{verb: verbAddLearner, member: "etcd-3", peerURL: "http://etcd-3.etcd.db.svc.cluster.local:2380", endpoints: endpoints}, "etcd-add-learner-etcd-3-11b54589b1 8d186688968b967d"},
+		{"remove over TLS", cluster(nil), memberJob{verb: verbRemove, member: "etcd-2", id: 0xabc, endpoints: endpoints, attempt: 2, clientSecret: "cli"}, "etcd-remove-etcd-2-d4aff0b250 20d9699bdc5775ab"},
+		{"backup to S3", backup(s3), memberJob{verb: verbBackup, member: "etcd-0", endpoints: endpoints, backupFor: "scheduled", scratch: "1Gi"}, "etcd-backup-etcd-0-b0b1c7b0f3 9878e647b8e07a3f"},
+		{"backup to a claim over TLS", backup(pvc), memberJob{verb: verbBackup, member: "etcd-0", endpoints: endpoints, backupFor: "now", clientSecret: "cli", scratch: "4Gi"}, "etcd-backup-etcd-0-f16d89727e 64c834b76d27a959"},
+		{"a learner with pull secrets and resources", cluster(toolSettings), memberJob{verb: verbAddLearner, member: "etcd-3", peerURL: "http://etcd-3.etcd.db.svc.cluster.local:2380", endpoints: endpoints}, "etcd-add-learner-etcd-3-07e03fc226 9b22d2d6644d8b79"},
 	} {
 		j := tc.j.render(simConfig, tc.c)
 		if got := j.Name + " " + digest(t, j.Object); got != tc.want {

@@ -69,6 +69,8 @@ type memberJob struct {
 	claim, size string
 	// podUID: restart-pod, the UID of the pod it deletes (the member's, as observed).
 	podUID string
+	// scratch: backup, the bound of its scratch volume (scratchLimit).
+	scratch string
 }
 
 // args is the member tool's command line (docs/architecture.md).
@@ -114,7 +116,12 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 		labels[LabelAlarm] = j.alarm
 	}
 
-	container := object{"name": "member", "image": cfg.ToolImage, "command": j.args(c), "securityContext": containerSecurityContext()}
+	role := v1alpha1.ToolMemberJob
+	if j.verb == verbBackup {
+		role = v1alpha1.ToolBackup
+	}
+	container := object{"name": "member", "image": cfg.ToolImage, "command": j.args(c), "securityContext": containerSecurityContext(),
+		"resources": toolResources(c, role)}
 	// The member tool talks to etcd only, never to the Kubernetes API, but to patch a claim or
 	// delete a pod.
 	podSpec := object{
@@ -122,6 +129,9 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 		"containers":                   []any{container},
 		"securityContext":              podSecurityContext(),
 		"automountServiceAccountToken": false,
+	}
+	if refs := pullSecrets(c, false); len(refs) > 0 {
+		podSpec["imagePullSecrets"] = refs
 	}
 	kube := j.verb == verbExpandClaim || j.verb == verbRestartPod
 	if kube {

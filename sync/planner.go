@@ -48,6 +48,9 @@ type jobStage struct {
 	// backupWait, when set, waits for a backup Job still outstanding: it defers the normal
 	// phases, never a fix (backup.go).
 	backupWait *step
+	// backupRetry is what a failed backup Job whose database outgrew its scratch volume was
+	// for (its backupFor): taken again now (backup.go, outgrewScratch).
+	backupRetry string
 }
 
 // step is what a phase from 6 on decided.
@@ -134,7 +137,7 @@ func (p *planner) change() (decided, recorded step) {
 		p.peerURLs,         // 12 tls.go: a peer URL the pod does not listen on: update it
 		p.learner,          // 13 planner.go: a learner: remove beyond the size or stuck, or promote
 		p.podWithoutMember, // 14 planner.go: a pod without its member: add it back, or shrink
-		p.backupDue,        // 15 backup.go: a backup that is due
+		p.backupDue,        // 15 backup.go: a backup that is due, or taken again with more scratch space
 		p.failedMember,     // 16 planner.go: a failed voter: remove it to replace it
 	}
 	normal := []func() (step, bool){
@@ -199,6 +202,8 @@ func (p *planner) memberJobs() jobStage {
 				if js.backupWait == nil {
 					js.backupWait = &s
 				}
+			} else if p.outgrewScratch(j) {
+				js.backupRetry = j.Labels[LabelBackupFor]
 			}
 			continue
 		}

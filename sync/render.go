@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash"
+	"slices"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
@@ -88,6 +89,9 @@ func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.Stat
 	if clusterID != "" {
 		meta.Annotations[AnnotationClusterID] = clusterID
 	}
+	if f := fromBackup(c); f != nil {
+		meta.Annotations[AnnotationRestoredFrom] = f.Name
+	}
 	return Child{APIVersion: "v1", Kind: "ConfigMap", Name: meta.Name, Object: apiObject{
 		APIVersion: "v1", Kind: "ConfigMap", Metadata: meta,
 		Data: map[string]string{joinstate.ConfigMapKey: joinstate.Encode(state)},
@@ -122,6 +126,32 @@ func podSecurityContext() podSecurity {
 // only to its volumes.
 func containerSecurityContext() containerSecurity {
 	return containerSecurity{AllowPrivilegeEscalation: false, Capabilities: capabilities{Drop: []string{"ALL"}}, ReadOnlyRootFilesystem: true}
+}
+
+// toolResources are the resources of a container of role running the operator's image, in
+// their JSON form.
+func toolResources(c *v1alpha1.EtcdCluster, role v1alpha1.ToolRole) any {
+	return plain(v1alpha1.ToolResources(c.Spec, role))
+}
+
+// pullSecrets are the imagePullSecrets of a pod running the operator's image
+// (spec.tool.imagePullSecrets) and, for an etcd pod, etcd's too
+// (spec.podTemplate.spec.imagePullSecrets, first): each Secret once.
+func pullSecrets(c *v1alpha1.EtcdCluster, etcdPod bool) []secretRef {
+	var names []v1alpha1.SecretReference
+	if pt := c.Spec.PodTemplate; etcdPod && pt != nil && pt.Spec != nil {
+		names = append(names, pt.Spec.ImagePullSecrets...)
+	}
+	if t := c.Spec.Tool; t != nil {
+		names = append(names, t.ImagePullSecrets...)
+	}
+	var refs []secretRef
+	for _, n := range names {
+		if !slices.Contains(refs, secretRef{Name: n.Name}) {
+			refs = append(refs, secretRef{Name: n.Name})
+		}
+	}
+	return refs
 }
 
 // shortHash is a stable 10-hex-digit digest of v's JSON, as json.Marshal writes it. The JSON

@@ -97,6 +97,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	new ... tls=client,peer | spec tls=client|peer|client,peer|none   TLS on the client port
 //	                                     (etcd-server, etcd-client Secrets) and between peers (etcd-peer)
 //	secret NAME CA | secret-delete NAME  a TLS Secret with CA bundle CA (a digest), or none
+//	mount-gone NAME                      a Secret or claim deleted: a pod whose template mounts
+//	                                     it cannot start, one running keeps its files
+//	                                     (sim_restore_test.go)
 //	bad-cert NAME WHY... | good-cert NAME   members would reject the Secret's certificate, or not
 //	pending POD DURATION | catch-up POD DURATION   slow nodes (sim_pending_test.go)
 //	volume-size S | no-expansion | offline-resize | remount-fails | node-resize-online | volumes
@@ -436,6 +439,8 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w.secrets[arg(0)] = arg(1)
 	case "secret-delete":
 		delete(w.secrets, arg(0))
+	case "mount-gone":
+		w.goneMounts[arg(0)] = true
 	case "bad-cert":
 		w.badCerts[arg(0)] = "Secret " + arg(0) + ": " + strings.Join(args[1:], " ")
 	case "good-cert":
@@ -641,7 +646,11 @@ func decisionText(t *testing.T, d Decision) string {
 			if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
 				partition = *ru.Partition
 			}
-			fmt.Fprintf(&b, "  statefulset: replicas=%d partition=%d\n", *s.Spec.Replicas, partition)
+			source := ""
+			if slices.ContainsFunc(s.Spec.Template.Spec.Containers[0].Command, func(a string) bool { return strings.HasPrefix(a, "--restore-") }) {
+				source = " restore-source"
+			}
+			fmt.Fprintf(&b, "  statefulset: replicas=%d partition=%d%s\n", *s.Spec.Replicas, partition, source)
 		case "ConfigMap":
 			var cm corev1.ConfigMap
 			if err := json.Unmarshal(raw, &cm); err != nil {
@@ -684,6 +693,12 @@ func decisionText(t *testing.T, d Decision) string {
 			if len(cs) > 0 {
 				for _, a := range cs[0].(map[string]any)["command"].([]any) {
 					args = append(args, a.(string))
+				}
+			}
+			vols, _ := ps["volumes"].([]any)
+			for _, v := range vols {
+				if ed, _ := v.(map[string]any)["emptyDir"].(map[string]any); ed["sizeLimit"] != nil {
+					args = append(args, fmt.Sprintf("(scratch %v)", ed["sizeLimit"]))
 				}
 			}
 			fmt.Fprintf(&b, "  job %s: %s\n", c.Name, strings.Join(args, " "))

@@ -165,6 +165,10 @@ type simJob struct {
 	claim, size string
 	// podUID: restart-pod's.
 	podUID string
+	// scratch is a backup's scratch bound in bytes, 0 for none; evicted, that its pod was
+	// evicted for outgrowing it (sim_restore_test.go).
+	scratch int64
+	evicted bool
 }
 
 type simStats struct {
@@ -256,6 +260,8 @@ type simWorld struct {
 	// attaching ordinals: their next pod waits for its volume to attach, its etcd not started,
 	// until healed.
 	attaching map[int]bool
+	// goneMounts are Secrets and claims deleted while pods mount them (sim_restore_test.go).
+	goneMounts map[string]bool
 	// forks are the memberships quorum recoveries forced survivors out of
 	// (sim_oldquorum_test.go).
 	forks []*simFork
@@ -288,7 +294,7 @@ func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 	return &simWorld{
 		t: t, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
 		pods: map[int]*simPod{}, data: map[int]*simData{}, applied: map[string][]byte{}, jobs: map[string]*simJob{},
-		lag: simLag, unschedulable: map[int]bool{}, startDown: map[int]bool{}, attaching: map[int]bool{},
+		lag: simLag, unschedulable: map[int]bool{}, startDown: map[int]bool{}, attaching: map[int]bool{}, goneMounts: map[string]bool{},
 		secrets:  map[string]string{simServerSecret: "ca-1", simPeerSecret: "ca-1", simClientSecret: "ca-1"},
 		badCerts: map[string]string{},
 	}
@@ -459,7 +465,7 @@ func (w *simWorld) observe() Observed {
 			pod.Status.Phase = corev1.PodPending
 			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 				Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules"})
-		case w.attaching[ord]:
+		case w.attaching[ord], !p.running && w.mountMissing(p):
 			pod.Status.Phase = corev1.PodPending
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
 		case p.running:
@@ -745,6 +751,11 @@ func (w *simWorld) newJob(b []byte) *simJob {
 	var j batchv1.Job
 	w.decode(b, &j)
 	sj := &simJob{name: j.Name, verb: j.Labels[LabelAction], member: j.Labels[LabelMember]}
+	for _, v := range j.Spec.Template.Spec.Volumes {
+		if v.Name == volumeBackupWork && v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil {
+			sj.scratch = v.EmptyDir.SizeLimit.Value()
+		}
+	}
 	for _, a := range j.Spec.Template.Spec.Containers[0].Command {
 		if v, ok := strings.CutPrefix(a, "--peer-url="); ok {
 			sj.peerURL = v
@@ -891,6 +902,11 @@ func (w *simWorld) runJob(j *simJob) {
 	case verbDisarm:
 		w.disarm(j.alarm, j.id)
 	case verbBackup:
+		if w.outgrows(j) {
+			j.evicted = true
+			fail()
+			return
+		}
 		if !w.backup(j.ticks > 0) {
 			fail()
 			return
@@ -997,7 +1013,7 @@ func (w *simWorld) statefulSetController() {
 func (w *simWorld) kubelet() {
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
-		if p.terminating || p.noImage || w.unschedulable[ord] || w.attaching[ord] || w.now.Before(p.pendingUntil) {
+		if p.terminating || p.noImage || w.unschedulable[ord] || w.attaching[ord] || !p.running && w.mountMissing(p) || w.now.Before(p.pendingUntil) {
 			continue
 		}
 		if p.running && p.old && (p.stuck || !p.told) {
@@ -1507,6 +1523,12 @@ func (w *simWorld) backupPods(jobs []batchv1.Job) []corev1.Pod {
 		pod.Labels = map[string]string{LabelBackupOf: w.cluster.Name, batchv1.JobNameLabel: j.Name}
 		r := backupresult.Result{Error: "no member could give a snapshot"}
 		pod.Status.Phase = corev1.PodFailed
+		if sj.evicted {
+			pod.Status.Reason = "Evicted"
+			pod.Status.Message = fmt.Sprintf("Usage of EmptyDir volume %q exceeds the limit %q. ", volumeBackupWork, resource.NewQuantity(sj.scratch, resource.BinarySI).String())
+			out = append(out, pod)
+			continue
+		}
 		if sj.state == jobSucceeded {
 			b := w.backups[len(w.backups)-1]
 			r = backupresult.Result{Object: fmt.Sprintf("s3://backups/default/etcd/etcd-r%d.db", b.revision), Revision: int64(b.revision), Size: 4096, MemberID: fmt.Sprintf("%x", b.member)}

@@ -155,7 +155,10 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string) *
 		SecurityContext: containerSecurityContext(),
 	}
 	if user != nil && user.Resources != nil {
+		// The install container runs before etcd: its share is etcd's own (podTemplate's
+		// doc comment says why).
 		etcd.Resources = plain(user.Resources)
+		install.Resources = etcd.Resources
 	}
 
 	// fsGroup makes a member volume writable by etcd's user; ownership is changed only when
@@ -169,6 +172,7 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string) *
 		SecurityContext: security,
 		// etcd never talks to the Kubernetes API.
 		AutomountServiceAccountToken: false,
+		ImagePullSecrets:             pullSecrets(c, true),
 	}
 	withRestore(c, &t.Spec)
 	if user != nil {

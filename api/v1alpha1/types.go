@@ -118,6 +118,13 @@ type EtcdClusterSpec struct {
 	//
 	// +optional
 	PodTemplate *PodTemplate `json:"podTemplate,omitempty"`
+	// Tool sets what the containers running the operator's own image (the hook's
+	// --tool-image, with etcdops-member) get: the pods the operator runs besides etcd's
+	// (member and backup Jobs, the continuous backup, restore drills) and the etcd pods'
+	// install container (docs/operate.md, "Resources and pull secrets").
+	//
+	// +optional
+	Tool *ToolSpec `json:"tool,omitempty"`
 	// Paused stops every change: the hook only reports status.
 	//
 	// +optional
@@ -339,10 +346,21 @@ type PodMetadata struct {
 
 // PodSpec is the subset of a pod spec a user may set.
 type PodSpec struct {
-	// Resources of the etcd container.
+	// Resources of the etcd container, and of the pods' install container, which runs
+	// before it: it costs the pod nothing beyond etcd's own (a pod asks for the larger of its
+	// init containers' and the sum of its containers'), and a namespace whose ResourceQuota
+	// admits etcd's container admits it. Unset, neither has any: in a namespace with a
+	// ResourceQuota and no LimitRange, set it.
 	//
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// ImagePullSecrets of the etcd pods, for pulling the etcd image (imageRegistry). The
+	// operator's own image's are spec.tool.imagePullSecrets, which the etcd pods get too.
+	//
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	ImagePullSecrets []SecretReference `json:"imagePullSecrets,omitempty"`
 	// Affinity of the etcd pods, e.g. a pod anti-affinity that spreads members over nodes.
 	//
 	// +optional
@@ -362,6 +380,38 @@ type PodSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+}
+
+// ToolSpec is what the containers running the operator's image get.
+type ToolSpec struct {
+	// ImagePullSecrets for pulling the operator's image: every pod that runs it gets them,
+	// member and backup Jobs, the continuous backup, restore drills and the etcd pods (for
+	// their install container).
+	//
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	ImagePullSecrets []SecretReference `json:"imagePullSecrets,omitempty"`
+	// Resources of every container the operator runs its image in, in pods of its own:
+	// member and backup Jobs, the continuous backup, restore drills. Unset, each gets a
+	// default with requests and limits, measured for what it does (docs/operate.md,
+	// "Resources and pull secrets"), so that a namespace's ResourceQuota admits it. Set, it
+	// replaces every default as a whole. The etcd pods' install container takes
+	// spec.podTemplate.spec.resources instead.
+	//
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// SecretReference names a Secret in the cluster's namespace; the same shape as a pod's
+// imagePullSecrets entries.
+type SecretReference struct {
+	// Name of the Secret.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
 }
 
 // EtcdClusterStatus is what the hook observed and decided. Metacontroller replaces the whole
