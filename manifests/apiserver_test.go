@@ -269,6 +269,7 @@ func testAPIServer(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Run("immutable storage", func(t *testing.T) { testImmutableStorage(t, s) })
 	t.Run("tls transitions", func(t *testing.T) { testTLSTransitions(t, s) })
 	t.Run("status", func(t *testing.T) { testStatus(t, s) })
+	t.Run("advice", func(t *testing.T) { testAdvice(t, s) })
 	t.Run("hook fixtures", func(t *testing.T) { testHookFixtures(t, s) })
 	t.Run("printer columns", func(t *testing.T) { testPrinterColumns(t, s) })
 	t.Run("openapi", func(t *testing.T) { testOpenAPI(t, s) })

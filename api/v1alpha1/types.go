@@ -119,9 +119,9 @@ type EtcdClusterSpec struct {
 	// +optional
 	PodTemplate *PodTemplate `json:"podTemplate,omitempty"`
 	// Tool sets what the containers running the operator's own image (the hook's
-	// --tool-image, with etcdops-member) get: the pods the operator runs besides etcd's
-	// (member and backup Jobs, the continuous backup, restore drills) and the etcd pods'
-	// install container (docs/operate.md, "Resources and pull secrets").
+	// --tool-image, with etcdops-member) get: every pod the operator runs besides the etcd
+	// pods (member and backup Jobs, the continuous backup) and the etcd pods' install
+	// container (docs/operate.md, "Resources and pull secrets").
 	//
 	// +optional
 	Tool *ToolSpec `json:"tool,omitempty"`
@@ -385,15 +385,15 @@ type PodSpec struct {
 // ToolSpec is what the containers running the operator's image get.
 type ToolSpec struct {
 	// ImagePullSecrets for pulling the operator's image: every pod that runs it gets them,
-	// member and backup Jobs, the continuous backup, restore drills and the etcd pods (for
-	// their install container).
+	// every pod of the operator's own (member and backup Jobs, the continuous backup) and the
+	// etcd pods (for their install container).
 	//
 	// +kubebuilder:validation:MaxItems=16
 	// +listType=atomic
 	// +optional
 	ImagePullSecrets []SecretReference `json:"imagePullSecrets,omitempty"`
-	// Resources of every container the operator runs its image in, in pods of its own:
-	// member and backup Jobs, the continuous backup, restore drills. Unset, each gets a
+	// Resources of every container in the pods the operator runs besides the etcd pods:
+	// member and backup Jobs, the continuous backup. Unset, each gets a
 	// default with requests and limits, measured for what it does (docs/operate.md,
 	// "Resources and pull secrets"), so that a namespace's ResourceQuota admits it. Set, it
 	// replaces every default as a whole. The etcd pods' install container takes
