@@ -75,8 +75,6 @@ type Parent struct {
 	// Revision and Time are the point restored; Time is zero when unknown.
 	Revision int64     `json:"revision"`
 	Time     time.Time `json:"time,omitzero"`
-	// Snapshot is the snapshot the restore started from, for people.
-	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // putJSON stores v as JSON under name.
@@ -136,24 +134,26 @@ func ensureManifest(ctx context.Context, ls Store, m Manifest) error {
 
 // LineageInfo is one lineage as stored.
 type LineageInfo struct {
-	ID string
+	ID string `json:"lineage"`
 	// Manifest is nil for the legacy lineage, or one whose manifest is missing.
-	Manifest  *Manifest
-	Snapshots int
-	Chunks    int
+	Manifest  *Manifest `json:"manifest,omitempty"`
+	Snapshots int       `json:"snapshots"`
+	Chunks    int       `json:"chunks"`
 	// First and Last are the earliest and the newest point a restore reaches: the oldest
 	// snapshot, and the newest revision a chain reaches without a gap. A time is zero when
 	// unknown (chunks of format v1).
-	First, Last Point
+	First Point `json:"first"`
+	Last  Point `json:"last"`
 	// Earliest and Newest are the earliest and newest time of any point a restore reaches.
-	Earliest, Newest time.Time
+	Earliest time.Time `json:"earliest,omitzero"`
+	Newest   time.Time `json:"newest,omitzero"`
 }
 
 // Point is a revision and when it was stored: a snapshot's time is when it was taken, a
 // change's when the stream received it.
 type Point struct {
-	Revision int64
-	Time     time.Time
+	Revision int64     `json:"revision"`
+	Time     time.Time `json:"time,omitzero"`
 }
 
 // ListLineages lists the lineages of the destination root, the legacy one first if it holds
@@ -272,6 +272,16 @@ func defaultLineage(ctx context.Context, root Store) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	id, ok := LatestLineage(ls)
+	if !ok {
+		return "", fmt.Errorf("%w: no snapshot in any lineage of %s", ErrNotFound, root.Where(""))
+	}
+	return id, nil
+}
+
+// LatestLineage is, of ls, the lineage a restore of "latest" without a lineage named reads:
+// of those with a snapshot, the one whose newest point is the newest by time.
+func LatestLineage(ls []LineageInfo) (string, bool) {
 	best := -1
 	for i, l := range ls {
 		if l.Snapshots > 0 && (best < 0 || !l.Newest.Before(ls[best].Newest)) {
@@ -279,9 +289,9 @@ func defaultLineage(ctx context.Context, root Store) (string, error) {
 		}
 	}
 	if best < 0 {
-		return "", fmt.Errorf("%w: no snapshot in any lineage of %s", ErrNotFound, root.Where(""))
+		return "", false
 	}
-	return ls[best].ID, nil
+	return ls[best].ID, true
 }
 
 // Claim is the writer claim of a lineage's continuous backup: the newest claim wins, and a

@@ -69,7 +69,7 @@ func TestRestoreTwiceUnderOneNameThenLatest(t *testing.T) {
 			}
 			cliB := client(t, endpoints(b))
 			stB := startStreamWith(t, s, endpoints(b), 2<<10, func(o *StreamOptions) {
-				o.Take.Origin = Origin{Namespace: "ns", UID: "uid-b", RestoredFrom: &Parent{Lineage: rb.Lineage, Revision: rb.Revision, Time: rb.Time, Snapshot: rb.Object}}
+				o.Take.Origin = Origin{Namespace: "ns", UID: "uid-b", RestoredFrom: &Parent{Lineage: rb.Lineage, Revision: rb.Revision, Time: rb.Time}}
 			})
 			// Its first snapshot, before it writes: its lineage starts at the revision restored.
 			waitStoredIn(t, inLineage(s, lineageOfMember(b)), midA)

@@ -39,9 +39,9 @@ type StreamOptions struct {
 	// Retry is the pause after a failure (a lost leader, the storage unreachable) before the
 	// stream resumes from what the destination holds; 0: a second.
 	Retry time.Duration
-	// Stored is told of each chunk stored, Watched of the last revision the watch sent, and
-	// Failed of each failure; any may be nil.
-	Stored  func(Delta)
+	// Stored is told of each chunk stored (and where it is, for people), Watched of the last
+	// revision the watch sent, and Failed of each failure; any may be nil.
+	Stored  func(d Delta, where string)
 	Watched func(revision int64)
 	Failed  func(error)
 	// Resumed is told where each chain's stream starts: every change up to stored is in the
@@ -366,7 +366,7 @@ func (c *chunker) flush(ctx context.Context) error {
 	}
 	c.events, c.times, c.bytes = nil, nil, 0
 	if c.o.Stored != nil {
-		c.o.Stored(d)
+		c.o.Stored(d, c.w.ls.Where(d.Name))
 	}
 	return nil
 }
