@@ -450,7 +450,7 @@ func TestRestoreToATime(t *testing.T) {
 				_, err := Restore(context.Background(), RestoreOptions{Store: s, Name: LatestName, Time: outside, WorkDir: t.TempDir(), DataDir: filepath.Join(t.TempDir(), "data"),
 					Member: "etcd-0", PeerURL: "http://127.0.0.1:2380", InitialCluster: "etcd-0=http://127.0.0.1:2380", Token: "t"})
 				rng := fmt.Sprintf("%s (revision %d) to %s (revision %d)", objs[0].Time.Format(time.RFC3339Nano), objs[0].Revision, at[writes[5].rev].Format(time.RFC3339Nano), writes[5].rev)
-				if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), rng) {
+				if !errors.Is(err, ErrTimeOutside) || !strings.Contains(err.Error(), rng) {
 					t.Fatalf("restore to %s, outside what is stored: %v; want the range %q named", outside, err, rng)
 				}
 			}

@@ -3,10 +3,14 @@ package backup
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 )
+
+// ErrTimeOutside: a time to restore to before the earliest point stored or after the newest.
+var ErrTimeOutside = errors.New("time outside what is stored")
 
 // pointInTime is what a restore to a revision applies: the newest snapshot at or before the
 // target, and the chunks after it that reach the target. time is when the target was stored
@@ -22,7 +26,7 @@ type pointInTime struct {
 // the last revision stored at or before at, or, for neither, the newest change stored. A
 // target the chunks do not reach without a gap is refused with an error wrapping ErrGap that
 // names where each candidate chain stops; a time outside what is stored, with one wrapping
-// ErrNotFound that names what is.
+// ErrTimeOutside that names what is.
 func planPointInTime(ctx context.Context, s Store, target int64, at time.Time) (pointInTime, error) {
 	objs, err := s.List(ctx)
 	if err != nil {
@@ -126,11 +130,11 @@ func revisionAt(ctx context.Context, s Store, r reach, at time.Time) (int64, tim
 		first.Time.Format(time.RFC3339Nano), first.Revision, last.Time.Format(time.RFC3339Nano), last.Revision)
 	switch {
 	case first.Time.IsZero():
-		return 0, time.Time{}, fmt.Errorf("%w: nothing in %s says when it was stored", ErrNotFound, s.Where(""))
+		return 0, time.Time{}, fmt.Errorf("%w: nothing in %s says when it was stored", ErrTimeOutside, s.Where(""))
 	case at.Before(first.Time):
-		return 0, time.Time{}, fmt.Errorf("%w: %s is before anything stored: %s", ErrNotFound, at.Format(time.RFC3339Nano), stored)
+		return 0, time.Time{}, fmt.Errorf("%w: %s is before anything stored: %s", ErrTimeOutside, at.Format(time.RFC3339Nano), stored)
 	case at.After(last.Time):
-		return 0, time.Time{}, fmt.Errorf("%w: %s is after the newest change stored, so what the cluster held then is not known: %s", ErrNotFound, at.Format(time.RFC3339Nano), stored)
+		return 0, time.Time{}, fmt.Errorf("%w: %s is after the newest change stored, so what the cluster held then is not known: %s", ErrTimeOutside, at.Format(time.RFC3339Nano), stored)
 	}
 	for _, d := range straddling {
 		c, err := fetchChunk(ctx, s, d)

@@ -434,7 +434,10 @@ func restoredPoint(obs *Observed, c *v1alpha1.EtcdCluster) (joinstate.RestoredPo
 // cluster, where it was restored from included (from status, else from the seed's report).
 func (v *view) lineageArgs() []string {
 	c := v.c
-	args := []string{"--namespace=" + c.Namespace, "--cluster-uid=" + string(c.UID)}
+	args := []string{"--namespace=" + c.Namespace}
+	if c.UID != "" {
+		args = append(args, "--cluster-uid="+string(c.UID))
+	}
 	if id := v.knownClusterID(); id != "" {
 		args = append(args, "--cluster-id="+id)
 	}
