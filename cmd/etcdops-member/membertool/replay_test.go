@@ -99,7 +99,7 @@ func TestLaunchReplaysWithThePodsEtcd(t *testing.T) {
 		t.Fatalf("launch replaying with etcd %s: exit %d, %q", bin, code, errOut)
 	}
 	msg, _ := os.ReadFile(termLog)
-	if rev, ok := joinstate.RestoredRevision(string(msg)); !ok || rev != target {
+	if p, ok := joinstate.ParseRestored(string(msg)); !ok || p.Revision != target {
 		t.Fatalf("termination message %q: want revision %d restored", msg, target)
 	}
 }
