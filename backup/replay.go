@@ -5,80 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// pointInTime is what a restore to a revision applies: the newest snapshot at or before the
-// target, and the chunks after it that reach the target.
-type pointInTime struct {
-	snapshot Object
-	deltas   []Delta
-	target   int64
-}
-
-// planPointInTime chooses the snapshot and chunks that restore target, or, for target 0, the
-// newest change stored. A target the chunks do not reach without a gap is refused with an
-// error wrapping ErrGap that names where each candidate chain stops.
-func planPointInTime(ctx context.Context, s Store, target int64) (pointInTime, error) {
-	objs, err := s.List(ctx)
-	if err != nil {
-		return pointInTime{}, err
-	}
-	if len(objs) == 0 {
-		return pointInTime{}, fmt.Errorf("%w: no snapshot in %s", ErrNotFound, s.Where(""))
-	}
-	deltas, err := s.ListDeltas(ctx)
-	if err != nil {
-		return pointInTime{}, err
-	}
-	// Newest snapshot first by revision; among equal revisions, the newest by time.
-	newestFirst(objs)
-	slices.SortStableFunc(objs, func(a, b Object) int { return int(b.Revision - a.Revision) })
-	if target == 0 {
-		for _, o := range objs {
-			target = max(target, o.Revision, wholeEnd(deltas, o.Revision))
-		}
-	}
-	var stops []string
-	for _, o := range objs {
-		if o.Revision > target {
-			continue
-		}
-		c, _ := chain(deltas, o.Revision) // a gap only bounds what this snapshot reaches
-		end := o.Revision
-		if len(c) > 0 {
-			end = c[len(c)-1].Last
-		}
-		if end >= target {
-			var use []Delta
-			for _, d := range c {
-				if d.First <= target {
-					use = append(use, d)
-				}
-			}
-			return pointInTime{snapshot: o, deltas: use, target: target}, nil
-		}
-		stops = append(stops, fmt.Sprintf("after snapshot %s (revision %d) the stored changes stop at revision %d", o.Name, o.Revision, end))
-	}
-	if len(stops) == 0 {
-		return pointInTime{}, fmt.Errorf("%w: no snapshot at or before revision %d in %s", ErrNotFound, target, s.Where(""))
-	}
-	return pointInTime{}, fmt.Errorf("%w: revision %d cannot be reached: %s", ErrGap, target, stops[0])
-}
-
-// wholeEnd is the last revision the whole part of the chain after base reaches; base when
-// there is none.
-func wholeEnd(deltas []Delta, base int64) int64 {
-	c, _ := chain(deltas, base)
-	if len(c) == 0 {
-		return base
-	}
-	return c[len(c)-1].Last
-}
 
 // replayTxnTimeout bounds one replayed revision's transaction.
 const replayTxnTimeout = time.Minute
@@ -121,6 +52,8 @@ func applyChanges(ctx context.Context, cli *clientv3.Client, o RestoreOptions, l
 		return fmt.Errorf("%w: the restored data dir serves revision %d, the snapshot holds %d", errReplayDiverged, rev, from)
 	}
 	next := from + 1
+	var prev *Delta
+	var prevEvents []*mvccpb.Event
 	for _, d := range p.deltas {
 		var buf bytes.Buffer
 		meta, err := o.Store.Fetch(ctx, d.Name, &buf)
@@ -131,6 +64,12 @@ func applyChanges(ctx context.Context, cli *clientv3.Client, o RestoreOptions, l
 		if err != nil {
 			return fmt.Errorf("changes %s refused: %w", o.Store.Where(d.Name), err)
 		}
+		// Chunks of two writers may overlap (one writer per lineage, docs/backup.md): the
+		// revisions they share must be the same changes.
+		if err := agree(o.Store, prev, prevEvents, d, events); err != nil {
+			return err
+		}
+		prev, prevEvents = &d, events
 		for i := 0; i < len(events) && next <= p.target; {
 			rev := events[i].GetKv().GetModRevision()
 			j := i

@@ -93,6 +93,10 @@ func leaseRecords(t *testing.T, path string) []string {
 // snapshotLeases are the lease records of the snapshot a chain starts from.
 func snapshotLeases(t *testing.T, s Store, base int64) []string {
 	t.Helper()
+	// The stream stores its chains in the lineage of the one cluster it watched.
+	if ids, err := s.Dirs(context.Background(), lineageDir); err == nil && len(ids) == 1 {
+		s = LineageStore(s, ids[0])
+	}
 	objs, err := s.List(context.Background())
 	if err != nil {
 		t.Fatal(err)

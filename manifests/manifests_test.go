@@ -633,6 +633,7 @@ func jsonFields(t reflect.Type) map[string]reflect.StructField {
 var (
 	quantityType = reflect.TypeFor[resource.Quantity]()
 	timeType     = reflect.TypeFor[metav1.Time]()
+	microTime    = reflect.TypeFor[metav1.MicroTime]()
 	durationType = reflect.TypeFor[metav1.Duration]()
 )
 
@@ -651,7 +652,7 @@ func compareSchema(t *testing.T, at string, typ reflect.Type, s *apiextv1.JSONSc
 			t.Errorf("%s: a quantity should be int-or-string", at)
 		}
 		return
-	case typ == timeType:
+	case typ == timeType || typ == microTime:
 		if s.Type != "string" || s.Format != "date-time" {
 			t.Errorf("%s: a time should be a date-time string, schema says %s/%s", at, s.Type, s.Format)
 		}

@@ -183,11 +183,11 @@ func (p *planner) backupDue() (step, bool) {
 	if retry {
 		// The schedule time or request is recorded already: only the Job is new.
 		s := p.base(Action{Type: TakeBackup, Member: name, Reason: "backup taken again: the database outgrew the scratch volume of the last one; now bounded to " + scratch + ", snapshot from a follower, " + name + " preferred"}, resyncSoon)
-		s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: p.stage.backupRetry, clientSecret: p.tls.clientSecret, scratch: scratch}
+		s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: p.stage.backupRetry, lineage: p.lineageArgs(), clientSecret: p.tls.clientSecret, scratch: scratch}
 		return s, true
 	}
 	s := p.base(Action{Type: TakeBackup, Member: name, Reason: "backup " + t.String() + ": snapshot from a follower, " + name + " preferred"}, resyncSoon)
-	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), clientSecret: p.tls.clientSecret, scratch: scratch}
+	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), lineage: p.lineageArgs(), clientSecret: p.tls.clientSecret, scratch: scratch}
 	rec := (&backupRecord{st: p.stage.backup, prev: p.obs.Cluster.Status.Backup}).changed()
 	if t.request != "" {
 		rec.LastRequest = t.request
@@ -460,9 +460,12 @@ func (v *view) overdue(last time.Time) bool {
 // restores it. nil for any other cluster.
 func restoreJoin(c *v1alpha1.EtcdCluster, seed string) *joinstate.Restore {
 	if f := fromBackup(c); f != nil {
-		r := &joinstate.Restore{Member: seed, Backup: f.Name}
+		r := &joinstate.Restore{Member: seed, Backup: f.Name, Lineage: f.Lineage}
 		if f.Revision != nil {
 			r.Revision = *f.Revision
+		}
+		if f.Time != nil {
+			r.Time = f.Time.UTC().Format(time.RFC3339Nano)
 		}
 		return r
 	}
@@ -470,13 +473,56 @@ func restoreJoin(c *v1alpha1.EtcdCluster, seed string) *joinstate.Restore {
 }
 
 // recordRestoredRevision records, on a cluster bootstrapped from a snapshot, the revision its
-// seed restored, once: the seed's etcd container ends once after the restore with it in its
-// termination message (joinstate.RestoredMessage), which the pod's status keeps until the
-// container ends again.
+// seed restored, when it was stored and the lineage, once (restoredPoint).
 func recordRestoredRevision(obs *Observed, c *v1alpha1.EtcdCluster, st *v1alpha1.EtcdClusterStatus) {
 	if fromBackup(c) == nil || st.RestoredRevision != 0 {
 		return
 	}
+	if p, ok := restoredPoint(obs, c); ok {
+		st.RestoredRevision, st.RestoredLineage = p.Revision, p.Lineage
+		if !p.Time.IsZero() {
+			st.RestoredTime = &metav1.MicroTime{Time: p.Time}
+		}
+	}
+}
+
+// AnnotationRestored on the join ConfigMap of a cluster bootstrapped from a snapshot keeps
+// the seed's report of what it restored (joinstate.RestoredMessage), beside status: the seed's
+// pod keeps it only until its container ends again, and the pod itself goes when the seed is
+// rolled once the cluster has bootstrapped (restoreRendered).
+const AnnotationRestored = "etcdops.dev/restored"
+
+// restoredPoint is what the seed of a cluster bootstrapped from a snapshot restored: its etcd
+// container ends once after the restore with it in its termination message
+// (joinstate.RestoredMessage), which the pod's status keeps until the container ends again,
+// and the join ConfigMap after that (AnnotationRestored).
+func restoredPoint(obs *Observed, c *v1alpha1.EtcdCluster) (joinstate.RestoredPoint, bool) {
+	if p, ok := seedReport(obs, c); ok {
+		return joinstate.ParseRestored(p)
+	}
+	for _, cm := range obs.Children.ConfigMaps {
+		if cm.Name == JoinConfigMapName(c.Name) {
+			return joinstate.ParseRestored(cm.Annotations[AnnotationRestored])
+		}
+	}
+	return joinstate.RestoredPoint{}, false
+}
+
+// restoredAnnotation is the join ConfigMap's AnnotationRestored: the seed's report once seen,
+// "" before (and on a cluster not restored).
+func restoredAnnotation(obs *Observed, c *v1alpha1.EtcdCluster) string {
+	if fromBackup(c) == nil {
+		return ""
+	}
+	if p, ok := restoredPoint(obs, c); ok {
+		return joinstate.RestoredMessage(p)
+	}
+	return ""
+}
+
+// seedReport is the seed's termination message that says what it restored, if its pod's
+// status still shows it.
+func seedReport(obs *Observed, c *v1alpha1.EtcdCluster) (string, bool) {
 	for i := range obs.Pods {
 		p := &obs.Pods[i]
 		cs := etcdStatus(p)
@@ -487,12 +533,49 @@ func recordRestoredRevision(obs *Observed, c *v1alpha1.EtcdCluster, st *v1alpha1
 			if t == nil {
 				continue
 			}
-			if rev, ok := joinstate.RestoredRevision(t.Message); ok {
-				st.RestoredRevision = rev
-				return
+			if _, ok := joinstate.ParseRestored(t.Message); ok {
+				return t.Message, true
 			}
 		}
 	}
+	return "", false
+}
+
+// lineageArgs are the flags that tie a backup Job or the stream to the cluster's lineage: the
+// etcd cluster ID its members must answer with (once known: a member of another cluster is
+// then never read into this one's lineage), and what the lineage's manifest says of the
+// cluster, where it was restored from included (from status, else from the seed's report).
+func (v *view) lineageArgs() []string {
+	c := v.c
+	args := []string{"--namespace=" + c.Namespace}
+	if c.UID != "" {
+		args = append(args, "--cluster-uid="+string(c.UID))
+	}
+	if id := v.knownClusterID(); id != "" {
+		args = append(args, "--cluster-id="+id)
+	}
+	if fromBackup(c) == nil {
+		return args
+	}
+	st := &c.Status
+	p := joinstate.RestoredPoint{Revision: st.RestoredRevision, Lineage: st.RestoredLineage}
+	if st.RestoredTime != nil {
+		p.Time = st.RestoredTime.Time
+	}
+	if p.Revision == 0 {
+		p, _ = restoredPoint(v.obs, c)
+	}
+	if p.Revision == 0 {
+		return args
+	}
+	args = append(args, fmt.Sprintf("--restored-revision=%d", p.Revision))
+	if p.Lineage != "" {
+		args = append(args, "--restored-lineage="+p.Lineage)
+	}
+	if !p.Time.IsZero() {
+		args = append(args, "--restored-time="+p.Time.UTC().Format(time.RFC3339Nano))
+	}
+	return args
 }
 
 func fromBackup(c *v1alpha1.EtcdCluster) *v1alpha1.FromBackup {

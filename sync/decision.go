@@ -63,7 +63,7 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 	children := []Child{
 		headlessService(v.c, v.labels),
 		clientService(v.c, v.labels),
-		joinConfigMap(v.c, v.labels, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID)),
+		joinConfigMap(v.c, v.labels, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID), restoredAnnotation(v.obs, v.c)),
 		podDisruptionBudget(v.c, v.labels, len(v.voters()), v.budgetClosed(s)),
 		statefulSet(v.c, v.claimTemplate(), v.labels, v.spec, s.replicas, s.partition, v.claimRetention(s.replicas)),
 		v.clientConfigMap(v.clientStatus()),
@@ -162,7 +162,7 @@ func (v *view) heldChildren(s step) []Child {
 	if v.join == nil {
 		state := v.lastKnownJoinState()
 		applyRecovery(&state, v.recoveryAfter(s))
-		missing = append(missing, joinConfigMap(v.c, v.labels, state, v.ledger, v.clusterID))
+		missing = append(missing, joinConfigMap(v.c, v.labels, state, v.ledger, v.clusterID, restoredAnnotation(v.obs, v.c)))
 	} else if state, ok := v.observedJoinState(); ok {
 		// A hold changes nothing, but a quorum recovery's fences and force follow status.
 		want := withoutRecovery(state)
@@ -170,7 +170,7 @@ func (v *view) heldChildren(s step) []Child {
 		if joinstate.Encode(want) != joinstate.Encode(state) {
 			for i, c := range children {
 				if c.Kind == "ConfigMap" && c.Name == v.join.Name {
-					children[i] = joinConfigMap(v.c, v.labels, want, v.ledger, v.join.Annotations[AnnotationClusterID])
+					children[i] = joinConfigMap(v.c, v.labels, want, v.ledger, v.join.Annotations[AnnotationClusterID], restoredAnnotation(v.obs, v.c))
 				}
 			}
 		}

@@ -253,7 +253,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	children := []Child{
 		headlessService(c, v.labels),
 		clientService(c, v.labels),
-		joinConfigMap(c, v.labels, state, ledger{seed: {}}, ""),
+		joinConfigMap(c, v.labels, state, ledger{seed: {}}, "", restoredAnnotation(obs, c)),
 		podDisruptionBudget(c, v.labels, 1, false),
 		statefulSet(c, v.claimTemplate(), v.labels, v.spec, 1, partition, retainClaims),
 	}

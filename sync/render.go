@@ -82,8 +82,9 @@ func clientService(c *v1alpha1.EtcdCluster, lb childLabels) Child {
 	})
 }
 
-// joinConfigMap renders the join state; clusterID is "" until etcd first answered.
-func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.State, l ledger, clusterID string) Child {
+// joinConfigMap renders the join state; clusterID is "" until etcd first answered, restored
+// until the seed of a restore reported what it restored (restoredAnnotation).
+func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.State, l ledger, clusterID, restored string) Child {
 	meta := metadata(c, JoinConfigMapName(c.Name), lb.common)
 	meta.Annotations = map[string]string{AnnotationLedger: l.encode()}
 	if clusterID != "" {
@@ -91,6 +92,9 @@ func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.Stat
 	}
 	if f := fromBackup(c); f != nil {
 		meta.Annotations[AnnotationRestoredFrom] = f.Name
+	}
+	if restored != "" {
+		meta.Annotations[AnnotationRestored] = restored
 	}
 	return Child{APIVersion: "v1", Kind: "ConfigMap", Name: meta.Name, Object: apiObject{
 		APIVersion: "v1", Kind: "ConfigMap", Metadata: meta,

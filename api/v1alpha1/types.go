@@ -518,6 +518,17 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	RestoredRevision int64 `json:"restoredRevision,omitempty"`
+	// RestoredTime is when the revision restored was stored: the snapshot taken, or the
+	// change received by the continuous backup (docs/backup.md, restore to a time). Unset
+	// when the backup does not say.
+	//
+	// +optional
+	RestoredTime *metav1.MicroTime `json:"restoredTime,omitempty"`
+	// RestoredLineage is the lineage the seed restored from: the etcd cluster ID (hex) of
+	// the cluster that stored it, or "legacy".
+	//
+	// +optional
+	RestoredLineage string `json:"restoredLineage,omitempty"`
 	// TLS is what the members serve and, while TLS is turned on or off, how far the roll got.
 	//
 	// +optional

@@ -121,9 +121,10 @@ func continuousBackup(t *testing.T, dest v1alpha1.BackupDestination, open func()
 		t.Fatalf("status.backup.continuous %+v", cs)
 	}
 
-	// The destination: the stream's one snapshot, and one chain after it without a gap that
-	// reaches the final revision, across the interruptions.
-	store := open()
+	// The destination: in the lineage of the cluster's etcd ID, the stream's one snapshot,
+	// and one chain after it without a gap that reaches the final revision, across the
+	// interruptions.
+	store := backup.LineageStore(open(), env.Store.Parent().Status.ClusterID)
 	snaps, err := store.List(context.Background())
 	if err != nil || len(snaps) != 1 {
 		t.Fatalf("snapshots %+v, %v: want the stream's first", snaps, err)

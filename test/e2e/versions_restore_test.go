@@ -81,6 +81,13 @@ func restoresOn(t *testing.T, v string) {
 	must(t, err)
 	w, err := env.StartWorkload("/matrix")
 	must(t, err)
+	// A time in the middle of the writes, on the second (what the spec keeps): the changes
+	// before it were stored with times before it, those after with times after.
+	w.AwaitAcked(75, changeBound)
+	r0 := currentRevision(t, cli)
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+	at := time.Now().Truncate(time.Second)
+	r1 := currentRevision(t, cli)
 	w.AwaitAcked(150, changeBound)
 	stats := w.Stop()
 	final := w.History().Final
@@ -93,7 +100,14 @@ func restoresOn(t *testing.T, v string) {
 	backupNow("after-the-writes")
 	env.Close()
 
-	snaps, err := store.List(context.Background())
+	// The cluster wrote one lineage, its etcd cluster ID's.
+	lineages, err := backup.ListLineages(context.Background(), store)
+	must(t, err)
+	if len(lineages) != 1 {
+		t.Fatalf("lineages %+v: want the cluster's one", lineages)
+	}
+	lineage := lineages[0].ID
+	snaps, err := backup.LineageStore(store, lineage).List(context.Background())
 	must(t, err)
 	if len(snaps) != 3 {
 		t.Fatalf("snapshots %+v: want the stream's first and the two requested", snaps)
@@ -107,7 +121,10 @@ func restoresOn(t *testing.T, v string) {
 	t.Logf("etcd %s: %d writes acknowledged, revisions %d to %d after snapshot %s; restoring %s and revision %d",
 		v, stats.Acked, leased.Revision+1, final, leased.Name, last.Name, mid)
 
-	restore := func(t *testing.T, from v1alpha1.FromBackup, rev int64) {
+	// restore starts a cluster on v from the backup and checks it holds, key by key, what
+	// the workload's history says the cluster held at the revision it restored, which want
+	// accepts.
+	restore := func(t *testing.T, from v1alpha1.FromBackup, want func(rev int64) bool) {
 		t.Parallel()
 		r := start(t)
 		rs := spec(1)
@@ -117,20 +134,39 @@ func restoresOn(t *testing.T, v string) {
 		r.Create(rs)
 		steadyOrRefused(t, r, 1)
 		checkServes(t, r, v)
+		st := r.Store.Parent().Status
+		rev := st.RestoredRevision
+		if !want(rev) || st.RestoredLineage != lineage {
+			t.Fatalf("status.restoredRevision %d of lineage %s: not the revision asked for of %s", rev, st.RestoredLineage, lineage)
+		}
 		diff, err := w.CheckRestoredAt(r, rev, verifyBound)
 		must(t, err)
 		if len(diff) > 0 {
 			t.Fatalf("etcd %s restored to revision %d: %d differences, first %v", v, rev, len(diff), diff[:min(5, len(diff))])
 		}
-		if got := r.Store.Parent().Status.RestoredRevision; got != rev {
-			t.Errorf("status.restoredRevision %d, want %d", got, rev)
-		}
 		checkLeased(t, r, l.ID)
 	}
-	t.Run("snapshot", func(t *testing.T) { restore(t, v1alpha1.FromBackup{Name: last.Name}, last.Revision) })
-	t.Run("revision", func(t *testing.T) {
-		restore(t, v1alpha1.FromBackup{Name: v1alpha1.LatestBackup, Revision: &mid}, mid)
+	is := func(want int64) func(int64) bool { return func(rev int64) bool { return rev == want } }
+	t.Run("snapshot", func(t *testing.T) {
+		restore(t, v1alpha1.FromBackup{Name: last.Name, Lineage: lineage}, is(last.Revision))
 	})
+	t.Run("revision", func(t *testing.T) {
+		restore(t, v1alpha1.FromBackup{Name: v1alpha1.LatestBackup, Revision: &mid}, is(mid))
+	})
+	t.Run("time", func(t *testing.T) {
+		restore(t, v1alpha1.FromBackup{Name: v1alpha1.LatestBackup, Time: &metav1.Time{Time: at}},
+			func(rev int64) bool { return rev >= r0 && rev <= r1 })
+	})
+}
+
+// currentRevision is the cluster's revision now.
+func currentRevision(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), verifyBound)
+	defer cancel()
+	resp, err := cli.Get(ctx, "\x00", clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	must(t, err)
+	return resp.Header.Revision
 }
 
 // leaseTTL is the TTL of the lease whose keys TestVersionMatrixRestores restores: long enough

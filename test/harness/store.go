@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -74,7 +75,6 @@ type Store struct {
 
 	mu      gosync.Mutex
 	rv      int64
-	uid     int64
 	parent  *v1alpha1.EtcdCluster
 	objs    map[objKey]Object
 	changed chan struct{}
@@ -102,9 +102,13 @@ func (s *Store) stampLocked(o metav1.Object) {
 	o.SetResourceVersion(strconv.FormatInt(s.rv, 10))
 }
 
+// uids counts the UIDs handed out by every Store: unique across them, as an API server's are,
+// so that an EtcdCluster created again under its name in another loop gets a new UID, and
+// with it a new cluster token and etcd cluster ID.
+var uids atomic.Int64
+
 func (s *Store) newUIDLocked() types.UID {
-	s.uid++
-	return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", s.uid))
+	return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", uids.Add(1)))
 }
 
 // KindOf returns the Kind of a stored object type.

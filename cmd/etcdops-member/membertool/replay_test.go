@@ -49,7 +49,10 @@ func TestLaunchReplaysWithThePodsEtcd(t *testing.T) {
 			t.Fatalf("no snapshot in 30s: %q", stderr.String())
 		}
 		time.Sleep(100 * time.Millisecond)
-		snaps, _ = s.List(context.Background())
+		// The stream stores below the lineage of the cluster it watches.
+		if ls, err := backup.ListLineages(context.Background(), s); err == nil && len(ls) == 1 {
+			snaps, _ = backup.LineageStore(s, ls[0].ID).List(context.Background())
+		}
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, Logger: zap.NewNop()})
 	if err != nil {
@@ -64,7 +67,7 @@ func TestLaunchReplaysWithThePodsEtcd(t *testing.T) {
 		}
 		last = resp.Header.Revision
 	}
-	for i := 0; !strings.Contains(stdout.String(), fmt.Sprintf("-%019d.delta", last)); i++ {
+	for i := 0; !strings.Contains(stdout.String(), fmt.Sprintf("-%019d.", last)); i++ {
 		if i == 300 {
 			t.Fatalf("revision %d not stored in 30s: stdout %q, stderr %q", last, stdout.String(), stderr.String())
 		}
@@ -99,7 +102,7 @@ func TestLaunchReplaysWithThePodsEtcd(t *testing.T) {
 		t.Fatalf("launch replaying with etcd %s: exit %d, %q", bin, code, errOut)
 	}
 	msg, _ := os.ReadFile(termLog)
-	if rev, ok := joinstate.RestoredRevision(string(msg)); !ok || rev != target {
+	if p, ok := joinstate.ParseRestored(string(msg)); !ok || p.Revision != target {
 		t.Fatalf("termination message %q: want revision %d restored", msg, target)
 	}
 }
