@@ -80,6 +80,6 @@ func (e *Env) AdvanceHookClock(d time.Duration) {
 // VerifyOn reads the workload's keys back from the cluster of another Env: one restored
 // from a snapshot taken after the workload stopped must hold every key it wrote.
 func (w *Workload) VerifyOn(e *Env, timeout time.Duration) ([]string, error) {
-	w.env = e
+	w.target = e
 	return w.Verify(timeout)
 }

@@ -310,6 +310,21 @@ func (s *Store) DeleteUID(kind, name string, uid types.UID) bool {
 	return true
 }
 
+// Put stores an object as a real API server holds it, its uid, resourceVersion and
+// timestamps kept: the store is then the kubelet's view of that server (APINode).
+func (s *Store) Put(o Object) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o = o.DeepCopyObject().(Object)
+	setTypeMeta(o)
+	k := objKey{KindOf(o), o.GetName()}
+	if old, ok := s.objs[k]; ok && jsonEqual(old, o) {
+		return
+	}
+	s.objs[k] = o
+	s.notifyLocked()
+}
+
 // Remove deletes a pod for good: the kubelet has stopped it.
 func (s *Store) Remove(kind, name string) {
 	s.mu.Lock()
