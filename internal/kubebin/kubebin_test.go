@@ -2,7 +2,6 @@ package kubebin
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,24 +40,5 @@ func TestContentKeyFollowsContent(t *testing.T) {
 	k3, _ := contentKey(dir)
 	if k1 != k2 || k1 == k3 {
 		t.Errorf("keys %s %s %s: want the first two equal and the third different", k1, k2, k3)
-	}
-}
-
-// TestControlPlaneBuilds builds (or finds cached) the control plane and checks each program
-// reports its release; the first run pays the build, about 6 minutes on 2 cores. It runs
-// only with the control-plane tier, which needs it anyway.
-func TestControlPlaneBuilds(t *testing.T) {
-	if os.Getenv("ETCDOPS_CONTROLPLANE") == "" {
-		t.Skip("set ETCDOPS_CONTROLPLANE=1 to build the control plane (test/controlplane does)")
-	}
-	bins, err := Control()
-	if err != nil {
-		t.Skipf("the control plane cannot be built here: %v", err)
-	}
-	for _, bin := range []string{bins.APIServer, bins.ControllerManager} {
-		out, err := exec.Command(bin, "--version").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), Kubernetes) {
-			t.Errorf("%s --version: %v %s", bin, err, out)
-		}
 	}
 }

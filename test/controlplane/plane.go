@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	gosync "sync"
 	"syscall"
 	"testing"
 	"time"
@@ -65,6 +66,8 @@ type Plane struct {
 	Metacontroller string
 
 	t      testing.TB
+	logMu  gosync.Mutex
+	closed bool // the test has ended: nothing more goes to its log
 	ca     *testcert.Cert
 	host   string
 	procs  []*process
@@ -334,12 +337,18 @@ func (p *Plane) Logs() string {
 	for _, pr := range p.procs {
 		names = append(names, pr.log)
 	}
+	if _, err := os.Stat(p.file("hook.log")); err == nil {
+		names = append(names, p.file("hook.log"))
+	}
 	return strings.Join(names, " ")
 }
 
 // stop ends every process, last started first: SIGTERM, then SIGKILL after 5 seconds.
 func (p *Plane) stop() {
 	p.cancel()
+	p.logMu.Lock()
+	p.closed = true
+	p.logMu.Unlock()
 	for i := len(p.procs) - 1; i >= 0; i-- {
 		pr := p.procs[i]
 		pr.cmd.Process.Signal(syscall.SIGTERM)

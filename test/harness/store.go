@@ -64,6 +64,10 @@ func kindOfResource(apiVersion, resource string) (string, bool) {
 	return "", false
 }
 
+// clusterScoped are the kinds the API server keeps outside namespaces; the store keeps them
+// in its one namespace with the others.
+var clusterScoped = map[string]bool{"StorageClass": true}
+
 type objKey struct{ Kind, Name string }
 
 // Store is the API server's part of the fake: one namespace holding one EtcdCluster parent
