@@ -22,9 +22,10 @@ import (
 // CSIDriver plays, against a real API server, the parts of a CSI driver that cannot run here
 // (the control-plane tier): its external provisioner, its external resizer and the kubelet's
 // node expansion. The PersistentVolume binder and the volume expansion controller of
-// kube-controller-manager are real; they hand claims of the driver's StorageClasses over by the
-// annotations volume.kubernetes.io/storage-provisioner and storage-resizer, as they do to any
-// CSI driver.
+// kube-controller-manager are real: the binder hands a claim of the driver's StorageClass over
+// by the annotation volume.kubernetes.io/storage-provisioner, and the expansion controller
+// leaves a CSI volume's growth to the driver's resizer, which finds its claims by the
+// volume's driver, as the external resizer does.
 //
 //   - Provisioning: each pending claim handed to the driver gets a PersistentVolume of the
 //     size asked for (a directory under Root), bound to it by claimRef; the binder binds it.
@@ -61,12 +62,9 @@ type resize struct {
 	pending   bool
 }
 
-// ProvisionerAnnotation and ResizerAnnotation are how kube-controller-manager hands a claim
-// to an external CSI provisioner and resizer.
-const (
-	ProvisionerAnnotation = "volume.kubernetes.io/storage-provisioner"
-	ResizerAnnotation     = "volume.kubernetes.io/storage-resizer"
-)
+// ProvisionerAnnotation is how kube-controller-manager hands a claim to an external
+// provisioner.
+const ProvisionerAnnotation = "volume.kubernetes.io/storage-provisioner"
 
 // Start runs the driver until ctx ends; the returned function waits for it to stop.
 func (d *CSIDriver) Start(ctx context.Context) (func(), error) {
@@ -132,7 +130,7 @@ func (d *CSIDriver) reconcile(ctx context.Context) {
 		switch {
 		case c.Status.Phase == corev1.ClaimPending && c.Annotations[ProvisionerAnnotation] == d.Name && c.Spec.VolumeName == "":
 			d.provision(ctx, c)
-		case c.Status.Phase == corev1.ClaimBound && c.Annotations[ResizerAnnotation] == d.Name:
+		case c.Status.Phase == corev1.ClaimBound && d.serves(c.Spec.VolumeName):
 			d.expand(ctx, c)
 		}
 	}
@@ -150,6 +148,12 @@ func (d *CSIDriver) reconcile(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// serves reports whether the volume is one of the driver's.
+func (d *CSIDriver) serves(volume string) bool {
+	pv, err := d.volumes.Get(volume)
+	return err == nil && pv.Spec.CSI != nil && pv.Spec.CSI.Driver == d.Name
 }
 
 // provision creates the claim's volume, as the external provisioner does.
@@ -182,8 +186,10 @@ func (d *CSIDriver) provision(ctx context.Context, c *corev1.PersistentVolumeCla
 			PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: d.Name, VolumeHandle: name}},
 		},
 	}
-	if _, err := d.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		d.Logf("CSI %s: provisioning %s/%s: %v", d.Name, c.Namespace, c.Name, err)
+	if _, err := d.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			d.Logf("CSI %s: provisioning %s/%s: %v", d.Name, c.Namespace, c.Name, err)
+		}
 		return
 	}
 	d.Logf("CSI %s: provisioned %s for %s/%s", d.Name, name, c.Namespace, c.Name)
