@@ -84,6 +84,17 @@ func growVolumes(t *testing.T, c *Cluster, class string, offline bool) {
 	before := c.PodUIDs()
 	w := startWorkloadAfter(t, c, nil)
 	c.Apply(manifest(3, class, "2Gi"))
+	if offline {
+		// The planner leaves a claim FileSystemResizePending for three minutes of its clock
+		// before it restarts the member's pod, in case the node grows it online after all:
+		// once every claim waits, the hook's clock is moved past that.
+		if _, err := c.WaitFor(2*time.Minute, func(*v1alpha1.EtcdCluster) (bool, string) { return claimsPending(c) }); err != nil {
+			w.Stop()
+			t.Fatalf("the claims did not reach FileSystemResizePending: %v", err)
+		}
+		c.Plane.HookClock.Advance(4 * time.Minute)
+		t.Log("every claim is FileSystemResizePending: the hook's clock moved on by 4m")
+	}
 	took, err := c.WaitFor(3*time.Minute, func(ec *v1alpha1.EtcdCluster) (bool, string) {
 		if ok, why := Condition(v1alpha1.ConditionVolumesExpanded, metav1.ConditionTrue)(ec); !ok {
 			return false, why
@@ -115,6 +126,25 @@ func growVolumes(t *testing.T, c *Cluster, class string, offline bool) {
 	if q := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "1Gi" {
 		t.Errorf("the StatefulSet's claim template asks for %s; it cannot change and must keep 1Gi", q.String())
 	}
+}
+
+// claimsPending holds once every member's claim waits for its file system to grow.
+func claimsPending(c *Cluster) (bool, string) {
+	for i := range 3 {
+		name := "data-" + c.Pod(i)
+		pvc, err := c.Plane.Client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(c.Plane.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pending := false
+		for _, cond := range pvc.Status.Conditions {
+			pending = pending || cond.Type == corev1.PersistentVolumeClaimFileSystemResizePending && cond.Status == corev1.ConditionTrue
+		}
+		if !pending {
+			return false, fmt.Sprintf("claim %s: conditions %v", name, pvc.Status.Conditions)
+		}
+	}
+	return true, ""
 }
 
 // claimsHave holds once every member's claim has the capacity.

@@ -126,7 +126,7 @@ func waitHTTP(url string, bound time.Duration, exited func() bool) error {
 }
 
 // StartHook runs the hook server in the test on 127.0.0.1 (harness.InProcessHook: the
-// server cmd/hook-server runs), logging to Dir/hook.log; it returns its base URL.
+// server cmd/hook-server runs) on HookClock, logging to Dir/hook.log; it returns its base URL.
 func (p *Plane) StartHook() string {
 	p.t.Helper()
 	f, err := os.Create(p.file("hook.log"))
@@ -134,7 +134,8 @@ func (p *Plane) StartHook() string {
 		p.t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	url, stop, err := harness.InProcessHook(sync.Config{ClusterDomain: "cluster.local", ToolImage: ToolImage}, log)(p.ctx, &harness.HookClock{})
+	p.HookClock = &harness.HookClock{}
+	url, stop, err := harness.InProcessHook(sync.Config{ClusterDomain: "cluster.local", ToolImage: ToolImage}, log)(p.ctx, p.HookClock)
 	if err != nil {
 		p.t.Fatal(err)
 	}

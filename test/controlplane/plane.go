@@ -40,6 +40,7 @@ import (
 	"etcdops.dev/etcdops/internal/etcdbin"
 	"etcdops.dev/etcdops/internal/kubebin"
 	"etcdops.dev/etcdops/internal/testcert"
+	"etcdops.dev/etcdops/test/harness"
 )
 
 // Enabled runs the tier: it builds the control plane (about 8 minutes cold on 2 cores) and
@@ -64,6 +65,9 @@ type Plane struct {
 	Bins       kubebin.Binaries
 	// Metacontroller is the path of the built Metacontroller.
 	Metacontroller string
+	// HookClock is the hook's clock (StartHook): a scenario moves it on past a grace period
+	// the planner measures, rather than wait for it.
+	HookClock *harness.HookClock
 
 	t      testing.TB
 	logMu  gosync.Mutex

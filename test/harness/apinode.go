@@ -85,10 +85,8 @@ func StartAPINode(ctx context.Context, o APINodeOptions) (*APINode, func(), erro
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	for _, d := range []string{"pods"} {
-		if err := os.MkdirAll(filepath.Join(o.Root, d), 0o755); err != nil {
-			return nil, nil, err
-		}
+	if err := os.MkdirAll(filepath.Join(o.Root, "pods"), 0o755); err != nil {
+		return nil, nil, err
 	}
 	n := &APINode{Name: o.Name, Namespace: o.Namespace, Client: o.Client, Config: o.Config, Tools: o.Tools, Root: o.Root, Logf: o.Logf,
 		Store: NewStore(o.Namespace), kick: make(chan struct{}, 1),

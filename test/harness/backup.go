@@ -71,9 +71,7 @@ func terminated(p *corev1.Pod, logFile string, runErr error) {
 // AdvanceHookClock moves the hook's clock on by d from now on, as if that much time had
 // passed for it: a schedule time falls due at once. Kubernetes and etcd keep their time.
 func (e *Env) AdvanceHookClock(d time.Duration) {
-	e.hookClock.mu.Lock()
-	e.hookClock.offset += d
-	e.hookClock.mu.Unlock()
+	e.hookClock.Advance(d)
 	e.logf("hook clock advanced by %s", d)
 }
 
