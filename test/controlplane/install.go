@@ -147,9 +147,11 @@ func (p *Plane) StartHook() string {
 // manifests/metacontroller`, and points its CompositeController's hooks at hookURL.
 func (p *Plane) InstallKustomize(hookURL string) {
 	p.t.Helper()
-	if out, err := p.Kubectl("apply", "-k", ManifestsDir); err != nil {
-		p.t.Fatalf("kubectl apply -k %s: %v\n%s", ManifestsDir, err, out)
+	out, err := p.Kubectl("apply", "-k", ManifestsDir)
+	if err != nil {
+		p.t.Fatalf("kubectl apply -k %s: %v", ManifestsDir, err)
 	}
+	p.t.Logf("kubectl apply -k %s:\n%s", ManifestsDir, out)
 	p.PointHooks(hookURL)
 }
 
@@ -180,9 +182,11 @@ func (p *Plane) InstallHelm(hookURL string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, helm, "install", "etcdops", ChartDir, "--namespace", OperatorNamespace, "--kubeconfig", p.Kubeconfig, "--wait=false")
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
 		p.t.Fatalf("helm install: %v\n%s", err, out)
 	}
+	p.t.Logf("helm install:\n%s", out)
 	p.PointHooks(hookURL)
 }
 

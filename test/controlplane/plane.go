@@ -47,6 +47,9 @@ import (
 // runs each scenario for a few minutes, too long for the default `go test ./...`.
 var Enabled = flag.Bool("controlplane", false, "run the control-plane tier (real kube-apiserver, kube-controller-manager and Metacontroller)")
 
+// Keep keeps every plane's directory (logs, kubeconfigs), not only a failed test's.
+var Keep = flag.Bool("controlplane.keep", false, "keep each control plane's logs and kubeconfigs, also when the test passed")
+
 // SharedDir is ../shared from the project root, where Metacontroller's source and install
 // manifests are.
 const SharedDir = "../../../shared"
@@ -98,6 +101,7 @@ func Skip(t testing.TB) (kubebin.Binaries, string) {
 	if _, err := os.Stat(src); err != nil {
 		t.Skipf("Metacontroller's source is not here (%s: ../shared is absent), so the control-plane tier cannot run: %v", src, err)
 	}
+	start := time.Now()
 	bins, err := kubebin.Control()
 	if err != nil {
 		t.Skipf("kube-apiserver and kube-controller-manager cannot be built here, so the control-plane tier skips: %v", err)
@@ -106,6 +110,7 @@ func Skip(t testing.TB) (kubebin.Binaries, string) {
 	if err != nil {
 		t.Skipf("Metacontroller cannot be built here, so the control-plane tier skips: %v", err)
 	}
+	t.Logf("kube-apiserver, kube-controller-manager, kubectl and Metacontroller built or found in the cache in %s", time.Since(start).Round(time.Millisecond))
 	return bins, mc
 }
 
@@ -363,8 +368,8 @@ func (p *Plane) stop() {
 			<-pr.done
 		}
 	}
-	if p.t.Failed() {
-		p.t.Logf("the control plane's logs are kept in %s", p.Dir)
+	if p.t.Failed() || *Keep {
+		p.t.Logf("the control plane's logs are kept in %s (admin kubeconfig: %s)", p.Dir, p.Kubeconfig)
 		return
 	}
 	os.RemoveAll(p.Dir)
