@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -16,8 +17,8 @@ import (
 )
 
 // manifest is an EtcdCluster as a user writes it: size members, each with a claim of size
-// from class.
-func manifest(size int, class, volume string) string {
+// from class, kept or deleted with the cluster as whenDeleted says.
+func manifest(size int, class, volume string, whenDeleted v1alpha1.PVCRetention) string {
 	return fmt.Sprintf(`apiVersion: etcdops.dev/v1alpha1
 kind: EtcdCluster
 metadata:
@@ -29,7 +30,8 @@ spec:
     accessModes: ReadWriteOnce
     volumeSizeRequest: %s
     storageClassName: %s
-`, size, v1alpha1.DefaultVersion, volume, class)
+    whenDeleted: %s
+`, size, v1alpha1.DefaultVersion, volume, class, whenDeleted)
 }
 
 // createBound bounds a 3-member cluster's creation: three pods started one after another,
@@ -37,7 +39,8 @@ spec:
 const createBound = 4 * time.Minute
 
 // TestKustomizeInstall installs the operator with `kubectl apply -k`, creates a 3-member
-// cluster and grows its volumes online, the workload writing throughout.
+// cluster and grows its volumes online, the workload writing throughout, then deletes it,
+// keeping its claims.
 func TestKustomizeInstall(t *testing.T) {
 	p := Start(t)
 	p.StartStorage()
@@ -46,19 +49,23 @@ func TestKustomizeInstall(t *testing.T) {
 	c := p.NewCluster("kustomize", "etcd")
 	t.Run("create-3", func(t *testing.T) {
 		w := startWorkloadAfter(t, c, func() {
-			c.Apply(manifest(3, OnlineClass, "1Gi"))
+			c.Apply(manifest(3, OnlineClass, "1Gi", v1alpha1.PVCRetain))
 			waitSteady(t, c, 3, createBound)
 		})
 		checkWorkload(t, w)
 	})
 	t.Run("online-growth", func(t *testing.T) {
-		growVolumes(t, c, OnlineClass, false)
+		growVolumes(t, c, OnlineClass, v1alpha1.PVCRetain, false)
+	})
+	t.Run("teardown-retain", func(t *testing.T) {
+		teardown(t, c, v1alpha1.PVCRetain)
 	})
 }
 
 // TestHelmInstall installs the operator with `helm install` of the chart, creates a 3-member
 // cluster whose class's driver grows file systems only on a remount, and grows its volumes:
-// the operator restarts the members' pods itself, one at a time.
+// the operator restarts the members' pods itself, one at a time. Then it deletes the cluster
+// with its claims.
 func TestHelmInstall(t *testing.T) {
 	p := Start(t)
 	p.StartStorage()
@@ -66,24 +73,27 @@ func TestHelmInstall(t *testing.T) {
 	p.InstallHelm(p.StartHook())
 	c := p.NewCluster("helm", "etcd")
 	t.Run("create-3", func(t *testing.T) {
-		c.Apply(manifest(3, OfflineClass, "1Gi"))
+		c.Apply(manifest(3, OfflineClass, "1Gi", v1alpha1.PVCDelete))
 		waitSteady(t, c, 3, createBound)
 	})
 	t.Run("offline-growth", func(t *testing.T) {
-		growVolumes(t, c, OfflineClass, true)
+		growVolumes(t, c, OfflineClass, v1alpha1.PVCDelete, true)
+	})
+	t.Run("teardown-delete", func(t *testing.T) {
+		teardown(t, c, v1alpha1.PVCDelete)
 	})
 }
 
 // growVolumes asks for 2Gi under the workload and waits for every claim to have it, the
 // VolumesExpanded condition True and the cluster steady. Online, no pod is recreated;
 // offline, every pod is, as the driver needs.
-func growVolumes(t *testing.T, c *Cluster, class string, offline bool) {
+func growVolumes(t *testing.T, c *Cluster, class string, whenDeleted v1alpha1.PVCRetention, offline bool) {
 	if t.Failed() {
 		t.Skip("the cluster was not created")
 	}
 	before := c.PodUIDs()
 	w := startWorkloadAfter(t, c, nil)
-	c.Apply(manifest(3, class, "2Gi"))
+	c.Apply(manifest(3, class, "2Gi", whenDeleted))
 	if offline {
 		// The planner leaves a claim FileSystemResizePending for three minutes of its clock
 		// before it restarts the member's pod, in case the node grows it online after all:
@@ -126,6 +136,96 @@ func growVolumes(t *testing.T, c *Cluster, class string, offline bool) {
 	if q := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "1Gi" {
 		t.Errorf("the StatefulSet's claim template asks for %s; it cannot change and must keep 1Gi", q.String())
 	}
+}
+
+// teardown deletes the EtcdCluster with kubectl and waits for it to be gone: the finalize
+// hook, Metacontroller's finalizer and the garbage collector, for real. Its pods, StatefulSet
+// and Jobs go; its claims and their volumes stay with whenDeleted Retain, and go with Delete.
+func teardown(t *testing.T, c *Cluster, whenDeleted v1alpha1.PVCRetention) {
+	if t.Failed() {
+		t.Skip("the cluster is not there to delete")
+	}
+	start := time.Now()
+	if _, err := c.Plane.Kubectl("delete", "-n", c.Namespace, "etcdcluster", c.Name, "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	why := ""
+	for ; time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if why = c.leftovers(whenDeleted); why == "" {
+			break
+		}
+	}
+	if why != "" {
+		t.Fatalf("after 2m the cluster is not torn down: %s\n%s\nlogs: %s", why, c.Describe(), c.Plane.Logs())
+	}
+	t.Logf("torn down in %s", time.Since(start).Round(time.Second))
+	ctx := c.Plane.ctx
+	claims, err := c.Plane.Client.CoreV1().PersistentVolumeClaims(c.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whenDeleted == v1alpha1.PVCRetain {
+		if len(claims.Items) != 3 {
+			t.Errorf("%d claims left, want the 3 members' with whenDeleted Retain", len(claims.Items))
+		}
+		for _, pvc := range claims.Items {
+			if pvc.DeletionTimestamp != nil || pvc.Status.Phase != corev1.ClaimBound {
+				t.Errorf("claim %s: %s, deleting %v; whenDeleted Retain keeps it bound", pvc.Name, pvc.Status.Phase, pvc.DeletionTimestamp != nil)
+			}
+		}
+	}
+}
+
+// leftovers says what of the cluster is still there ("" when nothing that should go is):
+// the EtcdCluster, pods, the StatefulSet, Jobs, and with whenDeleted Delete claims and volumes.
+func (c *Cluster) leftovers(whenDeleted v1alpha1.PVCRetention) string {
+	ctx := c.Plane.ctx
+	cs := c.Plane.Client
+	if _, err := c.Get(); !apierrors.IsNotFound(err) {
+		return fmt.Sprintf("the EtcdCluster is still there (%v)", err)
+	}
+	pods, err := cs.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	if len(pods.Items) > 0 {
+		return fmt.Sprintf("%d pods left", len(pods.Items))
+	}
+	sets, err := cs.AppsV1().StatefulSets(c.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	if len(sets.Items) > 0 {
+		return fmt.Sprintf("%d StatefulSets left", len(sets.Items))
+	}
+	jobs, err := cs.BatchV1().Jobs(c.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	if len(jobs.Items) > 0 {
+		return fmt.Sprintf("%d Jobs left", len(jobs.Items))
+	}
+	if whenDeleted != v1alpha1.PVCDelete {
+		return ""
+	}
+	claims, err := cs.CoreV1().PersistentVolumeClaims(c.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	if len(claims.Items) > 0 {
+		return fmt.Sprintf("%d claims left with whenDeleted Delete", len(claims.Items))
+	}
+	pvs, err := cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	for _, pv := range pvs.Items {
+		if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == c.Namespace {
+			return fmt.Sprintf("volume %s of claim %s left (%s)", pv.Name, ref.Name, pv.Status.Phase)
+		}
+	}
+	return ""
 }
 
 // claimsPending holds once every member's claim waits for its file system to grow.

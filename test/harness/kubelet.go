@@ -47,7 +47,8 @@ const toolBinary = "etcdops-member"
 // cluster DNS) for etcd pods: each pod gets its own loopback address, its volumes are
 // directories, its container runs the launcher in-process and then a real embedded etcd
 // member. Init containers are not run: they only copy the member tool's binary, which here is
-// linked into the test. Pods of Jobs are run by the Job controller.
+// linked into the test. Pods of Jobs are run by the Job controller (Jobs), or by APINode on a
+// real API server.
 type Kubelet struct {
 	Store *Store
 	// Volumes finds the directory of each bound claim: the StatefulSet controller's volumes
