@@ -330,3 +330,10 @@ func (c *Cluster) ClientURLs() []string {
 func (c *Cluster) ClientConfig() clientv3.Config {
 	return clientv3.Config{Endpoints: c.ClientURLs(), DialTimeout: time.Second, Logger: zap.NewNop()}
 }
+
+// Annotate sets an annotation on the EtcdCluster, as kubectl annotate does: a change that
+// makes Metacontroller sync it and that the hook's answer does not depend on.
+func (c *Cluster) Annotate(key, value string) error {
+	_, err := c.Plane.Kubectl("annotate", "-n", c.Namespace, "--overwrite", "etcdcluster/"+c.Name, key+"="+value)
+	return err
+}

@@ -1,16 +1,19 @@
 package controlplane
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/test/harness"
@@ -54,6 +57,9 @@ func TestKustomizeInstall(t *testing.T) {
 		})
 		checkWorkload(t, w)
 	})
+	t.Run("idle-syncs", func(t *testing.T) {
+		idleSyncsWriteNothing(t, c)
+	})
 	t.Run("online-growth", func(t *testing.T) {
 		growVolumes(t, c, OnlineClass, v1alpha1.PVCRetain, false)
 	})
@@ -82,6 +88,43 @@ func TestHelmInstall(t *testing.T) {
 	t.Run("teardown-delete", func(t *testing.T) {
 		teardown(t, c, v1alpha1.PVCDelete)
 	})
+}
+
+// children are the resources of the CompositeController's children.
+var children = []string{"statefulsets", "services", "configmaps", "poddisruptionbudgets", "jobs", "serviceaccounts", "roles", "rolebindings", "deployments"}
+
+// idleSyncsWriteNothing makes Metacontroller sync a steady cluster a few times (an annotation
+// on the EtcdCluster each time) and checks that nothing of its children was written: its
+// three-way merge finds each child as the API server stores it, defaults included, so it
+// sends no update. A child rendered without a field the API server defaults, in a list
+// Metacontroller replaces whole, would be written again on every sync.
+func idleSyncsWriteNothing(t *testing.T, c *Cluster) {
+	if t.Failed() {
+		t.Skip("the cluster was not created")
+	}
+	before, err := c.Plane.Writes("PUT", children...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := c.Annotate("etcdops.test/poke", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	after, err := c.Plane.Writes("PUT", children...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		templates := ""
+		if sts, err := c.Plane.Dynamic.Resource(appsv1.SchemeGroupVersion.WithResource("statefulsets")).Namespace(c.Namespace).Get(c.Plane.ctx, c.Name, metav1.GetOptions{}); err == nil {
+			list, _, _ := unstructured.NestedSlice(sts.Object, "spec", "volumeClaimTemplates")
+			b, _ := json.Marshal(list)
+			templates = string(b)
+		}
+		t.Errorf("3 syncs of a steady cluster updated its children %d times (metacontroller.log says which, %s); the StatefulSet's claim templates as stored: %s", after-before, c.Plane.logOf("metacontroller"), templates)
+	}
 }
 
 // growVolumes asks for 2Gi under the workload and waits for every claim to have it, the

@@ -77,7 +77,7 @@ func (p *Plane) StartMetacontroller() {
 	}
 	health := freePort(p.t)
 	p.runEnv([]string{"KUBECONFIG=" + kubeconfig}, "metacontroller", p.Metacontroller,
-		"--zap-log-level=4", "--discovery-interval=1s", "--metrics-address=127.0.0.1:0",
+		"--zap-log-level=5", "--discovery-interval=1s", "--metrics-address=127.0.0.1:0",
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", health), "--pprof-address=0")
 	if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/readyz", health), 60*time.Second, func() bool { return p.exited("metacontroller") }); err != nil {
 		p.t.Fatalf("Metacontroller did not become ready: %v (log: %s)", err, p.logOf("metacontroller"))

@@ -374,3 +374,31 @@ func (p *Plane) stop() {
 	}
 	os.RemoveAll(p.Dir)
 }
+
+// Writes counts the API server's requests of a verb on the main resource (not a
+// subresource such as status) of the resources named, since it started, from its metrics
+// (apiserver_request_total).
+func (p *Plane) Writes(verb string, resources ...string) (int, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	raw, err := p.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `verb="`+verb+`"`) || !strings.Contains(line, `subresource=""`) {
+			continue
+		}
+		for _, r := range resources {
+			if strings.Contains(line, `resource="`+r+`"`) {
+				var n float64
+				if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &n); err != nil {
+					return 0, fmt.Errorf("metrics line %q: %w", line, err)
+				}
+				total += int(n)
+			}
+		}
+	}
+	return total, nil
+}
