@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,6 +64,9 @@ func TestKustomizeInstall(t *testing.T) {
 	t.Run("online-growth", func(t *testing.T) {
 		growVolumes(t, c, OnlineClass, v1alpha1.PVCRetain, false)
 	})
+	t.Run("scale-3-5-3", func(t *testing.T) {
+		scale(t, c, manifest(5, OnlineClass, "2Gi", v1alpha1.PVCRetain), manifest(3, OnlineClass, "2Gi", v1alpha1.PVCRetain))
+	})
 	t.Run("teardown-retain", func(t *testing.T) {
 		teardown(t, c, v1alpha1.PVCRetain)
 	})
@@ -88,6 +92,74 @@ func TestHelmInstall(t *testing.T) {
 	t.Run("teardown-delete", func(t *testing.T) {
 		teardown(t, c, v1alpha1.PVCDelete)
 	})
+}
+
+// scale takes a steady 3-member cluster to 5 members (manifest five) and back to 3 (three),
+// the workload writing throughout: the real StatefulSet controller grows and shrinks the set
+// as the operator says, and on the scale-in deletes the removed members' claims (the
+// StatefulSet's whenScaled: Delete while the operator shrinks it past members it removed),
+// whose volumes the driver then deletes; the kept members' claims stay as they were.
+func scale(t *testing.T, c *Cluster, five, three string) {
+	if t.Failed() {
+		t.Skip("the cluster was not created")
+	}
+	claimUID := func(ord int) string {
+		pvc, err := c.Plane.Client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(c.Plane.ctx, "data-"+c.Pod(ord), metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		return string(pvc.UID)
+	}
+	kept := map[int]string{}
+	for ord := range 3 {
+		kept[ord] = claimUID(ord)
+	}
+	w := startWorkloadAfter(t, c, nil)
+	c.Apply(five)
+	waitSteady(t, c, 5, 3*time.Minute)
+	c.Apply(three)
+	waitSteady(t, c, 3, 3*time.Minute)
+	checkWorkload(t, w)
+	deadline := time.Now().Add(time.Minute)
+	for ord := 3; ord < 5; ord++ {
+		for claimUID(ord) != "" && time.Now().Before(deadline) {
+			time.Sleep(250 * time.Millisecond)
+		}
+		if claimUID(ord) != "" {
+			t.Errorf("the claim of the removed member %s survived the scale-in\n%s", c.Pod(ord), c.Describe())
+		}
+	}
+	for ord, uid := range kept {
+		if got := claimUID(ord); got != uid {
+			t.Errorf("the claim of the kept member %s is %q, was %q", c.Pod(ord), got, uid)
+		}
+	}
+	for time.Now().Before(deadline) && c.volumesOfGoneClaims() != "" {
+		time.Sleep(250 * time.Millisecond)
+	}
+	if v := c.volumesOfGoneClaims(); v != "" {
+		t.Errorf("volumes left of claims gone: %s", v)
+	}
+}
+
+// volumesOfGoneClaims names the namespace's volumes whose claim is gone.
+func (c *Cluster) volumesOfGoneClaims() string {
+	pvs, err := c.Plane.Client.CoreV1().PersistentVolumes().List(c.Plane.ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, pv := range pvs.Items {
+		ref := pv.Spec.ClaimRef
+		if ref == nil || ref.Namespace != c.Namespace {
+			continue
+		}
+		pvc, err := c.Plane.Client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(c.Plane.ctx, ref.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && pvc.UID != ref.UID {
+			out = append(out, pv.Name+" of "+ref.Name)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // children are the resources of the CompositeController's children.
