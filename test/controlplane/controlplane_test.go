@@ -43,33 +43,29 @@ spec:
 const createBound = 4 * time.Minute
 
 // TestKustomizeInstall installs the operator with `kubectl apply -k`, creates a 3-member
-// cluster and grows its volumes online, the workload writing throughout, then deletes it,
-// keeping its claims.
+// cluster, checks that idle syncs write nothing, grows its volumes online and scales it to 5
+// and back, the workload writing throughout, then deletes it, keeping its claims.
 func TestKustomizeInstall(t *testing.T) {
 	p := Start(t)
 	p.StartStorage()
 	p.StartMetacontroller()
 	p.InstallKustomize(p.StartHook())
 	c := p.NewCluster("kustomize", "etcd")
-	t.Run("create-3", func(t *testing.T) {
-		w := startWorkloadAfter(t, c, func() {
-			c.Apply(manifest(3, OnlineClass, "1Gi", v1alpha1.PVCRetain))
-			waitSteady(t, c, 3, createBound)
-		})
-		checkWorkload(t, w)
-	})
-	t.Run("idle-syncs", func(t *testing.T) {
-		idleSyncsWriteNothing(t, c)
-	})
-	t.Run("online-growth", func(t *testing.T) {
-		growVolumes(t, c, OnlineClass, v1alpha1.PVCRetain, false)
-	})
-	t.Run("scale-3-5-3", func(t *testing.T) {
-		scale(t, c, manifest(5, OnlineClass, "2Gi", v1alpha1.PVCRetain), manifest(3, OnlineClass, "2Gi", v1alpha1.PVCRetain))
-	})
-	t.Run("teardown-retain", func(t *testing.T) {
-		teardown(t, c, v1alpha1.PVCRetain)
-	})
+	steps(t,
+		step{"create-3", func(t *testing.T) {
+			w := startWorkloadAfter(t, c, func() {
+				c.Apply(manifest(3, OnlineClass, "1Gi", v1alpha1.PVCRetain))
+				waitSteady(t, c, 3, createBound)
+			})
+			checkWorkload(t, w)
+		}},
+		step{"idle-syncs", func(t *testing.T) { idleSyncsWriteNothing(t, c) }},
+		step{"online-growth", func(t *testing.T) { growVolumes(t, c, OnlineClass, v1alpha1.PVCRetain, false) }},
+		step{"scale-3-5-3", func(t *testing.T) {
+			scale(t, c, manifest(5, OnlineClass, "2Gi", v1alpha1.PVCRetain), manifest(3, OnlineClass, "2Gi", v1alpha1.PVCRetain))
+		}},
+		step{"teardown-retain", func(t *testing.T) { teardown(t, c, v1alpha1.PVCRetain) }},
+	)
 }
 
 // TestHelmInstall installs the operator with `helm install` of the chart, creates a 3-member
@@ -82,16 +78,30 @@ func TestHelmInstall(t *testing.T) {
 	p.StartMetacontroller()
 	p.InstallHelm(p.StartHook())
 	c := p.NewCluster("helm", "etcd")
-	t.Run("create-3", func(t *testing.T) {
-		c.Apply(manifest(3, OfflineClass, "1Gi", v1alpha1.PVCDelete))
-		waitSteady(t, c, 3, createBound)
-	})
-	t.Run("offline-growth", func(t *testing.T) {
-		growVolumes(t, c, OfflineClass, v1alpha1.PVCDelete, true)
-	})
-	t.Run("teardown-delete", func(t *testing.T) {
-		teardown(t, c, v1alpha1.PVCDelete)
-	})
+	steps(t,
+		step{"create-3", func(t *testing.T) {
+			c.Apply(manifest(3, OfflineClass, "1Gi", v1alpha1.PVCDelete))
+			waitSteady(t, c, 3, createBound)
+		}},
+		step{"offline-growth", func(t *testing.T) { growVolumes(t, c, OfflineClass, v1alpha1.PVCDelete, true) }},
+		step{"teardown-delete", func(t *testing.T) { teardown(t, c, v1alpha1.PVCDelete) }},
+	)
+}
+
+// step is one scenario of a test's cluster, a subtest.
+type step struct {
+	name string
+	run  func(*testing.T)
+}
+
+// steps runs the scenarios in order, each from the state the one before left, and stops at
+// the first that fails: the cluster's state is then unknown.
+func steps(t *testing.T, all ...step) {
+	for _, s := range all {
+		if !t.Run(s.name, s.run) {
+			return
+		}
+	}
 }
 
 // scale takes a steady 3-member cluster to 5 members (manifest five) and back to 3 (three),
@@ -100,9 +110,6 @@ func TestHelmInstall(t *testing.T) {
 // StatefulSet's whenScaled: Delete while the operator shrinks it past members it removed),
 // whose volumes the driver then deletes; the kept members' claims stay as they were.
 func scale(t *testing.T, c *Cluster, five, three string) {
-	if t.Failed() {
-		t.Skip("the cluster was not created")
-	}
 	claimUID := func(ord int) string {
 		pvc, err := c.Plane.Client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(c.Plane.ctx, "data-"+c.Pod(ord), metav1.GetOptions{})
 		if err != nil {
@@ -171,9 +178,6 @@ var children = []string{"statefulsets", "services", "configmaps", "poddisruption
 // sends no update. A child rendered without a field the API server defaults, in a list
 // Metacontroller replaces whole, would be written again on every sync.
 func idleSyncsWriteNothing(t *testing.T, c *Cluster) {
-	if t.Failed() {
-		t.Skip("the cluster was not created")
-	}
 	before, err := c.Plane.Writes("PUT", children...)
 	if err != nil {
 		t.Fatal(err)
@@ -203,9 +207,6 @@ func idleSyncsWriteNothing(t *testing.T, c *Cluster) {
 // VolumesExpanded condition True and the cluster steady. Online, no pod is recreated;
 // offline, every pod is, as the driver needs.
 func growVolumes(t *testing.T, c *Cluster, class string, whenDeleted v1alpha1.PVCRetention, offline bool) {
-	if t.Failed() {
-		t.Skip("the cluster was not created")
-	}
 	before := c.PodUIDs()
 	w := startWorkloadAfter(t, c, nil)
 	c.Apply(manifest(3, class, "2Gi", whenDeleted))
@@ -257,9 +258,6 @@ func growVolumes(t *testing.T, c *Cluster, class string, whenDeleted v1alpha1.PV
 // hook, Metacontroller's finalizer and the garbage collector, for real. Its pods, StatefulSet
 // and Jobs go; its claims and their volumes stay with whenDeleted Retain, and go with Delete.
 func teardown(t *testing.T, c *Cluster, whenDeleted v1alpha1.PVCRetention) {
-	if t.Failed() {
-		t.Skip("the cluster is not there to delete")
-	}
 	start := time.Now()
 	if _, err := c.Plane.Kubectl("delete", "-n", c.Namespace, "etcdcluster", c.Name, "--wait=false"); err != nil {
 		t.Fatal(err)

@@ -90,9 +90,9 @@ type process struct {
 	done chan struct{}
 }
 
-// Skip skips the test unless the tier is on and what it needs is here: ../shared, and the
-// control plane and Metacontroller built (or buildable). It returns the binaries.
-func Skip(t testing.TB) (kubebin.Binaries, string) {
+// binaries skips the test unless the tier is on and what it needs is here: ../shared, and the
+// control plane and Metacontroller built (or buildable). It returns the programs.
+func binaries(t testing.TB) (kubebin.Binaries, string) {
 	t.Helper()
 	if !*Enabled {
 		t.Skip("the control-plane tier runs with -controlplane (go test ./test/controlplane -controlplane)")
@@ -114,10 +114,11 @@ func Skip(t testing.TB) (kubebin.Binaries, string) {
 	return bins, mc
 }
 
-// Start starts a control plane for the test (skipping as Skip does) and stops it with the test.
+// Start starts a control plane for the test and stops it with the test. It skips unless
+// -controlplane is given, ../shared is here and the programs are built or can be.
 func Start(t testing.TB) *Plane {
 	t.Helper()
-	bins, mc := Skip(t)
+	bins, mc := binaries(t)
 	etcd, err := etcdbin.Path(v1alpha1.DefaultVersion)
 	if err != nil {
 		t.Skipf("etcd %s cannot be built here, so the control-plane tier skips: %v", v1alpha1.DefaultVersion, err)
@@ -222,6 +223,7 @@ func (p *Plane) writeCredentials() error {
 	if err != nil {
 		return err
 	}
+	// Only its key is used: it signs the service accounts' tokens.
 	sa, err := testcert.NewCA(4, "service-accounts", now.Add(-time.Hour), now.Add(24*time.Hour))
 	if err != nil {
 		return err
