@@ -43,8 +43,9 @@ spec:
 const createBound = 4 * time.Minute
 
 // TestKustomizeInstall installs the operator with `kubectl apply -k`, creates a 3-member
-// cluster, checks that idle syncs write nothing, grows its volumes online and scales it to 5
-// and back, the workload writing throughout, then deletes it, keeping its claims.
+// cluster, checks that idle syncs write nothing, grows its volumes online, scales it to 5
+// and back and deletes a member's pod, the workload writing throughout, then deletes the
+// cluster, keeping its claims.
 func TestKustomizeInstall(t *testing.T) {
 	p := Start(t)
 	p.StartStorage()
@@ -64,6 +65,7 @@ func TestKustomizeInstall(t *testing.T) {
 		step{"scale-3-5-3", func(t *testing.T) {
 			scale(t, c, manifest(5, OnlineClass, "2Gi", v1alpha1.PVCRetain), manifest(3, OnlineClass, "2Gi", v1alpha1.PVCRetain))
 		}},
+		step{"deleted-pod", func(t *testing.T) { deletedPod(t, c, c.Pod(1)) }},
 		step{"teardown-retain", func(t *testing.T) { teardown(t, c, v1alpha1.PVCRetain) }},
 	)
 }
@@ -167,6 +169,49 @@ func (c *Cluster) volumesOfGoneClaims() string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// deletedPod deletes a member's pod through the API server, as `kubectl delete pod` does,
+// under the workload: the node stops its etcd gracefully, the StatefulSet controller creates
+// the pod again on the same claim, and the member comes back as it was (same member ID: its
+// data survived), with nothing lost.
+func deletedPod(t *testing.T, c *Cluster, pod string) {
+	ec, err := c.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ""
+	for _, m := range ec.Status.Members {
+		if m.Name == pod {
+			id = m.ID
+		}
+	}
+	before := c.PodUIDs()[pod]
+	w := startWorkloadAfter(t, c, nil)
+	if err := c.DeletePod(pod); err != nil {
+		t.Fatal(err)
+	}
+	took, err := c.WaitFor(2*time.Minute, func(ec *v1alpha1.EtcdCluster) (bool, string) {
+		if uid := c.PodUIDs()[pod]; uid == "" || uid == before {
+			return false, "pod " + pod + " not created again yet"
+		}
+		return c.Steady(3)(ec)
+	})
+	if err != nil {
+		w.Stop()
+		t.Fatalf("the cluster did not recover from the deleted pod: %v", err)
+	}
+	t.Logf("pod %s deleted, created again and its member back in %s", pod, took.Round(time.Second))
+	checkWorkload(t, w)
+	ec, err = c.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ec.Status.Members {
+		if m.Name == pod && m.ID != id {
+			t.Errorf("member %s has ID %s, was %s: its pod came back on its own volume and must keep its member", pod, m.ID, id)
+		}
+	}
 }
 
 // children are the resources of the CompositeController's children.
