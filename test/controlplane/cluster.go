@@ -102,10 +102,15 @@ type JobRun struct {
 	Err  error
 }
 
-// NewCluster creates the namespace and starts its node; the EtcdCluster comes with Apply.
+// NewCluster creates the namespace, enforcing the restricted Pod Security Standard, and
+// starts its node; the EtcdCluster comes with Apply.
 func (p *Plane) NewCluster(namespace, name string) *Cluster {
 	p.t.Helper()
-	if _, err := p.Client.CoreV1().Namespaces().Create(p.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+	// The restricted Pod Security Standard, enforced by the API server's admission: every pod
+	// the operator renders must meet it (docs/security.md).
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/warn": "restricted"}}}
+	if _, err := p.Client.CoreV1().Namespaces().Create(p.ctx, ns, metav1.CreateOptions{}); err != nil {
 		p.t.Fatal(err)
 	}
 	c := &Cluster{Plane: p, Namespace: namespace, Name: name}

@@ -152,6 +152,7 @@ func (p *Plane) InstallKustomize(hookURL string) {
 		p.t.Fatalf("kubectl apply -k %s: %v", ManifestsDir, err)
 	}
 	p.t.Logf("kubectl apply -k %s:\n%s", ManifestsDir, out)
+	p.waitHookPods()
 	p.PointHooks(hookURL)
 }
 
@@ -187,7 +188,27 @@ func (p *Plane) InstallHelm(hookURL string) {
 		p.t.Fatalf("helm install: %v\n%s", err, out)
 	}
 	p.t.Logf("helm install:\n%s", out)
+	p.waitHookPods()
 	p.PointHooks(hookURL)
+}
+
+// waitHookPods waits for the hook Deployment's pods to be created: the real Deployment and
+// ReplicaSet controllers, and the namespace's Pod Security admission, take them. No node runs
+// them (the hook runs in the test), so they stay Pending.
+func (p *Plane) waitHookPods() {
+	p.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		pods, err := p.Client.CoreV1().Pods(OperatorNamespace).List(p.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=etcdops-hook"})
+		if err == nil && len(pods.Items) == 2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			events, _ := p.Kubectl("get", "events", "-n", OperatorNamespace)
+			p.t.Fatalf("the hook Deployment's 2 pods were not created within a minute (%v); events:\n%s", err, events)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // PointHooks sets every hook of the etcdops CompositeController to a url: under the hook's
