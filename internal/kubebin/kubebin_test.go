@@ -31,13 +31,13 @@ func TestContentKeyFollowsContent(t *testing.T) {
 		}
 	}
 	write("package a")
-	k1, err := contentKey(dir)
+	k1, err := contentKey(dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	k2, _ := contentKey(dir)
+	k2, _ := contentKey(dir, "")
 	write("package a // changed")
-	k3, _ := contentKey(dir)
+	k3, _ := contentKey(dir, "")
 	if k1 != k2 || k1 == k3 {
 		t.Errorf("keys %s %s %s: want the first two equal and the third different", k1, k2, k3)
 	}
