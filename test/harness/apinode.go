@@ -439,11 +439,11 @@ func (n *APINode) runJob(ctx context.Context, p *corev1.Pod) {
 		st.Phase = corev1.PodFailed
 	}
 	done := p.DeepCopy()
-	done.CreationTimestamp = metav1.NewTime(time.Now().Truncate(time.Second))
 	terminated(done, logFile, err)
 	st.ContainerStatuses = done.Status.ContainerStatuses
 	st.ContainerStatuses[0].Image, st.ContainerStatuses[0].ImageID = c.Image, c.Image
 	st.ContainerStatuses[0].State.Terminated.StartedAt = started
+	st.ContainerStatuses[0].State.Terminated.FinishedAt = metav1.NewTime(time.Now().Truncate(time.Second))
 	n.writeJobStatus(ctx, p, st)
 }
 
