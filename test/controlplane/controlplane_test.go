@@ -44,8 +44,8 @@ const createBound = 4 * time.Minute
 
 // TestKustomizeInstall installs the operator with `kubectl apply -k`, creates a 3-member
 // cluster, checks that idle syncs write nothing, grows its volumes online, scales it to 5
-// and back and deletes a member's pod, the workload writing throughout, then deletes the
-// cluster, keeping its claims.
+// and back, rolls a configuration change and deletes a member's pod, the workload writing
+// throughout, then deletes the cluster, keeping its claims.
 func TestKustomizeInstall(t *testing.T) {
 	p := Start(t)
 	p.StartStorage()
@@ -64,6 +64,9 @@ func TestKustomizeInstall(t *testing.T) {
 		step{"online-growth", func(t *testing.T) { growVolumes(t, c, OnlineClass, v1alpha1.PVCRetain, false) }},
 		step{"scale-3-5-3", func(t *testing.T) {
 			scale(t, c, manifest(5, OnlineClass, "2Gi", v1alpha1.PVCRetain), manifest(3, OnlineClass, "2Gi", v1alpha1.PVCRetain))
+		}},
+		step{"config-roll", func(t *testing.T) {
+			configRoll(t, c, manifest(3, OnlineClass, "2Gi", v1alpha1.PVCRetain)+"  etcdOptions:\n  - --snapshot-count=5000\n")
 		}},
 		step{"deleted-pod", func(t *testing.T) { deletedPod(t, c, c.Pod(1)) }},
 		step{"teardown-retain", func(t *testing.T) { teardown(t, c, v1alpha1.PVCRetain) }},
@@ -169,6 +172,55 @@ func (c *Cluster) volumesOfGoneClaims() string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// configRoll applies a changed configuration (changed) under the workload: the operator
+// lowers the StatefulSet's partition one pod at a time, highest ordinal first, and the real
+// StatefulSet controller replaces each pod, until every pod is of the new revision; the
+// members keep their IDs (their volumes stay), and no write is lost.
+func configRoll(t *testing.T, c *Cluster, changed string) {
+	before := c.PodUIDs()
+	ec, err := c.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, m := range ec.Status.Members {
+		ids[m.Name] = m.ID
+	}
+	w := startWorkloadAfter(t, c, nil)
+	c.Apply(changed)
+	took, err := c.WaitFor(3*time.Minute, func(ec *v1alpha1.EtcdCluster) (bool, string) {
+		after := c.PodUIDs()
+		for name, uid := range before {
+			if after[name] == uid {
+				return false, "pod " + name + " not replaced yet"
+			}
+		}
+		sts, err := c.StatefulSet()
+		if err != nil {
+			return false, err.Error()
+		}
+		if sts.Status.CurrentRevision != sts.Status.UpdateRevision {
+			return false, fmt.Sprintf("StatefulSet at revision %s, rolling to %s", sts.Status.CurrentRevision, sts.Status.UpdateRevision)
+		}
+		return c.Steady(3)(ec)
+	})
+	if err != nil {
+		w.Stop()
+		t.Fatalf("the configuration change did not roll out: %v", err)
+	}
+	t.Logf("every pod replaced and the cluster steady in %s", took.Round(time.Second))
+	checkWorkload(t, w)
+	ec, err = c.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ec.Status.Members {
+		if ids[m.Name] != m.ID {
+			t.Errorf("member %s has ID %s, was %s: a configuration roll keeps every member", m.Name, m.ID, ids[m.Name])
+		}
+	}
 }
 
 // deletedPod deletes a member's pod through the API server, as `kubectl delete pod` does,
