@@ -139,6 +139,7 @@ func (p *Plane) NewCluster(namespace, name string) *Cluster {
 	}
 	c.Node = node
 	p.t.Cleanup(func() { cancel(); wait() })
+	p.t.Cleanup(c.logWarnings)
 	return c
 }
 
@@ -341,4 +342,37 @@ func (c *Cluster) ClientConfig() clientv3.Config {
 func (c *Cluster) Annotate(key, value string) error {
 	_, err := c.Plane.Kubectl("annotate", "-n", c.Namespace, "--overwrite", "etcdcluster/"+c.Name, key+"="+value)
 	return err
+}
+
+// warningsSince are the Warning events of the cluster's namespace last seen at or after t.
+func (c *Cluster) warningsSince(t time.Time) []string {
+	ctx, cancel := context.WithTimeout(c.Plane.ctx, 10*time.Second)
+	defer cancel()
+	events, err := c.Plane.Client.CoreV1().Events(c.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, e := range events.Items {
+		if !e.LastTimestamp.Time.Before(t.Truncate(time.Second)) {
+			out = append(out, fmt.Sprintf("x%d on %s %s: %s: %s", e.Count, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message))
+		}
+	}
+	return out
+}
+
+// logWarnings logs the Warning events of the cluster's namespace, once each with its count:
+// what the real controllers (and Metacontroller, on the EtcdCluster) had to say.
+func (c *Cluster) logWarnings() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	events, err := c.Plane.Client.CoreV1().Events(c.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
+	if err != nil {
+		c.Plane.logf("warning events of %s: %v", c.Namespace, err)
+		return
+	}
+	for _, e := range events.Items {
+		c.Plane.logf("warning event x%d (%s to %s) on %s %s: %s: %s", e.Count, e.FirstTimestamp.Format(time.TimeOnly), e.LastTimestamp.Format(time.TimeOnly),
+			e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+	}
 }

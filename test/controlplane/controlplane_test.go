@@ -370,6 +370,11 @@ func teardown(t *testing.T, c *Cluster, whenDeleted v1alpha1.PVCRetention) {
 		t.Fatalf("after 2m the cluster is not torn down: %s\n%s\nlogs: %s", why, c.Describe(), c.Plane.Logs())
 	}
 	t.Logf("torn down in %s", time.Since(start).Round(time.Second))
+	// Nothing of the teardown may make a controller complain: a budget left without its
+	// pods' controller, for one, fails on every change of the pods.
+	for _, w := range c.warningsSince(start.Add(-time.Second)) {
+		t.Errorf("warning during the teardown: %s", w)
+	}
 	ctx := c.Plane.ctx
 	claims, err := c.Plane.Client.CoreV1().PersistentVolumeClaims(c.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
