@@ -48,7 +48,7 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		s                         serving
 		config, spec, statefulSet string
 	}{
-		{"plain", cluster(nil), serving{}, "cc76f9f86a", "1c39e1042f", "bc4a8a2262e3e1bb"},
+		{"plain", cluster(nil), serving{}, "cc76f9f86a", "1c39e1042f", "b8585a5102171714"},
 		{"no storage, options", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec = nil
 			c.Spec.EtcdOptions = []string{"--quota-backend-bytes=4294967296", "--log-level=warn"}
@@ -56,11 +56,11 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		{"storage class, limit, delete", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec.StorageClassName, c.Spec.StorageSpec.WhenDeleted = "fast", v1alpha1.PVCDelete
 			c.Spec.StorageSpec.VolumeSizeLimit = ptrTo(resource.MustParse("16Gi"))
-		}), serving{}, "cc76f9f86a", "1c39e1042f", "0f2979901697c02e"},
-		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "197d8e7f2b", "f0d32e5bee", "be76bfdcbe6e77db"},
-		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "f45425a179", "4d70c7d6a4", "e5295a7362d89c5f"},
-		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "37596d80d2", "828f097aa4", "1c99bdabbd6d9295"},
-		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "e3c2f75b7d", "ac4c093687", "14b7fe69f958b8e0"},
+		}), serving{}, "cc76f9f86a", "1c39e1042f", "910ffb1066282dfe"},
+		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "197d8e7f2b", "f0d32e5bee", "4db2ada44847ff01"},
+		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "f45425a179", "4d70c7d6a4", "f1f8acbaddaab6a0"},
+		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "37596d80d2", "828f097aa4", "8a600ccb3e12eca5"},
+		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "e3c2f75b7d", "ac4c093687", "cfaee28f971d6615"},
 		{"user pod settings", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.PodTemplate = &v1alpha1.PodTemplate{
 				Metadata: &v1alpha1.PodMetadata{Labels: map[string]string{"team": "db", LabelCluster: "spoofed"}, Annotations: map[string]string{"a": "<&>"}},
@@ -77,14 +77,14 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 					}}}},
 				},
 			}
-		}), serving{}, "1e5a1fe65a", "dc35560c07", "d5eeebe50b9a9730"},
-		{"pull secrets, tool resources", cluster(toolSettings), serving{}, "fc0bae24c0", "245fd87cdf", "2463ceaf5258345e"},
+		}), serving{}, "1e5a1fe65a", "dc35560c07", "0ed2765981e53b77"},
+		{"pull secrets, tool resources", cluster(toolSettings), serving{}, "fc0bae24c0", "245fd87cdf", "1233d150eb85372d"},
 		{"restore from S3", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: s3, Name: "latest"}}
-		}), serving{}, "62644ea4e8", "ae8f8f11e6", "cbea53015fa28ae7"},
+		}), serving{}, "62644ea4e8", "ae8f8f11e6", "38a9bc65bedad7c5"},
 		{"restore from a claim, TLS", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: pvc, Name: "snap.db"}}
-		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "4a0e722f64", "dc7f016904", "2f96bf419e03fa48"},
+		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "4a0e722f64", "dc7f016904", "63b0e5df943d8277"},
 	} {
 		ps := renderPodSpec(simConfig, tc.c, tc.s)
 		sts := digest(t, statefulSet(tc.c, tc.c.Spec.StorageSpec, labelsOf(tc.c), ps, 3, 1, retainClaims).Object)

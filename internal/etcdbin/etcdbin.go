@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"etcdops.dev/etcdops/internal/buildlock"
+	"etcdops.dev/etcdops/internal/gobuild"
 )
 
 // Pinned is the etcd release the tests run for each minor the operator supports: the newest
@@ -154,7 +155,7 @@ func buildOnce(version string) (string, error) {
 	os.Remove(filepath.Join(dir, "go.sum"))
 	tmp := bin + ".tmp"
 	for _, args := range [][]string{{"mod", "tidy"}, {"build", "-trimpath", "-o", tmp, "."}} {
-		if err := goCmd(dir, args...); err != nil {
+		if err := gobuild.Run(dir, buildBound, args...); err != nil {
 			return "", fmt.Errorf("building etcd %s from the Go module proxy: %w", version, err)
 		}
 	}
@@ -167,39 +168,6 @@ func buildOnce(version string) (string, error) {
 	return bin, nil
 }
 
-// goCmd runs the go command in the throwaway module, apart from any workspace or module
-// flags of the caller's environment.
-func goCmd(dir string, args ...string) error {
-	goBin := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		if goBin, err = exec.LookPath("go"); err != nil {
-			return errors.New("no go command to build etcd with")
-		}
-	}
-	cmd := exec.Command(goBin, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
-	cmd.WaitDelay = time.Second
-	done := make(chan struct{})
-	timer := time.AfterFunc(buildBound, func() {
-		if cmd.Process != nil {
-			cmd.Process.Kill()
-		}
-		close(done)
-	})
-	defer timer.Stop()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		select {
-		case <-done:
-			err = fmt.Errorf("%w (after %s)", err, buildBound)
-		default:
-		}
-		return fmt.Errorf("go %s: %w: %s", strings.Join(args, " "), err, lastLines(string(out), 10))
-	}
-	return nil
-}
-
 // reports runs `etcd --version` and checks that it names version.
 func reports(bin, version string) (bool, string) {
 	out, err := exec.Command(bin, "--version").Output()
@@ -207,12 +175,4 @@ func reports(bin, version string) (bool, string) {
 		return false, err.Error()
 	}
 	return strings.Contains(string(out), "etcd Version: "+strings.TrimPrefix(version, "v")+"\n"), string(out)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

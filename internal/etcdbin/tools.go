@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"etcdops.dev/etcdops/internal/buildlock"
+	"etcdops.dev/etcdops/internal/gobuild"
 )
 
 // Tools are etcd's command-line tools of one release, as the release's tarball and image ship
@@ -94,13 +95,13 @@ func buildTools(version string) (Tools, error) {
 	for _, name := range []string{"etcdctl", "etcdutl"} {
 		get = append(get, toolModules[name]+"@"+version)
 	}
-	if err := goCmd(dir, get...); err != nil {
+	if err := gobuild.Run(dir, buildBound, get...); err != nil {
 		return Tools{}, fmt.Errorf("fetching etcdctl and etcdutl %s from the Go module proxy: %w", version, err)
 	}
 	for name, bin := range map[string]string{"etcdctl": tools.Etcdctl, "etcdutl": tools.Etcdutl} {
 		os.Remove(bin)
 		tmp := bin + ".tmp"
-		if err := goCmd(dir, "build", "-trimpath", "-o", tmp, toolModules[name]); err != nil {
+		if err := gobuild.Run(dir, buildBound, "build", "-trimpath", "-o", tmp, toolModules[name]); err != nil {
 			return Tools{}, fmt.Errorf("building %s %s from the Go module proxy: %w", name, version, err)
 		}
 		if err := os.Rename(tmp, bin); err != nil {

@@ -65,6 +65,10 @@ func kindOfResource(apiVersion, resource string) (string, bool) {
 	return "", false
 }
 
+// clusterScoped are the kinds the API server keeps outside namespaces; the store keeps them
+// in its one namespace with the others.
+var clusterScoped = map[string]bool{"StorageClass": true}
+
 type objKey struct{ Kind, Name string }
 
 // Store is the API server's part of the fake: one namespace holding one EtcdCluster parent
@@ -312,6 +316,21 @@ func (s *Store) DeleteUID(kind, name string, uid types.UID) bool {
 	}
 	s.notifyLocked()
 	return true
+}
+
+// Put stores an object as a real API server holds it, its uid, resourceVersion and
+// timestamps kept: the store is then the kubelet's view of that server (APINode).
+func (s *Store) Put(o Object) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o = o.DeepCopyObject().(Object)
+	setTypeMeta(o)
+	k := objKey{KindOf(o), o.GetName()}
+	if old, ok := s.objs[k]; ok && jsonEqual(old, o) {
+		return
+	}
+	s.objs[k] = o
+	s.notifyLocked()
 }
 
 // Remove deletes a pod for good: the kubelet has stopped it.
