@@ -123,6 +123,8 @@ type podRuntime struct {
 	pendingUntil time.Time
 	// refreshed is when each projected volume was last written from its source.
 	refreshed map[string]time.Time
+	// mounted: the pod's Secret volumes were set up once; its container started since.
+	mounted bool
 }
 
 // VolumeDirs finds the directory that backs a bound claim, "" when it is not bound.
@@ -253,6 +255,11 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 	if err := k.projectVolumes(p, rt); err != nil {
 		k.setLastErr(rt, err)
 	}
+	if why := k.unmountable(p, rt); why != "" {
+		k.setLastErr(rt, errors.New(why))
+		k.writePending(p, rt)
+		return
+	}
 	k.mu.Lock()
 	pending := time.Now().Before(rt.pendingUntil)
 	startNow := !pending && !rt.starting && !rt.held && (rt.proc == nil || rt.proc.Exited()) && !time.Now().Before(rt.next)
@@ -281,6 +288,30 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 	k.mu.Unlock()
 	k.probePod(p, rt)
 	k.writeStatus(p, rt)
+}
+
+// unmountable says why a pod whose container never started cannot start yet: a Secret one
+// of its volumes names (not optional) does not exist. A real kubelet then reports
+// "MountVolume.SetUp failed" and keeps the pod ContainerCreating until the Secret is there; a
+// pod that started keeps the files it mounted, whatever happens to the Secret.
+func (k *Kubelet) unmountable(p *corev1.Pod, rt *podRuntime) string {
+	k.mu.Lock()
+	mounted := rt.mounted
+	k.mu.Unlock()
+	if mounted {
+		return ""
+	}
+	for _, v := range p.Spec.Volumes {
+		if s := v.Secret; s != nil && (s.Optional == nil || !*s.Optional) {
+			if _, ok := k.Store.Get("Secret", s.SecretName); !ok {
+				return fmt.Sprintf("MountVolume.SetUp failed for volume %q : secret %q not found", v.Name, s.SecretName)
+			}
+		}
+	}
+	k.mu.Lock()
+	rt.mounted = true
+	k.mu.Unlock()
+	return ""
 }
 
 // backoff is the kubelet's crash-loop back-off: 10s doubling to 5 minutes, scaled.
