@@ -29,13 +29,14 @@ const (
 const MinToolMemory = "64Mi"
 
 // The default resources of each role, from TestToolUsage (test/bench; docs/operate.md has
-// its table and command): a member Job's command peaks at about 7 MiB of heap and 51 MiB
-// resident (its binary's pages included) and 0.03 s of CPU; a backup of a 1 GiB database at
-// 33 MiB of heap, the snapshot's pages aside, and 7.5 s of CPU; the stream at about 20 MiB
-// plus twice the chunk it holds (150 MiB with 64 MiB chunks), and under a tenth of a core
-// while writes pour in. The limits leave room above those peaks; the pages a backup maps and
-// writes are page cache, which the kernel reclaims under the limit rather than killing the
-// container. CPU is limited too, so that a ResourceQuota on limits.cpu admits the pods.
+// its table and command): a member Job's command peaks at about 7 MiB of heap and 44 to 53
+// MiB resident (its binary's pages included) and 0.03 s of CPU; a backup of a 1 GiB database
+// at 32 to 36 MiB of heap, the snapshot's pages aside, and 7 s of CPU; the stream at about
+// 20 MiB plus twice the chunk it holds (148 to 163 MiB with 64 MiB chunks), and under a
+// sixth of a core while writes pour in. The limits leave room above those peaks; the pages
+// a backup maps and writes are page cache, which the kernel reclaims under the limit rather
+// than killing the container. CPU is limited too, so that a ResourceQuota on limits.cpu
+// admits the pods.
 var (
 	toolDefaults = map[ToolRole]corev1.ResourceRequirements{
 		ToolMemberJob: resources("10m", "32Mi", "500m", "128Mi"),
