@@ -120,8 +120,8 @@ type S3Destination struct {
 	Region string `json:"region,omitempty"`
 	// CredentialsSecret names a Secret in the cluster's namespace with the keys
 	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, optional). It is
-	// mounted into the backup Jobs (and into the etcd pods of a cluster restored from it);
-	// the operator itself never reads it.
+	// mounted into the backup Jobs and the continuous backup (and, while it bootstraps, into
+	// the etcd pods of a cluster restored from it); the operator itself never reads it.
 	//
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
