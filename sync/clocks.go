@@ -41,7 +41,7 @@ func (v *view) record(m *member) *v1alpha1.MemberStatus {
 // hook cannot reach has its own record (unansweredSince); one whose pod cannot start is
 // blocked on the spec or the nodes, and its wait starts once the pod can start.
 func (v *view) unhealthyCounts(m *member) bool {
-	return !m.IsLearner && !m.Healthy && !m.unanswered() && (m.pod == nil || podStartFailure(m.pod) == "")
+	return !m.IsLearner && !m.Healthy && !m.unanswered() && (m.pod == nil || v.cannotStart(m.pod) == "")
 }
 
 // unhealthySince is when the hook first found m unhealthy while that counted (see

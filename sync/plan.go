@@ -228,7 +228,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	cannotStart := ""
 	if pod := v.pods[0]; pod != nil && !isTerminating(pod) && !v.outdated(pod) {
 		// An outdated seed is recreated from the current spec, which may be its fix.
-		cannotStart = podStartFailure(pod)
+		cannotStart = v.cannotStart(pod)
 	}
 	switch {
 	case held:

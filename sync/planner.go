@@ -385,7 +385,7 @@ func (p *planner) learner() (step, bool) {
 		return p.blocked(l.name, reason, by), true
 	}
 	if l.pod != nil {
-		if why := podStartFailure(l.pod); why != "" {
+		if why := p.cannotStart(l.pod); why != "" {
 			reason := "learner " + l.name + " cannot start (" + why + "): it is kept until its pod can start; fix the spec or the nodes"
 			return p.blocked(l.name, reason, ReasonPodCannotStart), true
 		}
@@ -496,9 +496,10 @@ func (p *planner) failedMember() (step, bool) {
 				switch {
 				case m.pod == nil || isTerminating(m.pod):
 					s.action.Reason = "member " + m.name + " unhealthy: its pod is being recreated"
-				case podStartFailure(m.pod) != "":
-					// A replacement would fail the same way: the spec or the nodes must change.
-					s = p.blocked(m.name, "member "+m.name+" unhealthy: its pod cannot start ("+podStartFailure(m.pod)+")", ReasonPodCannotStart)
+				case p.cannotStart(m.pod) != "":
+					// A replacement would fail the same way: the spec, the nodes or the volume
+					// must change.
+					s = p.blocked(m.name, "member "+m.name+" unhealthy: its pod cannot start ("+p.cannotStart(m.pod)+")", ReasonPodCannotStart)
 				}
 				waiting = &s
 			}
@@ -532,9 +533,9 @@ func (p *planner) failureReason(m *member) string {
 	switch {
 	case hasAlarm(m.Member, "CORRUPT"):
 		return "CORRUPT alarm"
-	case m.pod == nil || isTerminating(m.pod) || podStartFailure(m.pod) != "":
+	case m.pod == nil || isTerminating(m.pod) || p.cannotStart(m.pod) != "":
 		// Its pod is being (re)created, with the same volume and identity; or it cannot start,
-		// and neither could a replacement.
+		// and neither could a replacement on the same claim: its data there is intact.
 		return ""
 	case strings.HasPrefix(launcherRefusal(m.pod), joinstate.DataLost):
 		// Its pod's own report: its claim no longer holds its data, and no wait brings it back.

@@ -124,6 +124,9 @@ type simPod struct {
 	created time.Time
 	// pendingUntil: its image pulls and its volume attaches until then.
 	pendingUntil time.Time
+	// mountFails: the kubelet cannot mount its volume (an attach that never completes, a file
+	// system that fails to grow on the mount): it stays Pending, its containers not created.
+	mountFails bool
 	// unseen: deleted, its etcd already stopped, while the hook's cache still shows it as it
 	// was (podsSeenLate).
 	unseen bool
@@ -459,9 +462,8 @@ func (w *simWorld) observe() Observed {
 			pod.Status.Phase = corev1.PodPending
 			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 				Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules"})
-		case w.attaching[ord]:
-			pod.Status.Phase = corev1.PodPending
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+		case w.attaching[ord] || p.mountFails:
+			notStarted(&pod, &cs)
 		case p.running:
 			cs.State.Running = &corev1.ContainerStateRunning{}
 			if p.restored != "" {
@@ -476,7 +478,7 @@ func (w *simWorld) observe() Observed {
 				cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 3, Message: p.refusal}
 			}
 		default:
-			pod.Status.Phase = corev1.PodPending
+			notStarted(&pod, &cs)
 		}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
 		nodeStoppedReporting(p, &pod)
@@ -996,7 +998,7 @@ func (w *simWorld) statefulSetController() {
 func (w *simWorld) kubelet() {
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
-		if p.terminating || p.noImage || w.unschedulable[ord] || w.attaching[ord] || w.now.Before(p.pendingUntil) {
+		if p.terminating || p.noImage || w.unschedulable[ord] || w.attaching[ord] || w.now.Before(p.pendingUntil) || w.mountFails(p) {
 			continue
 		}
 		if p.running && p.old && (p.stuck || !p.told) {

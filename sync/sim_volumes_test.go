@@ -37,6 +37,8 @@ type simClaim struct {
 	fsPending    bool
 	pendingSince time.Time
 	mountedBy    string
+	// resizeFailed: the node failed to grow the file system on a mount (NodeResizeError).
+	resizeFailed bool
 }
 
 // simVolumes is the storage side of the world.
@@ -49,7 +51,8 @@ type simVolumes struct {
 	// expansions counts claims patched by expand-claim Jobs.
 	expansions int
 	// offline: the driver grows a file system only when the volume is mounted again;
-	// remountFails: the node fails to grow it then, and the claim keeps waiting.
+	// remountFails: the node fails to grow it then, the claim keeps waiting, and the pod that
+	// mounts it stays Pending (mountFails).
 	offline, remountFails bool
 	// nodeOnline: the file system grows on the node while mounted, a minute after the
 	// volume grew: the claim is FileSystemResizePending meanwhile.
@@ -80,7 +83,7 @@ func (w *simWorld) resizeClaims() {
 		case c.requested.Cmp(c.capacity) <= 0:
 			c.fsPending = false
 		case c.fsPending:
-			remounted := p != nil && p.running && p.uid != c.mountedBy && !w.volumes.remountFails
+			remounted := p != nil && p.running && p.uid != c.mountedBy
 			if remounted || w.volumes.nodeOnline && w.now.Sub(c.pendingSince) >= time.Minute {
 				c.capacity, c.fsPending = c.requested, false
 			}
@@ -174,6 +177,12 @@ func (w *simWorld) observedVolumes(obs *Observed) {
 		if c.fsPending {
 			pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimFileSystemResizePending, Status: corev1.ConditionTrue,
 				LastTransitionTime: metav1.NewTime(c.pendingSince)}}
+		}
+		if c.resizeFailed && c.fsPending {
+			// What the kubelet reports with RecoverVolumeExpansionFailure (on by default from
+			// Kubernetes 1.32); the mount's own failure is an Event on the pod.
+			pvc.Status.Conditions = append(pvc.Status.Conditions, corev1.PersistentVolumeClaimCondition{Type: corev1.PersistentVolumeClaimNodeResizeError, Status: corev1.ConditionTrue,
+				Message: "resize of the file system failed on the node: exit status 1"})
 		}
 		obs.Claims = append(obs.Claims, pvc)
 	}

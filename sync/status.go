@@ -352,7 +352,7 @@ func podDownAsPlanned(v *view, p *corev1.Pod) bool {
 	if p == nil || isTerminating(p) {
 		return true
 	}
-	if v.outdated(p) || podStartFailure(p) != "" {
+	if v.outdated(p) || v.cannotStart(p) != "" {
 		return false
 	}
 	cs := etcdStatus(p)

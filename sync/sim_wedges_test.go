@@ -1,0 +1,86 @@
+package sync
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/api/v1alpha1"
+)
+
+// Wedges: states in which a cluster sits a voter short, or frozen, for as long as nothing
+// outside changes. None may end quietly: while a voter is missing the cluster is Degraded, and
+// the reason names what holds it.
+
+// wedgeStory sets a world up and runs it into one such state.
+type wedgeStory struct {
+	name string
+	run  func(t *testing.T) *simWorld
+	// want is in the Degraded condition's message at the end.
+	want string
+	// wantReason is the Degraded condition's reason at the end.
+	wantReason string
+}
+
+var wedgeStories = []wedgeStory{
+	{
+		// A restart-pod for an offline resize whose node then fails to grow the file system:
+		// the new pod stays Pending; its member's data is intact on the claim.
+		name: "remount fails after a restart for a resize",
+		run: func(t *testing.T) *simWorld {
+			w, _ := created(t, 3, true)
+			w.volumes.offline, w.volumes.remountFails = true, true
+			w.cluster.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi")
+			w.cluster.Generation++
+			w.steps(180)
+			return w
+		},
+		want:       "its pod cannot start (claim data-etcd-1 reports NodeResizeError",
+		wantReason: ReasonPodCannotStart,
+	},
+	{
+		// A replacement pod whose volume never attaches (its node is gone).
+		name: "replacement pod whose volume never attaches",
+		run: func(t *testing.T) *simWorld {
+			w, _ := created(t, 3, true)
+			w.pods[2].terminating = true
+			w.attaching[2] = true
+			w.steps(180)
+			return w
+		},
+		want:       "its pod cannot start (Pending since",
+		wantReason: ReasonPodCannotStart,
+	},
+}
+
+// steps runs n steps, whatever they decide.
+func (w *simWorld) steps(n int) {
+	w.t.Helper()
+	for range n {
+		w.step()
+	}
+}
+
+// TestNoQuietWedges runs every wedge story and checks its end: the cluster Degraded with the
+// story's reason, naming what holds it, and no member removed that kept its data.
+func TestNoQuietWedges(t *testing.T) {
+	for _, st := range wedgeStories {
+		t.Run(st.name, func(t *testing.T) {
+			w := st.run(t)
+			voters, _ := w.voters()
+			if voters >= int(*w.cluster.Spec.Size) && w.cluster.Status.ReadyMembers >= *w.cluster.Spec.Size {
+				t.Fatalf("no voter is missing at the end: the story does not wedge\n%s", w.describe())
+			}
+			deg := apimeta.FindStatusCondition(w.cluster.Status.Conditions, v1alpha1.ConditionDegraded)
+			if deg == nil || deg.Status != metav1.ConditionTrue || deg.Reason != st.wantReason || !strings.Contains(deg.Message, st.want) {
+				t.Fatalf("Degraded %+v; want True, %s, naming %q\n%s\nlast actions:\n  %s", deg, st.wantReason, st.want, w.describe(), strings.Join(lastN(w.log, 8), "\n  "))
+			}
+			if w.stats.removes > 0 {
+				t.Errorf("%d members removed: a member whose pod cannot start kept its data\n%s", w.stats.removes, strings.Join(w.log, "\n"))
+			}
+		})
+	}
+}
