@@ -11,7 +11,7 @@ import (
 // clear) and mounted files a minute or more late (bit 6); each byte after it is one thing
 // happening to a simulated cluster (a sync and a tick, a fault, a fault healed, a spec change,
 // TLS on or off, a new CA, a child deleted, an observation of etcd that cannot be trusted,
-// status lost).
+// Jobs that act late).
 // Every sync must plan without panicking and pass the invariant check (a violation is fatal
 // here, not a hold), the same observation must plan to the same bytes, and the simulator's
 // world checks (no second learner, no member Jobs at once, data kept by a quorum of voters, no
@@ -88,6 +88,9 @@ func FuzzPlanner(f *testing.F) {
 				w.hideJobs = true
 			case 18:
 				w.failJobs = 1
+			case 19:
+				// Jobs act late from now on (sim_latency_test.go).
+				w.latency = &simLatency{fixed: int(b) / 20 % 4}
 			default:
 				w.step()
 			}

@@ -99,6 +99,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	secret NAME CA | secret-delete NAME  a TLS Secret with CA bundle CA (a digest), or none
 //	bad-cert NAME WHY... | good-cert NAME   members would reject the Secret's certificate, or not
 //	pending POD DURATION | catch-up POD DURATION   slow nodes (sim_pending_test.go)
+//	job-latency N                        Jobs act N ticks after the sync that decided them
+//	                                     (sim_latency_test.go)
 //	volume-size S | no-expansion | offline-resize | remount-fails | node-resize-online | volumes
 //	                                     spec.storageSpec.volumeSizeRequest; the claims' class
 //	                                     forbids expansion; its driver grows file systems only
@@ -529,6 +531,8 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w = w.recreated()
 	case "pending", "catch-up":
 		w.paceCommand(t, cmd, args)
+	case "job-latency":
+		w.latencyCommand(t, line, args)
 	case "mount-delay":
 		base, err1 := time.ParseDuration(arg(0))
 		step, err2 := time.ParseDuration(arg(1))

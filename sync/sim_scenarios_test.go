@@ -275,10 +275,10 @@ func TestScenariosWithLaggingCaches(t *testing.T) {
 	}
 }
 
-// TestRandomSingleFaults runs scale and rolling changes in a slowWorld while single members
-// crash, hang, lose their node (it stops reporting) or have a second membership answer at
-// their address, a drain evicts pods as the budget allows, or every database fragments, at
-// random moments, each healed later. A fault may strike right after a pod was taken down on
+// TestRandomSingleFaults runs scale and rolling changes in a slowWorld, with member Jobs acting
+// up to three ticks after they were decided, while single members crash, hang, lose their node
+// (it stops reporting) or have a second membership answer at their address, a drain evicts
+// pods as the budget allows, or every database fragments, at random moments, each healed later. A fault may strike right after a pod was taken down on
 // purpose, so availability may dip; the data must survive every step, and the cluster must
 // converge once the fault heals.
 func TestRandomSingleFaults(t *testing.T) {
@@ -290,6 +290,8 @@ func TestRandomSingleFaults(t *testing.T) {
 			// Seeds 1 and 5 with a driver that grows file systems only on a remount, 3 with
 			// one that grows them on the node a minute after the volume.
 			w.volumes.offline, w.volumes.nodeOnline = seed%4 == 1, seed == 3
+			// Jobs act up to 30 s after the sync that decided them (sim_latency_test.go).
+			w.randomLatency(rng, 3)
 			w.faulty = true
 			changes := []func(){
 				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },

@@ -168,6 +168,8 @@ type simJob struct {
 	claim, size string
 	// podUID: restart-pod's.
 	podUID string
+	// delay is how many more ticks the Job waits before it acts (sim_latency_test.go).
+	delay int
 }
 
 type simStats struct {
@@ -276,6 +278,9 @@ type simWorld struct {
 	volumes simVolumes
 	// podSeq numbers the pods created, for their UIDs.
 	podSeq int
+	// latency, when set, makes Jobs act some ticks after they were decided
+	// (sim_latency_test.go).
+	latency *simLatency
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -777,6 +782,7 @@ func (w *simWorld) newJob(b []byte) *simJob {
 		w.failJobs--
 		sj.failNow = true
 	}
+	sj.delay = w.jobLatency()
 	return sj
 }
 
@@ -790,7 +796,9 @@ func (w *simWorld) tick() {
 		w.defragmentationsEnd()
 	}
 	for _, name := range sortedKeysOf(w.jobs) {
-		if j := w.jobs[name]; j.state == jobRunning {
+		if j := w.jobs[name]; j.state == jobRunning && j.delay > 0 {
+			j.delay--
+		} else if j.state == jobRunning {
 			w.runJob(j)
 		}
 	}
@@ -859,6 +867,10 @@ func (w *simWorld) runJob(j *simJob) {
 		m := w.memberByID(j.id)
 		if m == nil {
 			break
+		}
+		if !m.learner && !w.quorumAfterRemoval(m) {
+			fail() // the tool: the voters left that answer would not keep quorum
+			return
 		}
 		for i, x := range w.members {
 			if x == m {

@@ -112,8 +112,15 @@ func (w *simWorld) remountUntil(ord int, since time.Time) time.Time {
 }
 
 // restartPod is the restart-pod Job: the member's pod deleted if it is still the pod of the
-// Job's UID (the API server's delete precondition); another pod, or none, is left alone.
+// Job's UID (the API server's delete precondition); another pod, or none, is left alone. It
+// asks etcd first, as the tool does (membership.CheckRestart): the member of its --id, while
+// still listed, must not lead, and every other voter must be healthy; otherwise it fails.
 func (w *simWorld) restartPod(j *simJob) {
+	if m := w.memberByID(j.id); j.id != 0 && m != nil && (!w.hasQuorum() || m.id == w.leader || !w.othersHealthy(m)) {
+		j.state = jobFailed
+		w.stats.jobFailures++
+		return
+	}
 	ord, _ := Ordinal(w.cluster.Name, j.member)
 	if p := w.pods[ord]; p != nil && p.uid == j.podUID && !p.terminating {
 		p.terminating = true
@@ -427,4 +434,14 @@ func volumesExpandedMessage(d Decision) string {
 		}
 	}
 	return ""
+}
+
+// othersHealthy: every voter but m is healthy.
+func (w *simWorld) othersHealthy(m *simMember) bool {
+	for _, o := range w.members {
+		if o != m && !o.learner && !w.healthy(o) {
+			return false
+		}
+	}
+	return true
 }

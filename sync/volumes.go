@@ -217,7 +217,7 @@ func (p *planner) restartForResize() (step, bool) {
 	if !etcdstate.QuorumWhileOneIsDown(len(p.voters()), p.healthyVoters()-1) {
 		return p.wait(next.name, why+": restarting "+next.name+" would leave no healthy quorum", resyncHold), true
 	}
-	return p.runJob(memberJob{verb: verbRestartPod, member: next.name, podUID: string(next.pod.UID)}, RestartPod, why+": restarting pod "+next.name), true
+	return p.runJob(memberJob{verb: verbRestartPod, member: next.name, id: next.ID, podUID: string(next.pod.UID)}, RestartPod, why+": restarting pod "+next.name), true
 }
 
 // awaitOnlineResize waits for the first claim that awaits a restart within the grace (a

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"etcdops.dev/etcdops/membership"
 )
 
 // Claims is the part of the Kubernetes API the volume Jobs use: expand-claim's claims, and
@@ -163,45 +167,77 @@ func expandOnce(ctx context.Context, claims Claims, namespace, claim string, siz
 
 // runRestartPod deletes the member's pod if it is still the one of --uid, retrying what may
 // pass within --timeout. A pod gone or recreated is done: the Job may run again after a lost
-// answer, and must not delete the pod that replaced it.
+// answer, and must not delete the pod that replaced it. Before each delete it asks etcd, at
+// --endpoints, whether member --id may be taken down now (membership.CheckRestart): the step
+// was decided on a view that may be minutes old by the time the Job runs, and a voter that
+// failed since, or leadership that came back to the member, must not cost a second voter or
+// an election. Without --id the pod holds no member of the cluster, and etcd is not asked.
 func runRestartPod(ctx context.Context, claims Claims, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("restart-pod", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	member := fs.String("member", "", "pod name of the member")
+	var f operationFlags
+	fs := f.flagSet("restart-pod", 30*time.Second)
 	namespace := fs.String("namespace", "", "namespace of the pod")
 	uid := fs.String("uid", "", "UID of the pod to delete")
-	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long, retrying what is retryable")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *member == "" || *namespace == "" || *uid == "" {
-		fmt.Fprintln(stderr, "restart-pod: --member, --namespace and --uid are required")
+	fs.StringVar(&f.id, "id", "", "member ID in hex of the member on the pod, if it has one")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || f.member == "" || *namespace == "" || *uid == "" || f.endpoints == "" {
+		fmt.Fprintln(stderr, "restart-pod: --endpoints, --member, --namespace and --uid are required")
 		return ExitUsage
 	}
-	if claims == nil {
+	var id uint64
+	if f.id != "" {
 		var err error
+		if id, err = strconv.ParseUint(f.id, 16, 64); err != nil {
+			fmt.Fprintf(stderr, "restart-pod: --id %q is not a hex member ID\n", f.id)
+			return ExitUsage
+		}
+	}
+	t, err := f.tls()
+	if err != nil {
+		fmt.Fprintf(stderr, "restart-pod %s: %v\n", f.member, err)
+		return ExitUsage
+	}
+	op, err := membership.Dial(strings.Split(f.endpoints, ","), t)
+	if err != nil {
+		fmt.Fprintf(stderr, "restart-pod %s: %v\n", f.member, err)
+		return ExitUsage
+	}
+	defer op.Close()
+	if claims == nil {
 		if claims, err = NewKubeClaims(nil); err != nil {
-			fmt.Fprintf(stderr, "restart-pod %s: %v\n", *member, err)
+			fmt.Fprintf(stderr, "restart-pod %s: %v\n", f.member, err)
 			return ExitRetryable
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	for {
-		err := claims.DeletePod(ctx, *namespace, *member, types.UID(*uid))
+		err := restartOnce(ctx, op, claims, *namespace, f.member, id, types.UID(*uid))
 		switch {
 		case err == nil:
-			fmt.Fprintf(stdout, "restart-pod %s: deleted pod %s (uid %s)\n", *member, *member, *uid)
+			fmt.Fprintf(stdout, "restart-pod %s: deleted pod %s (uid %s)\n", f.member, f.member, *uid)
 			return ExitOK
 		case errors.Is(err, ErrPodGone):
-			fmt.Fprintf(stdout, "restart-pod %s: pod %s of uid %s is already gone\n", *member, *member, *uid)
+			fmt.Fprintf(stdout, "restart-pod %s: pod %s of uid %s is already gone\n", f.member, f.member, *uid)
 			return ExitOK
-		case errors.Is(err, ErrClaimRefused):
-			fmt.Fprintf(stderr, "restart-pod %s: %v\n", *member, err)
+		case errors.Is(err, ErrClaimRefused) || errors.Is(err, membership.ErrRefused):
+			fmt.Fprintf(stderr, "restart-pod %s: %v\n", f.member, err)
 			return ExitRefused
 		}
 		select {
 		case <-ctx.Done():
-			fmt.Fprintf(stderr, "restart-pod %s: %v (gave up after %v)\n", *member, err, *timeout)
+			fmt.Fprintf(stderr, "restart-pod %s: %v (gave up after %v)\n", f.member, err, f.timeout)
 			return ExitRetryable
 		case <-time.After(retryEvery):
 		}
 	}
+}
+
+// restartOnce asks etcd whether the member may go down now (id 0: the pod holds none), then
+// deletes its pod by UID.
+func restartOnce(ctx context.Context, op *membership.Operator, claims Claims, namespace, member string, id uint64, uid types.UID) error {
+	if id != 0 {
+		if err := op.CheckRestart(ctx, member, id); err != nil {
+			return err
+		}
+	}
+	return claims.DeletePod(ctx, namespace, member, uid)
 }

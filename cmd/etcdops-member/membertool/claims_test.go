@@ -210,46 +210,69 @@ func newPodServer(t *testing.T, uid string) (*podServer, Claims) {
 	return s, kubeClaimsOf(t, s)
 }
 
-func restart(claims Claims, args ...string) (int, string) {
+func restart(endpoint string, claims Claims, args ...string) (int, string) {
 	var stdout, stderr bytes.Buffer
-	code := RunWithClaims(context.Background(), append([]string{"restart-pod", "--member=etcd-1", "--namespace=ns"}, args...), &stdout, &stderr, claims)
+	code := RunWithClaims(context.Background(), append([]string{"restart-pod", "--endpoints=" + endpoint, "--member=etcd-1", "--namespace=ns"}, args...), &stdout, &stderr, claims)
 	return code, strings.TrimSpace(stdout.String() + stderr.String())
 }
 
 // TestRestartPod: restart-pod deletes the pod with a UID precondition, so that a pod already
 // recreated under the name is left alone; a pod gone or of another UID is done (a retried
-// Job), never deleted.
+// Job), never deleted. A pod whose member etcd does not list (no --id, or an ID of a member
+// removed) is deleted once etcd answered.
 func TestRestartPod(t *testing.T) {
+	endpoint, _ := startSeed(t)
 	s, claims := newPodServer(t, "uid-a")
-	if code, out := restart(claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "deleted pod etcd-1 (uid uid-a)") || !s.deleted {
+	if code, out := restart(endpoint, claims, "--uid=uid-a", "--id=abc"); code != ExitOK || !strings.Contains(out, "deleted pod etcd-1 (uid uid-a)") || !s.deleted {
 		t.Fatalf("exit %d, %q, deleted %v; want the pod deleted", code, out, s.deleted)
 	}
 	if want := "DELETE /api/v1/namespaces/ns/pods/etcd-1 precondition uid=uid-a"; len(s.bodies) != 1 || s.bodies[0] != want {
 		t.Fatalf("requests %q; want exactly %q", s.bodies, want)
 	}
-	if code, out := restart(claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "already gone") {
+	if code, out := restart(endpoint, claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "already gone") {
 		t.Errorf("the pod gone: exit %d, %q; want done", code, out)
 	}
 	s.uid, s.deleted = "uid-b", false
-	if code, out := restart(claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "already gone") || s.deleted {
+	if code, out := restart(endpoint, claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "already gone") || s.deleted {
 		t.Errorf("the pod recreated as uid-b: exit %d, %q, deleted %v; want done and the new pod kept", code, out, s.deleted)
+	}
+}
+
+// TestRestartPodAsksEtcd: restart-pod asks etcd at the moment it acts, not when the step was
+// decided: a member that leads is not taken down (the seed of a one-member cluster leads), it
+// is retried until --timeout and exits 1, the pod kept; etcd that does not answer is retried
+// the same way.
+func TestRestartPodAsksEtcd(t *testing.T) {
+	endpoint, seed := startSeed(t)
+	s, claims := newPodServer(t, "uid-a")
+	code, out := restart(endpoint, claims, "--member=e-0", "--uid=uid-a", fmt.Sprintf("--id=%x", seed), "--timeout=1s")
+	if code != ExitRetryable || !strings.Contains(out, "leads: leadership must move first") || s.deleted {
+		t.Fatalf("the leader: exit %d, %q, deleted %v; want %d, the pod kept", code, out, s.deleted, ExitRetryable)
+	}
+	code, out = restart("http://127.0.0.1:1", claims, "--member=e-0", "--uid=uid-a", fmt.Sprintf("--id=%x", seed), "--timeout=1s")
+	if code != ExitRetryable || s.deleted {
+		t.Fatalf("etcd not answering: exit %d, %q, deleted %v; want %d, the pod kept", code, out, s.deleted, ExitRetryable)
 	}
 }
 
 // TestRestartPodRefusals: a missing permission exits 3 at once, an API server that does not
 // answer is retried until --timeout and exits 1, and a bad command line exits 2.
 func TestRestartPodRefusals(t *testing.T) {
+	endpoint, _ := startSeed(t)
 	s, claims := newPodServer(t, "uid-a")
 	s.fail = http.StatusForbidden
-	if code, out := restart(claims, "--uid=uid-a"); code != ExitRefused || !strings.Contains(out, `cannot delete resource "pods"`) {
+	if code, out := restart(endpoint, claims, "--uid=uid-a"); code != ExitRefused || !strings.Contains(out, `cannot delete resource "pods"`) {
 		t.Errorf("forbidden: exit %d, %q; want %d with the API server's reason", code, out, ExitRefused)
 	}
 	s.fail = http.StatusServiceUnavailable
-	if code, out := restart(claims, "--uid=uid-a", "--timeout=1s"); code != ExitRetryable || !strings.Contains(out, "gave up after 1s") {
+	if code, out := restart(endpoint, claims, "--uid=uid-a", "--timeout=1s"); code != ExitRetryable || !strings.Contains(out, "gave up after 1s") {
 		t.Errorf("an API server that does not answer: exit %d, %q; want %d after retrying", code, out, ExitRetryable)
 	}
-	if code, _ := restart(claims); code != ExitUsage {
+	if code, _ := restart(endpoint, claims); code != ExitUsage {
 		t.Errorf("no --uid: exit %d, want %d", code, ExitUsage)
+	}
+	if code, _ := restart("", claims, "--uid=uid-a"); code != ExitUsage {
+		t.Errorf("no --endpoints: exit %d, want %d", code, ExitUsage)
 	}
 	if s.deleted {
 		t.Error("the pod was deleted")

@@ -49,8 +49,10 @@ commands:
   update-peer-url --endpoints=URL[,URL] --member=POD --id=HEX --peer-url=URL
   expand-claim --member=POD --namespace=NS --claim=NAME --size=QUANTITY [--timeout=30s]
               (the Kubernetes API, with the pod's service account)
-  restart-pod --member=POD --namespace=NS --uid=UID [--timeout=30s]
-              (deletes the pod if its UID is still UID; the Kubernetes API, as expand-claim)
+  restart-pod --endpoints=URL[,URL] --member=POD --namespace=NS --uid=UID [--id=HEX]
+              [--timeout=30s]   (deletes the pod if its UID is still UID, once etcd says member
+              HEX does not lead and every other voter is healthy; the Kubernetes API, as
+              expand-claim)
   backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination>
               [--keep=N] [--keep-for=DURATION] [--max-bandwidth=BYTES] [--work-dir=DIR]
               [--termination-log=FILE]
