@@ -490,7 +490,7 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		RestoredRevision: 4700,
 		Ledger: []v1alpha1.LedgerRecord{
 			{Name: "status-0", ID: "8e9e05c52164694d", Incarnation: 0, Established: true},
-			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true},
+			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true, PastIDs: []string{"2a1b3c4d5e6f7081", "3b2c4d5e6f708192"}},
 			{Name: "status-2", ID: "fd422379fda50e48", Incarnation: 1},
 		},
 		TLS: &v1alpha1.TLSStatus{Client: "http+https", Peer: "https", ServerSecret: "status-server", PeerSecret: "status-peer",

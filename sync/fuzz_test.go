@@ -46,17 +46,19 @@ func FuzzPlanner(f *testing.F) {
 			switch b % 20 {
 			case 6, 7, 8, 16:
 				if p := pick(); p != nil {
-					switch b % 20 {
-					case 6:
+					switch {
+					case b%20 == 6:
 						p.crash = true
-					case 7:
+					case b%20 == 7 && b >= 128:
+						w.deafen(p) // removed, it runs on (sim_fork_test.go)
+					case b%20 == 7:
 						p.down = true
-					case 8:
+					case b%20 == 8:
 						p.blind = true
 					default:
 						p.slow = true
 					}
-					healers = append(healers, func() { p.crash, p.down, p.blind, p.slow = false, false, false, false })
+					healers = append(healers, func() { p.crash, p.down, p.blind, p.slow, p.deaf = false, false, false, false, false })
 				}
 			case 9:
 				for _, h := range healers {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -348,17 +349,57 @@ func (v *view) refusals() string {
 }
 
 // strangeUnlisted are the answers from outside the member list that are not a removed member
-// still stopping. etcd stops a removed member only once it hears of its removal, so for a
-// while (longer when it is cut off) it answers under the ID it had: the ID the ledger last
-// recorded for its pod. Any other ID at a pod's address is a membership of its own.
+// still running. etcd stops a removed member only once it hears of its removal, so for a
+// while (for good while it is cut off from its peers) it answers under the ID it had: one the
+// ledger recorded for its pod, the last or an earlier one (a member replaced on the same pod).
+// Any other ID at a pod's address is a membership of its own.
 func (v *view) strangeUnlisted() []etcdstate.Unlisted {
 	var out []etcdstate.Unlisted
 	for _, u := range v.obs.Etcd.Unlisted {
-		if e, ok := v.ledger[u.Endpoint]; !ok || e.ID != fmt.Sprintf("%x", u.MemberID) {
+		if e, ok := v.ledger[u.Endpoint]; !ok || !e.hadID(fmt.Sprintf("%x", u.MemberID)) {
 			out = append(out, u)
 		}
 	}
 	return out
+}
+
+// removedStopGrace is how long a removed member may go on answering before it is taken to
+// run on for good: one that reaches its peers hears of its removal within a heartbeat or two
+// and stops, and the hook's view of it may lag by a sync or two.
+const removedStopGrace = time.Minute
+
+// removedRunning is the member ID of a member removed from the cluster whose etcd still runs on
+// the pod at ord and answers the hook there longer than removedStopGrace after its removal
+// (status.history), false when none does: the pod's new member cannot start until that pod
+// restarts. A removal the history does not record (made behind the planner's back, or its
+// record lost) gives no time to count from: its pod is not restarted on that account; should
+// its new member then not start, the learner's own removal as stuck is recorded, and counts.
+func (v *view) removedRunning(ord int) (uint64, bool) {
+	name := PodName(v.c.Name, ord)
+	for _, u := range v.obs.Etcd.Unlisted {
+		if e, ok := v.ledger[name]; ok && u.Endpoint == name && e.hadID(fmt.Sprintf("%x", u.MemberID)) {
+			if at, ok := v.removedAt(name); !ok || v.obs.Now.Sub(at) < removedStopGrace {
+				return 0, false
+			}
+			return u.MemberID, true
+		}
+	}
+	return 0, false
+}
+
+// removedAt is when the last removal of member name finished, as status.history records it,
+// or began while its result is not recorded yet (the sync that first sees it done writes it).
+func (v *view) removedAt(name string) (time.Time, bool) {
+	hist := v.obs.Cluster.Status.History
+	for i := len(hist) - 1; i >= 0; i-- {
+		if r := hist[i]; r.Type == RemoveMember.String() && r.Member == name {
+			if r.Finished != nil {
+				return r.Finished.Time, true
+			}
+			return r.Started.Time, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // rollForward is the one change a hold may make: when etcd cannot be reached and no pod of the

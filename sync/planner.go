@@ -368,6 +368,10 @@ func (p *planner) learner() (step, bool) {
 		// once promoted. One only the hook cannot reach is not recreated on that view (below).
 		return p.replacePod(l.ordinal, l.name, "learner "+l.name+" runs an outdated pod: recreating it from the current spec"), true
 	}
+	if id, ok := p.removedRunning(l.ordinal); ok && l.pod != nil && !isTerminating(l.pod) {
+		// The pod still runs the member it had before: the learner cannot start there.
+		return p.restartRemoved(l.ordinal, id, "learner "+l.name+" can start there"), true
+	}
 	if p.leader != nil && isCaughtUp(l.Member, p.leader.Member) {
 		if !etcdstate.QuorumAfterPromotion(len(p.voters()), p.healthyVoters()) {
 			return p.wait(l.name, "learner "+l.name+" caught up, but promoting it now would leave the larger cluster without a healthy quorum", resyncHold), true
@@ -439,6 +443,9 @@ func (p *planner) podWithoutMember() (step, bool) {
 		case p.outdated(pod) && p.canReplace(free):
 			return p.replacePod(free, name, "pod "+name+" has no member: recreating it from the current spec before adding it back"), true
 		}
+		if id, ok := p.removedRunning(free); ok {
+			return p.restartRemoved(free, id, "its member can be added back there"), true
+		}
 		return p.addLearner(free, fmt.Sprintf("pod %s has no member: adding it back as a learner", name)), true
 	}
 	// Every ordinal below free has a member, so keep is at least free: the shrink never
@@ -448,6 +455,21 @@ func (p *planner) podWithoutMember() (step, bool) {
 		return step{}, false
 	}
 	return p.scaleTo(keep, PodName(p.c.Name, keep), fmt.Sprintf("pods from %s on hold no member: shrinking the StatefulSet to %d", PodName(p.c.Name, keep), keep)), true
+}
+
+// restartRemoved restarts the pod at ord, on which member id, removed from the cluster, still
+// runs (removedRunning): cut off from its peers, its etcd never heard of its removal, and the
+// member the pod is for can start only once that etcd stops. The pod is deleted by the UID
+// observed, through a restart-pod Job; no member of the cluster runs there, so no quorum is
+// touched and etcd is not asked first. Without a volume the Job's account is not rendered: a
+// person deletes the pod, which loses nothing either.
+func (p *planner) restartRemoved(ord int, id uint64, then string) step {
+	name := PodName(p.c.Name, ord)
+	why := fmt.Sprintf("pod %s still runs member %x, removed from the cluster: that etcd has not heard of its removal (cut off from its peers)", name, id)
+	if p.c.Spec.StorageSpec == nil {
+		return p.blocked(name, why+"; delete the pod (kubectl delete pod "+name+") so that "+then, ReasonRemovedMemberRunning)
+	}
+	return p.runJob(memberJob{verb: verbRestartPod, member: name, podUID: string(p.pods[ord].UID)}, RestartPod, why+": restarting the pod so that "+then)
 }
 
 // failedMember: a voter only the hook cannot reach, while its pod is Ready, is unknown, not failed: it

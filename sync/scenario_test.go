@@ -43,7 +43,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	     nospace=POLICY | defragment     (defragment: spec.maintenance.defragment, defaults)
 //	leader POD                           make POD's member the leader
 //	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|
-//	     node-lost|node-gone|cut-off|forked-cluster|forked-member|heal
+//	     node-lost|node-gone|cut-off|deaf|forked-cluster|forked-member|heal
 //	                                     unreachable: the hook alone cannot reach it, etcd and
 //	                                     the kubelet see it healthy; slow: it keeps its raft role
 //	                                     but fails health checks; lost: its volume is gone for
@@ -58,7 +58,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     pod goes, and its replacement waits for its volume, etcd
 //	                                     not started, until healed; cut-off: its etcd runs on but
 //	                                     answers neither the hook nor its peers, its pod still
-//	                                     running; forked-*: a second membership answers at its
+//	                                     running; deaf: its etcd is cut off from its peers but
+//	                                     answers the hook, and never hears of its removal;
+//	                                     forked-*: a second membership answers at its
 //	                                     address (sim_fork_test.go)
 //	mount-delay BASE STEP                mounted ConfigMaps reach pod 0 BASE late, each higher
 //	                                     ordinal STEP later still; a new pod mounts them fresh
@@ -340,6 +342,10 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			// down while its volume is still attached to the node it left.
 			p.stuck, p.terminating = false, true
 			w.startDown[ord] = true
+		case "deaf":
+			// Its etcd is cut off from its peers, not from the hook: its member is down for
+			// the cluster, it answers the hook, and removed it never hears of it.
+			w.deafen(p)
 		case "cut-off":
 			// Its etcd runs on, paused or behind a partition: it answers neither the hook nor
 			// its peers, and its pod's last status (running) stands.
@@ -358,7 +364,7 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		case simForkCluster, simForkMember, simForkCopy:
 			w.fork(p, arg(1))
 		case "heal":
-			p.crash, p.down, p.blind, p.slow, p.stuck, p.forked, p.nodeLost = false, false, false, false, false, "", false
+			p.crash, p.down, p.blind, p.slow, p.stuck, p.forked, p.nodeLost, p.deaf = false, false, false, false, false, "", false, false
 			delete(w.startDown, ord)
 			delete(w.attaching, ord)
 			if m != nil {

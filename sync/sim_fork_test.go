@@ -215,3 +215,48 @@ func TestRemovedMemberAnsweringIsNoFork(t *testing.T) {
 		})
 	}
 }
+
+// deafen cuts p's etcd off from its peers but not from the hook: the cluster sees its member
+// down, it answers the hook (with errors), and once its member is removed it never hears of it,
+// running on as the removed member until its pod is restarted.
+func (w *simWorld) deafen(p *simPod) {
+	p.deaf, p.down = true, true
+}
+
+// TestReplacedMemberStillRunningIsNoFork: a voter cut off from its peers but not from the hook
+// is replaced on its own pod (removed, then added back as a learner). Its old etcd never hears
+// of its removal and keeps answering the hook under its old member ID. That is not a second
+// membership: no sync reports EtcdForked, the status names the removed member still running,
+// the pod is restarted (by its UID) so that the new member can start there, and the cluster
+// converges.
+func TestReplacedMemberStillRunningIsNoFork(t *testing.T) {
+	for _, learnerFirst := range []bool{false, true} {
+		t.Run(fmt.Sprint("learner added before the answer is seen: ", learnerFirst), func(t *testing.T) {
+			w, _ := created(t, 3, true)
+			w.lag = nil
+			old := w.memberAt(1).id
+			w.deafen(w.pods[1])
+			told := false
+			var d Decision
+			for i := 0; i < 200 && !w.converged(d); i++ {
+				if learnerFirst && w.memberAt(1) == nil {
+					// The syncs between the removal and the learner's add do not see the old
+					// etcd answer.
+					w.etcdOverride = func(s *etcdstate.Snapshot) { s.Unlisted = nil }
+				}
+				d = w.step()
+				cond := apimeta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionDegraded)
+				if cond != nil && cond.Reason == ReasonEtcdForked {
+					t.Fatalf("sync %d: %s answers as its removed member %x: reported as a fork: %s\n%s", i, w.podName(1), old, cond.Message, w.describe())
+				}
+				told = told || strings.Contains(d.Action.Reason, fmt.Sprintf("still runs member %x, removed from the cluster", old))
+			}
+			if !w.converged(d) {
+				t.Fatalf("not converged:\n%s\n%s", w.describe(), strings.Join(lastN(w.log, 12), "\n"))
+			}
+			if !told {
+				t.Errorf("no sync said that %s still runs its removed member:\n%s", w.podName(1), strings.Join(w.log, "\n"))
+			}
+		})
+	}
+}

@@ -277,8 +277,9 @@ func TestScenariosWithLaggingCaches(t *testing.T) {
 
 // TestRandomSingleFaults runs scale and rolling changes in a slowWorld, with member Jobs acting
 // up to three ticks after they were decided, while single members crash, hang, lose their node
-// (it stops reporting) or have a second membership answer at their address, a drain evicts
-// pods as the budget allows, or every database fragments, at random moments, each healed later. A fault may strike right after a pod was taken down on
+// (it stops reporting), are cut off from their peers but not the hook (removed, they run on),
+// or have a second membership answer at their address, a drain evicts pods as the budget
+// allows, or every database fragments, at random moments, each healed later. A fault may strike right after a pod was taken down on
 // purpose, so availability may dip; the data must survive every step, and the cluster must
 // converge once the fault heals.
 func TestRandomSingleFaults(t *testing.T) {
@@ -331,6 +332,12 @@ func TestRandomSingleFaults(t *testing.T) {
 					}
 				},
 				func() { w.randomFork(rng, &heal) }, // a second membership answers (sim_fork_test.go)
+				func() { // cut off from its peers, not the hook: removed, it runs on (sim_fork_test.go)
+					if p := w.randomPod(rng); p != nil {
+						w.deafen(p)
+						heal = append(heal, func() { p.deaf, p.down = false, false })
+					}
+				},
 				func() { // the claims' class stops allowing expansion for a while
 					w.volumes.noExpansion = true
 					heal = append(heal, func() { w.volumes.noExpansion = false })

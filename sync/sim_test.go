@@ -110,6 +110,9 @@ type simPod struct {
 	// old: its etcd runs as a member of a membership a quorum recovery forced the survivor
 	// out of (sim_oldquorum_test.go).
 	old bool
+	// deaf: its etcd is cut off from its peers but still answers the hook on its client port,
+	// so once removed it never hears of it (sim_fork_test.go); a new pod at the ordinal is not.
+	deaf bool
 	// told: it runs for a membership it was removed from (the old one of a quorum recovery, or
 	// the cluster's, whose member it no longer is) and has reached a member that answers that
 	// it was removed: its etcd stops. Until then it answers as the member it was.
@@ -1025,10 +1028,10 @@ func (w *simWorld) kubelet() {
 			continue
 		}
 		m := w.memberAt(ord)
-		if d := w.data[ord]; p.running && d != nil && !p.crash && (m == nil || d.id != m.id) && (p.stuck || !p.told) {
+		if d := w.data[ord]; p.running && d != nil && !p.crash && (m == nil || d.id != m.id) && (p.stuck || p.deaf || !p.told) {
 			// Its member was removed from the cluster: etcd learns it from the members it
 			// reaches, a tick later, and never while cut off. Until then it runs and answers.
-			p.told = !p.stuck
+			p.told = !p.stuck && !p.deaf
 			continue
 		}
 		if d := w.data[ord]; p.running && (m == nil || d == nil || d.id != m.id || p.crash) {

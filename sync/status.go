@@ -30,6 +30,7 @@ const (
 	ReasonNodeNotReporting         = "NodeNotReporting"
 	ReasonMemberUnhealthy          = "MemberUnhealthy"
 	ReasonPodCannotStart           = "PodCannotStart"
+	ReasonRemovedMemberRunning     = "RemovedMemberRunning"
 	ReasonJobFailing               = "JobFailing"
 	ReasonJobAttemptsExhausted     = "JobAttemptsExhausted"
 	ReasonNoSpace                  = "NoSpace"

@@ -602,6 +602,13 @@ type LedgerRecord struct {
 	//
 	// +optional
 	Established bool `json:"established,omitempty"`
+	// PastIDs are the member IDs in hex the name carried before ID, oldest first, the last
+	// few kept: an answer under one of them at the name's pod is a member removed from the
+	// cluster that still runs there, not a second membership.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	PastIDs []string `json:"pastIDs,omitempty"`
 }
 
 // Phase summarises the cluster's state.
