@@ -69,13 +69,19 @@ type memberJob struct {
 	claim, size string
 	// podUID: restart-pod, the UID of the pod it deletes (the member's, as observed).
 	podUID string
+	// create: expand-claim creates the claim when it is missing, as the StatefulSet would.
+	create bool
 }
 
 // args is the member tool's command line (docs/architecture.md).
 func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbExpandClaim {
 		// It talks to the Kubernetes API, not to etcd.
-		return []string{toolName, j.verb, "--member=" + j.member, "--namespace=" + c.Namespace, "--claim=" + j.claim, "--size=" + j.size}
+		args := []string{toolName, j.verb, "--member=" + j.member, "--namespace=" + c.Namespace, "--claim=" + j.claim, "--size=" + j.size}
+		if j.create {
+			args = append(args, createClaimArgs(c)...)
+		}
+		return args
 	}
 	args := []string{toolName, j.verb, "--endpoints=" + strings.Join(j.endpoints, ","), "--member=" + j.member}
 	if j.verb == verbRestartPod {

@@ -372,6 +372,11 @@ func (p *planner) learner() (step, bool) {
 		// The pod still runs the member it had before: the learner cannot start there.
 		return p.restartRemoved(l.ordinal, id, "learner "+l.name+" can start there"), true
 	}
+	if s, ok := p.joinVolume(l.ordinal, "learner "+l.name); ok && !l.unanswered() {
+		// Added before its claim was (an older hook, a claim lost since): the snapshot may not
+		// fit, so the claim grows while it waits.
+		return s, true
+	}
 	if p.leader != nil && isCaughtUp(l.Member, p.leader.Member) {
 		if !etcdstate.QuorumAfterPromotion(len(p.voters()), p.healthyVoters()) {
 			return p.wait(l.name, "learner "+l.name+" caught up, but promoting it now would leave the larger cluster without a healthy quorum", resyncHold), true
@@ -660,8 +665,12 @@ func (p *planner) scaleOut() (step, bool) {
 	return p.addLearner(ord, reason), true
 }
 
+// addLearner adds the member at ord as a learner, once its claim holds the data (joinVolume).
 func (p *planner) addLearner(ord int, reason string) step {
 	name := PodName(p.c.Name, ord)
+	if s, ok := p.joinVolume(ord, name+" (to be added)"); ok {
+		return s
+	}
 	return p.runJob(memberJob{verb: verbAddLearner, member: name, peerURL: p.newMemberPeerURL(ord)}, AddLearner, reason)
 }
 

@@ -278,8 +278,10 @@ func TestScenariosWithLaggingCaches(t *testing.T) {
 // TestRandomSingleFaults runs scale and rolling changes in a slowWorld, with member Jobs acting
 // up to three ticks after they were decided, while single members crash, hang, lose their node
 // (it stops reporting), are cut off from their peers but not the hook (removed, they run on),
-// or have a second membership answer at their address, a drain evicts pods as the budget
-// allows, or every database fragments, at random moments, each healed later. A fault may strike right after a pod was taken down on
+// lose their claim for good, or have a second membership answer at their address, a drain
+// evicts pods as the budget allows, or every database fragments, at random moments, each
+// healed later. The last change grows the cluster after its data outgrew the claim
+// template's size: each new learner's volume must hold it. A fault may strike right after a pod was taken down on
 // purpose, so availability may dip; the data must survive every step, and the cluster must
 // converge once the fault heals.
 func TestRandomSingleFaults(t *testing.T) {
@@ -303,6 +305,18 @@ func TestRandomSingleFaults(t *testing.T) {
 					if w.storage() {
 						w.cluster.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi")
 					}
+				},
+				func() {
+					// The rendered whenScaled: Delete took the claims of etcd-3 and etcd-4 with them.
+					if got := sortedInts(w.data); len(got) != 3 {
+						t.Errorf("claims %v at size 3 after scaling in from 5", got)
+					}
+					// The data outgrows the claim template's 1Gi, and the cluster grows onto new
+					// claims: a learner's snapshot must fit its volume (sim_volumes_test.go).
+					for _, m := range w.members {
+						m.live = max(m.live, 1536<<20)
+					}
+					w.cluster.Spec.Size = ptrTo(int32(4))
 				},
 			}
 			var heal []func()
@@ -338,6 +352,14 @@ func TestRandomSingleFaults(t *testing.T) {
 						heal = append(heal, func() { p.deaf, p.down = false, false })
 					}
 				},
+				func() {
+					// A claim lost for good, created again from the template (sim_volumes_test.go).
+					// It cannot heal: only while every voter is up, so that it is a single fault.
+					v, h := w.voters()
+					if p := w.randomPod(rng); p != nil && w.storage() && w.memberAt(p.ord) != nil && v == h && v == len(w.members) {
+						w.loseClaim(p.ord)
+					}
+				},
 				func() { // the claims' class stops allowing expansion for a while
 					w.volumes.noExpansion = true
 					heal = append(heal, func() { w.volumes.noExpansion = false })
@@ -348,10 +370,6 @@ func TestRandomSingleFaults(t *testing.T) {
 				w.cluster.Generation++
 				w.faultsDuring(rng, faults, 8, healAll)
 				w.run(400)
-			}
-			// The rendered whenScaled: Delete took the claims of etcd-3 and etcd-4 with them.
-			if got := sortedInts(w.data); len(got) != 3 {
-				t.Errorf("claims %v at size 3 after scaling in from 5", got)
 			}
 			slow.add(w)
 		})
@@ -556,6 +574,8 @@ func (w *simWorld) slowFaults(heal *[]func()) []func() {
 // its drains evicted nothing or no defragmentation ran under the probes.
 type simSlowness struct {
 	evicted, refused, defragmentations int
+	// claims is how many claims expand-claim Jobs created for members to come.
+	claims int
 }
 
 // add counts w's figures, and fails w's run when a liveness probe restarted a member during
@@ -567,6 +587,7 @@ func (s *simSlowness) add(w *simWorld) {
 	}
 	s.evicted, s.refused = s.evicted+w.drain.evicted, s.refused+w.drain.refused
 	s.defragmentations += w.probes.begun
+	s.claims += w.volumes.created
 }
 
 func (s *simSlowness) check(t *testing.T) {
@@ -574,5 +595,5 @@ func (s *simSlowness) check(t *testing.T) {
 	if s.evicted == 0 || s.defragmentations == 0 {
 		t.Errorf("%d pods evicted, %d defragmentations: the slow worlds were not slow", s.evicted, s.defragmentations)
 	}
-	t.Logf("%d pods evicted, %d evictions refused, %d defragmentations", s.evicted, s.refused, s.defragmentations)
+	t.Logf("%d pods evicted, %d evictions refused, %d defragmentations, %d claims created before their member joined", s.evicted, s.refused, s.defragmentations, s.claims)
 }

@@ -171,6 +171,8 @@ type simJob struct {
 	claim, size string
 	// podUID: restart-pod's.
 	podUID string
+	// create: expand-claim creates a missing claim.
+	create bool
 	// delay is how many more ticks the Job waits before it acts (sim_latency_test.go).
 	delay int
 }
@@ -238,8 +240,10 @@ type simWorld struct {
 	// growth bytes are written per tick; past the quota etcd raises NOSPACE and refuses them.
 	growth int64
 	// lost counts voters whose volumes a story lost for good: fewer voters hold the data,
-	// until a quorum recovery makes a cluster of the survivor.
-	lost int
+	// until a quorum recovery makes a cluster of the survivor, or the member of a claim lost
+	// (lostClaims, by member ID) is replaced by a voter.
+	lost       int
+	lostClaims []uint64
 	// backupTicks: a backup Job runs this many ticks before it finishes
 	// (sim_slowbackup_test.go).
 	backupTicks int
@@ -779,6 +783,7 @@ func (w *simWorld) newJob(b []byte) *simJob {
 		if v, ok := strings.CutPrefix(a, "--uid="); ok {
 			sj.podUID = v
 		}
+		sj.create = sj.create || a == "--create"
 		sj.clientCert = sj.clientCert || strings.HasPrefix(a, "--cert=")
 	}
 	if w.failJobs > 0 {
@@ -866,6 +871,7 @@ func (w *simWorld) runJob(j *simJob) {
 		}
 		m.learner = false
 		w.stats.promotes++
+		w.replacedLost(m)
 	case verbRemove:
 		m := w.memberByID(j.id)
 		if m == nil {
@@ -1203,6 +1209,9 @@ func (w *simWorld) raft() {
 		if m.learner && m.raft == 0 {
 			m.raft = 1
 			continue
+		}
+		if m.learner && w.diskTooSmall(m, leader) {
+			continue // the snapshot does not fit its volume (sim_volumes_test.go)
 		}
 		m.raft = w.followed(m, leader)
 	}

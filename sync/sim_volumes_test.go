@@ -57,8 +57,9 @@ type simVolumes struct {
 	// nodeOnline: the file system grows on the node while mounted, a minute after the
 	// volume grew: the claim is FileSystemResizePending meanwhile.
 	nodeOnline bool
-	// restarts counts pods deleted by restart-pod Jobs.
-	restarts int
+	// restarts counts pods deleted by restart-pod Jobs, created the claims expand-claim Jobs
+	// created.
+	restarts, created int
 }
 
 // claimFor creates the claim of ord from the StatefulSet's template if it has none.
@@ -145,19 +146,29 @@ func (w *simWorld) checkRestarts() {
 	}
 }
 
-// expandClaim is the expand-claim Job: the claim's request raised, never lowered.
+// expandClaim is the expand-claim Job: the claim's request raised, never lowered; with
+// --create a missing claim is created at the size, provisioned at once, and the StatefulSet
+// adopts it (claimFor).
 func (w *simWorld) expandClaim(j *simJob) {
 	ord, _ := Ordinal(w.cluster.Name, j.member)
 	c := w.volumes.claims[ord]
 	if j.claim != ClaimName(w.cluster.Name, ord) {
 		w.t.Fatalf("expand-claim Job %s names claim %s for member %s", j.name, j.claim, j.member)
 	}
+	size := resource.MustParse(j.size)
+	if c == nil && j.create {
+		if w.volumes.claims == nil {
+			w.volumes.claims = map[int]*simClaim{}
+		}
+		w.volumes.claims[ord] = &simClaim{requested: size, capacity: size}
+		w.volumes.created++
+		return
+	}
 	if c == nil {
 		j.state = jobFailed
 		w.stats.jobFailures++
 		return
 	}
-	size := resource.MustParse(j.size)
 	if c.requested.Cmp(size) < 0 {
 		c.requested = size
 		w.volumes.expansions++
@@ -444,4 +455,78 @@ func (w *simWorld) othersHealthy(m *simMember) bool {
 		}
 	}
 	return true
+}
+
+// diskTooSmall: learner m's claim is smaller than the database it must receive (the leader's,
+// in use), so the snapshot does not fit and it cannot catch up. Voters are not bounded here,
+// so neither is a learner beyond what the leader's own claim holds: what matters is a new
+// member's volume against the data it joins, where that data fits.
+func (w *simWorld) diskTooSmall(m, leader *simMember) bool {
+	c, lc := w.volumes.claims[m.ord], w.volumes.claims[leader.ord]
+	if !w.storage() || c == nil || lc == nil {
+		return false
+	}
+	return c.capacity.Value() < min(leader.live+leader.history, lc.capacity.Value())
+}
+
+// loseClaim is a member's claim and volume lost for good (a zone gone, a claim deleted): its
+// pod goes too, and the StatefulSet creates both again, the claim from its template.
+func (w *simWorld) loseClaim(ord int) {
+	delete(w.volumes.claims, ord)
+	delete(w.data, ord)
+	if p := w.pods[ord]; p != nil {
+		p.terminating = true
+	}
+	if m := w.memberAt(ord); m != nil && !m.learner {
+		w.lost++
+		w.lostClaims = append(w.lostClaims, m.id)
+	}
+}
+
+// replacedLost: the member whose claim was lost is gone, replaced by member m, a voter now:
+// the data is held where it was lost again.
+func (w *simWorld) replacedLost(m *simMember) {
+	for i, id := range w.lostClaims {
+		if w.memberByID(id) == nil && w.memberAt(m.ord) == m {
+			w.lostClaims = append(w.lostClaims[:i], w.lostClaims[i+1:]...)
+			w.lost = max(0, w.lost-1)
+			return
+		}
+	}
+}
+
+// TestNewMemberVolumeAtSpecSize: once the volumes grew and the data outgrew the claim
+// template's size, a member added later (a scale-out, a voter replaced on a lost claim) gets
+// its claim at the spec's size before it receives data: created at that size, or grown, by an
+// expand-claim Job. On a claim of the template's size its snapshot would not fit: it could
+// never catch up, would be removed as stuck every ten minutes and added back on the same claim.
+func TestNewMemberVolumeAtSpecSize(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(w *simWorld)
+	}{
+		{"scale-out", func(w *simWorld) { w.cluster.Spec.Size = ptrTo(int32(5)) }},
+		{"replaced on a lost claim", func(w *simWorld) { w.loseClaim(2) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, _ := created(t, 3, true)
+			w.edit(func(w *simWorld) { w.cluster.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi") })
+			for _, m := range w.members {
+				m.live = 1536 << 20 // past the template's 1Gi, within 2Gi
+			}
+			tc.change(w)
+			w.cluster.Generation++
+			w.run(300)
+			for _, line := range w.log {
+				if strings.Contains(line, "is stuck") {
+					t.Errorf("a learner was given up on: %s", line)
+				}
+			}
+			for _, m := range w.members {
+				if c := w.volumes.claims[m.ord]; c == nil || c.capacity.Cmp(resource.MustParse("2Gi")) < 0 {
+					t.Errorf("member %s on claim %+v", w.podName(m.ord), c)
+				}
+			}
+		})
+	}
 }

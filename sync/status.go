@@ -31,6 +31,7 @@ const (
 	ReasonMemberUnhealthy          = "MemberUnhealthy"
 	ReasonPodCannotStart           = "PodCannotStart"
 	ReasonRemovedMemberRunning     = "RemovedMemberRunning"
+	ReasonVolumeTooSmall           = "VolumeTooSmall"
 	ReasonJobFailing               = "JobFailing"
 	ReasonJobAttemptsExhausted     = "JobAttemptsExhausted"
 	ReasonNoSpace                  = "NoSpace"

@@ -27,6 +27,8 @@ type claimServer struct {
 	mu      gosync.Mutex
 	claims  map[string]*corev1.PersistentVolumeClaim
 	patches []string
+	// created are the names of the claims POSTed.
+	created []string
 	// failGet and failPatch, when set, answer every GET or PATCH with that status code.
 	failGet, failPatch int
 }
@@ -34,6 +36,10 @@ type claimServer struct {
 func (s *claimServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if r.Method == http.MethodPost && r.URL.Path == "/api/v1/namespaces/ns/persistentvolumeclaims" {
+		s.create(w, r)
+		return
+	}
 	name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/namespaces/ns/persistentvolumeclaims/")
 	c := s.claims[name]
 	fail := s.failGet
@@ -71,6 +77,28 @@ func (s *claimServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse(p.Spec.Resources.Requests["storage"])
 	}
 	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(c)
+}
+
+// create is the API server's POST of a claim: it records the body and keeps the claim, or
+// answers AlreadyExists.
+func (s *claimServer) create(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	// client-go may send the claim as protobuf or JSON: decode either, as the API server does.
+	o, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
+	c, ok := o.(*corev1.PersistentVolumeClaim)
+	if err != nil || !ok {
+		status(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("not a claim: %v", err))
+		return
+	}
+	s.created = append(s.created, c.Name)
+	if _, ok := s.claims[c.Name]; ok {
+		status(w, http.StatusConflict, metav1.StatusReasonAlreadyExists, `persistentvolumeclaims "`+c.Name+`" already exists`)
+		return
+	}
+	s.claims[c.Name] = c
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
 	_ = json.NewEncoder(w).Encode(c)
 }
 
@@ -126,6 +154,32 @@ func TestExpandClaim(t *testing.T) {
 	}
 	if len(s.patches) != 1 {
 		t.Errorf("a claim already big enough was patched again: %q", s.patches)
+	}
+}
+
+// TestExpandClaimCreates: with --create a missing claim is created at --size as the
+// StatefulSet would create it (its template's access mode, class and limit, the selector's
+// label), and a claim that exists is expanded, never created again.
+func TestExpandClaimCreates(t *testing.T) {
+	s, claims := newClaimServer(t)
+	create := []string{"--size=2Gi", "--create", "--access-mode=ReadWriteOnce", "--storage-class=fast", "--limit=4Gi", "--label=etcdops.dev/cluster=etcd"}
+	code, out := expand(t, claims, append([]string{"--claim=data-etcd-3"}, create...)...)
+	if code != ExitOK || !strings.Contains(out, "claim data-etcd-3 created, asking for 2Gi") {
+		t.Fatalf("exit %d, %q; want the claim created", code, out)
+	}
+	c := s.claims["data-etcd-3"]
+	if c == nil || c.Namespace != "ns" || c.Labels["etcdops.dev/cluster"] != "etcd" || *c.Spec.StorageClassName != "fast" ||
+		c.Spec.AccessModes[0] != corev1.ReadWriteOnce || c.Spec.Resources.Requests.Storage().String() != "2Gi" || c.Spec.Resources.Limits.Storage().String() != "4Gi" {
+		t.Fatalf("created %q", s.created)
+	}
+	if code, out := expand(t, claims, append([]string{"--claim=data-etcd-3"}, create...)...); code != ExitOK || !strings.Contains(out, "already asks for 2Gi") || len(s.created) != 1 {
+		t.Errorf("again: exit %d, %q, %d creates; want done without a create", code, out, len(s.created))
+	}
+	if code, out := expand(t, claims, append([]string{"--claim=data-etcd-0"}, create...)...); code != ExitOK || !strings.Contains(out, "asks for 2Gi (was 1Gi)") || len(s.created) != 1 {
+		t.Errorf("an existing claim: exit %d, %q, %d creates; want it expanded", code, out, len(s.created))
+	}
+	if code, _ := expand(t, claims, "--claim=data-etcd-4", "--size=2Gi", "--create", "--label=nokey"); code != ExitUsage {
+		t.Errorf("a bad --label: exit %d, want %d", code, ExitUsage)
 	}
 }
 

@@ -48,7 +48,9 @@ commands:
   disarm      --endpoints=URL[,URL] --member=POD --alarm=NOSPACE|CORRUPT --id=HEX
   update-peer-url --endpoints=URL[,URL] --member=POD --id=HEX --peer-url=URL
   expand-claim --member=POD --namespace=NS --claim=NAME --size=QUANTITY [--timeout=30s]
-              (the Kubernetes API, with the pod's service account)
+              [--create [--access-mode=MODE] [--storage-class=NAME] [--limit=QUANTITY]
+              [--label=KEY=VALUE]]   (the Kubernetes API, with the pod's service account;
+              --create makes a missing claim at --size)
   restart-pod --endpoints=URL[,URL] --member=POD --namespace=NS --uid=UID [--id=HEX]
               [--timeout=30s]   (deletes the pod if its UID is still UID, once etcd says member
               HEX does not lead and every other voter is healthy; the Kubernetes API, as
