@@ -246,7 +246,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	children := []Child{
 		headlessService(c, v.labels),
 		clientService(c, v.labels),
-		joinConfigMap(c, v.labels, state, ledger{seed: {}}, ""),
+		joinConfigMap(c, v.labels, state, ledger{seed: {}}, "", bootstrapDurable(c)),
 		podDisruptionBudget(c, v.labels, 1, false),
 		statefulSet(c, v.claimTemplate(), v.labels, v.spec, 1, partition, retainClaims),
 	}
@@ -261,6 +261,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	}
 	st.TLS = v.tlsStatus()
 	st.Client = client
+	st.V2LogIndex = bootstrapDurable(c).v2LogIndex
 	if held || cannotStart != "" {
 		degradedBy := ReasonNoVolumeToRoll
 		if !held {
@@ -301,6 +302,11 @@ func clusterToken(c *v1alpha1.EtcdCluster) string {
 // unknownStateReason says why etcd's state cannot be trusted, and the Degraded reason for
 // it; "" when it can.
 func unknownStateReason(v *view) (reason, degradedBy string) {
+	if r := v.safe.recovery; r != nil && !knownRecoveryPhase(r.Phase) {
+		// A newer hook's phase: what it allows next is not this build's to guess. Its fences
+		// and force stay as the join ConfigMap has them.
+		return fmt.Sprintf("status.recovery is in phase %q, which this hook does not know (written by a newer one?): nothing is changed until a hook that knows it, or a person, ends the recovery (docs/runbooks.md, a recovery phase this hook does not know)", r.Phase), ReasonRecoveryPhaseUnknown
+	}
 	e := v.obs.Etcd
 	forked := slices.Clone(e.Forked)
 	var conflicts []string

@@ -94,7 +94,7 @@ func plan(v *view) step {
 	progress := p.recoveryProgress()
 	p.recovery = progress
 	if progress == nil {
-		p.recovery = v.obs.Cluster.Status.Recovery
+		p.recovery = v.safe.recovery
 	}
 	// 6. The Job stage: a member Job outstanding is waited for.
 	p.stage = p.memberJobs()

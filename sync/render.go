@@ -81,13 +81,15 @@ func clientService(c *v1alpha1.EtcdCluster, lb childLabels) Child {
 	})
 }
 
-// joinConfigMap renders the join state; clusterID is "" until etcd first answered.
-func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.State, l ledger, clusterID string) Child {
+// joinConfigMap renders the join state; clusterID is "" until etcd first answered; d are the
+// copies of status's safety state (durable.go).
+func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.State, l ledger, clusterID string, d durable) Child {
 	meta := metadata(c, JoinConfigMapName(c.Name), lb.common)
 	meta.Annotations = map[string]string{AnnotationLedger: l.encode()}
 	if clusterID != "" {
 		meta.Annotations[AnnotationClusterID] = clusterID
 	}
+	d.annotate(meta.Annotations)
 	return Child{APIVersion: "v1", Kind: "ConfigMap", Name: meta.Name, Object: apiObject{
 		APIVersion: "v1", Kind: "ConfigMap", Metadata: meta,
 		Data: map[string]string{joinstate.ConfigMapKey: joinstate.Encode(state)},

@@ -25,6 +25,7 @@ const (
 	ReasonStrangerMember           = "StrangerMember"
 	ReasonClusterIDChanged         = "ClusterIDChanged"
 	ReasonQuorumLost               = "QuorumLost"
+	ReasonRecoveryPhaseUnknown     = "RecoveryPhaseUnknown"
 	ReasonQuorumUnconfirmed        = "QuorumUnconfirmed"
 	ReasonMemberUnanswered         = "MemberUnanswered"
 	ReasonNodeNotReporting         = "NodeNotReporting"
@@ -444,9 +445,7 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 	if s.maintenance != nil {
 		st.Maintenance = s.maintenance
 	}
-	if s.recovery != nil {
-		st.Recovery = s.recovery
-	}
+	st.Recovery, st.V2LogIndex = v.recoveryAfter(s), v.safe.v2LogIndex
 	jobName := ""
 	if job != nil {
 		jobName = job.Name
@@ -568,7 +567,7 @@ func (v *view) reportMembership(st *v1alpha1.EtcdClusterStatus) {
 	}
 	st.ClusterID = fmt.Sprintf("%x", v.obs.Etcd.ClusterID)
 	st.CurrentVersion = v.runningVersion()
-	st.V2LogIndex = v2LogIndex(v.obs.Cluster.Status, st.CurrentVersion, v.obs.Etcd.Members)
+	st.V2LogIndex = v.v2LogIndexAfter()
 	st.Client = v.clientStatus()
 }
 

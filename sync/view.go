@@ -59,6 +59,12 @@ type view struct {
 	// versionWait says why the spec's etcd release waits (v37Wait), "" when it does not; the
 	// template keeps the release the StatefulSet runs meanwhile.
 	versionWait string
+	// safe is the safety state status and the join ConfigMap record, merged (durable.go).
+	safe durable
+	// v2Bound is the raft index up to which v2 requests may be in the log: the recorded one, or
+	// without a record the highest one seen, while a cluster on v3.6 is asked for v3.7
+	// (versions.go); 0 when there is nothing to wait for or nothing to know.
+	v2Bound int64
 }
 
 // member is an etcd member with its ordinal and pod.
@@ -117,6 +123,7 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 		}
 	}
 	v.ledger = mergeLedgers(v.ledger, ledgerFromStatus(obs.Cluster.Status.Ledger))
+	v.safe = mergedDurable(obs.Cluster.Status, v.join)
 	v.clusterID = obs.Cluster.Status.ClusterID
 	if v.clusterID == "" && v.join != nil {
 		v.clusterID = v.join.Annotations[AnnotationClusterID]
@@ -133,6 +140,7 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 	// The template follows the pods through a TLS change, so it is rendered from what they run.
 	v.tls = newTLSView(v)
 	rendered := c
+	v.v2Bound = v.v2Fallback()
 	if held := v.heldVersion(); held != "" {
 		if v.versionWait = v.v37Wait(); v.versionWait != "" {
 			kept := *c

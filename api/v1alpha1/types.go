@@ -399,9 +399,11 @@ type EtcdClusterStatus struct {
 	// +optional
 	CurrentVersion string `json:"currentVersion,omitempty"`
 	// V2LogIndex is the raft index up to which etcd v3.5 members may have written etcd v2
-	// requests to the raft log, recorded when the last v3.5 member left. etcd v3.7 cannot
-	// apply them, so the move to v3.7 waits until every member has taken a raft snapshot past
-	// it. Cleared once every member runs v3.7.
+	// requests to the raft log, recorded when the last v3.5 member left (or, with no record,
+	// the highest raft index seen when v3.7 is asked for). etcd v3.7 cannot apply them, so the
+	// move to v3.7 waits until every member has taken a raft snapshot past it. -1: the cluster
+	// was created on v3.6 or later and never ran v3.5. Cleared once every member runs v3.7.
+	// The join ConfigMap keeps a copy (annotation etcdops.dev/v2-log-index).
 	//
 	// +optional
 	V2LogIndex int64 `json:"v2LogIndex,omitempty"`
@@ -448,7 +450,9 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	Maintenance *MaintenanceStatus `json:"maintenance,omitempty"`
-	// Recovery is the quorum recovery in progress, or the last one done.
+	// Recovery is the quorum recovery in progress, or the last one done. The join ConfigMap
+	// keeps a copy (annotation etcdops.dev/recovery); the later of the two is read. A phase
+	// the hook does not know stops every change.
 	//
 	// +optional
 	Recovery *RecoveryStatus `json:"recovery,omitempty"`
