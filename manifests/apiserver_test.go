@@ -468,6 +468,7 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		ClusterID:      "cdf818194e3a8c32",
 		CurrentVersion: "v3.6.16",
 		V2LogIndex:     4096,
+		ForkSeenSince:  &since,
 		Conditions: []metav1.Condition{
 			{Type: v1alpha1.ConditionAvailable, Status: metav1.ConditionTrue, ObservedGeneration: 1, LastTransitionTime: since, Reason: "QuorumHealthy", Message: "3 of 3 voters healthy"},
 			{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, ObservedGeneration: 1, LastTransitionTime: since, Reason: "PromoteLearner", Message: "promoting status-2"},

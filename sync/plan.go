@@ -59,6 +59,9 @@ func Plan(cfg Config, obs Observed) Decision {
 		}
 		s := v.hold(v.unknown, v.unknown)
 		s.degradedBy = v.unknownBy
+		if v.unknownBy == ReasonEtcdForked {
+			s = v.confirmFork(s)
+		}
 		return v.decision(s)
 	}
 	// 6 on: one step on a cluster whose state is known (plan).
@@ -336,6 +339,39 @@ func unknownStateReason(v *view) (reason, degradedBy string) {
 			"nothing is changed until the annotation %s=%s accepts the new cluster on purpose", got, v.clusterID, v1alpha1.AnnotationAcceptClusterID, got), ReasonClusterIDChanged
 	}
 	return "", ""
+}
+
+// forkConfirmAfter is how long after the first sync that saw a second membership another must
+// see one too before it is reported: the syncs of one event come in quick succession, and a
+// sighting of one observation alone may be etcd mid-election or the hook's caches lagging.
+const forkConfirmAfter = 5 * time.Second
+
+// confirmFork turns hold s on a second membership answering into what is reported. Every sync
+// that sees one holds: no membership change rests on a view that may be two clusters'. But
+// one observation can see two leaders while leadership moves (the Status calls of one sync
+// answer at slightly different moments), or another cluster's pod on an IP reused while the
+// pods the hook was sent are a moment old; the next sync sees neither. So EtcdForked is
+// reported only once a sync at least forkConfirmAfter after the first that saw it sees it
+// too (status.forkSeenSince); until then the Degraded condition stays as the last sync left it.
+func (v *view) confirmFork(s step) step {
+	prev := v.obs.Cluster.Status.ForkSeenSince
+	seen := metav1.NewTime(v.obs.Now)
+	if prev != nil {
+		seen = *prev
+	}
+	s.forkSeen = &seen
+	if prev != nil && v.obs.Now.Sub(prev.Time) >= forkConfirmAfter {
+		return s
+	}
+	s.action.Reason = v.unknown + "; seen at this sync only: nothing is changed, and it is reported (EtcdForked) if the next sync sees it too"
+	s.degraded, s.degradedBy = "", ""
+	for _, c := range v.obs.Cluster.Status.Conditions {
+		if c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue && c.Reason != ReasonEtcdForked {
+			s.degraded, s.degradedBy = c.Message, c.Reason
+		}
+	}
+	s.resync = resyncSoon
+	return s
 }
 
 // refusals says which pods' launchers refuse to start etcd, and why: when etcd cannot be

@@ -9,6 +9,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
@@ -73,6 +74,8 @@ type step struct {
 	maintenance *v1alpha1.MaintenanceStatus
 	recovery    *v1alpha1.RecoveryStatus
 	backup      *v1alpha1.BackupStatus
+	// forkSeen is status.forkSeenSince after this sync: nil unless it saw a fork.
+	forkSeen *metav1.Time
 }
 
 // records takes the status records of from where s has none.

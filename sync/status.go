@@ -445,7 +445,7 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 	if s.maintenance != nil {
 		st.Maintenance = s.maintenance
 	}
-	st.Recovery, st.V2LogIndex = v.recoveryAfter(s), v.safe.v2LogIndex
+	st.Recovery, st.V2LogIndex, st.ForkSeenSince = v.recoveryAfter(s), v.safe.v2LogIndex, s.forkSeen
 	jobName := ""
 	if job != nil {
 		jobName = job.Name

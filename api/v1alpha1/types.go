@@ -407,6 +407,13 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	V2LogIndex int64 `json:"v2LogIndex,omitempty"`
+	// ForkSeenSince is when the syncs began to see a second membership answer (EtcdForked). A
+	// sync that sees one holds; it is reported only from a sync at least 5 seconds after the
+	// first, so that one observation caught mid-election, or a pod IP reused while the caches
+	// lag, is not reported. Cleared by a sync that sees none.
+	//
+	// +optional
+	ForkSeenSince *metav1.Time `json:"forkSeenSince,omitempty"`
 	// Conditions: Available, Progressing, Degraded.
 	//
 	// +listType=map
