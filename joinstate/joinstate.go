@@ -105,6 +105,10 @@ type Member struct {
 	// member's data belongs to the lost quorum, and starting on it could form that quorum
 	// again beside the recovered cluster. It waits until it is added back anew.
 	Fenced bool `json:"fenced,omitempty"`
+	// Learner is true while the membership has the member as a learner. Its pod is not Ready
+	// then: a learner refuses what clients send through the client Service, and a member that
+	// has just joined does not know it is a learner until it applies its own addition.
+	Learner bool `json:"learner,omitempty"`
 }
 
 // Find returns the member named name.

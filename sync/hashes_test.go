@@ -38,19 +38,19 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		s                         serving
 		config, spec, statefulSet string
 	}{
-		{"plain", cluster(nil), serving{}, "cc76f9f86a", "1c39e1042f", "bc4a8a2262e3e1bb"},
+		{"plain", cluster(nil), serving{}, "22040c19db", "50b101b03d", "41f3c1c6d7ed7aa4"},
 		{"no storage, options", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec = nil
 			c.Spec.EtcdOptions = []string{"--quota-backend-bytes=4294967296", "--log-level=warn"}
-		}), serving{}, "921ce91d2e", "b5b7267bb5", "91185ec355539904"},
+		}), serving{}, "8376fe3391", "2f3be343d5", "79c9bf9fe93cb304"},
 		{"storage class, limit, delete", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec.StorageClassName, c.Spec.StorageSpec.WhenDeleted = "fast", v1alpha1.PVCDelete
 			c.Spec.StorageSpec.VolumeSizeLimit = ptrTo(resource.MustParse("16Gi"))
-		}), serving{}, "cc76f9f86a", "1c39e1042f", "0f2979901697c02e"},
-		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "197d8e7f2b", "f0d32e5bee", "be76bfdcbe6e77db"},
-		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "f45425a179", "4d70c7d6a4", "e5295a7362d89c5f"},
-		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "37596d80d2", "828f097aa4", "1c99bdabbd6d9295"},
-		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "e3c2f75b7d", "ac4c093687", "14b7fe69f958b8e0"},
+		}), serving{}, "22040c19db", "50b101b03d", "409c360ab8345bce"},
+		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "4b01c5d1a1", "254fd699ae", "91ae5447be77782c"},
+		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "6904460617", "29f506c34c", "64c8f31d48217e16"},
+		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "f91d256cc3", "698eff997f", "e2608754d5027935"},
+		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "b42423820b", "548dcddc36", "6d4bf9324d24211a"},
 		{"user pod settings", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.PodTemplate = &v1alpha1.PodTemplate{
 				Metadata: &v1alpha1.PodMetadata{Labels: map[string]string{"team": "db", LabelCluster: "spoofed"}, Annotations: map[string]string{"a": "<&>"}},
@@ -67,13 +67,13 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 					}}}},
 				},
 			}
-		}), serving{}, "51aff7b1c4", "26c65f2aec", "dcb4fcba60f24a1f"},
+		}), serving{}, "0e8a5604d2", "902100cb95", "1c5ff3b1cdd120ac"},
 		{"restore from S3", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: s3, Name: "latest"}}
-		}), serving{}, "62644ea4e8", "ae8f8f11e6", "cbea53015fa28ae7"},
+		}), serving{}, "177eab8ad1", "f8d2dbbd0a", "9fbe69df330530f4"},
 		{"restore from a claim, TLS", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: pvc, Name: "snap.db"}}
-		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "4a0e722f64", "dc7f016904", "2f96bf419e03fa48"},
+		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "5d59094119", "8fd75eb0b0", "52a9a0dd23fc195f"},
 	} {
 		ps := renderPodSpec(simConfig, tc.c, tc.s)
 		sts := digest(t, statefulSet(tc.c, tc.c.Spec.StorageSpec, labelsOf(tc.c), ps, 3, 1, retainClaims).Object)

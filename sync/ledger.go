@@ -160,7 +160,7 @@ func (v *view) joinState(rebaseline bool) (joinstate.State, ledger) {
 		if len(m.PeerURLs) > 0 {
 			peer = m.PeerURLs[0]
 		}
-		st.Members = append(st.Members, joinstate.Member{Name: m.name, PeerURL: peer, Incarnation: e.Incarnation, Established: e.Established})
+		st.Members = append(st.Members, joinstate.Member{Name: m.name, PeerURL: peer, Incarnation: e.Incarnation, Established: e.Established, Learner: m.IsLearner})
 	}
 	sortJoinMembers(st.Members)
 	return st, next
@@ -173,7 +173,7 @@ func (v *view) lastKnownJoinState() joinstate.State {
 	st := joinstate.State{Token: clusterToken(v.c), ClusterState: joinstate.StateExisting}
 	for _, m := range v.obs.Cluster.Status.Members {
 		e := v.ledger[m.Name]
-		st.Members = append(st.Members, joinstate.Member{Name: m.Name, PeerURL: peerURLOf(v.c, m.Name, v.cfg.ClusterDomain, v.tls.desired.peer == peerTLS), Incarnation: e.Incarnation, Established: e.Established})
+		st.Members = append(st.Members, joinstate.Member{Name: m.Name, PeerURL: peerURLOf(v.c, m.Name, v.cfg.ClusterDomain, v.tls.desired.peer == peerTLS), Incarnation: e.Incarnation, Established: e.Established, Learner: m.IsLearner})
 	}
 	sortJoinMembers(st.Members)
 	return st

@@ -79,6 +79,15 @@ func mayServe(p *corev1.Pod) bool {
 	return p != nil && !isTerminating(p) && (isReady(p) || nodeNotReporting(p))
 }
 
+// etcdRunning: the pod is not going away and the kubelet reports its etcd container running.
+func etcdRunning(p *corev1.Pod) bool {
+	if p == nil || isTerminating(p) {
+		return false
+	}
+	cs := etcdStatus(p)
+	return cs != nil && cs.State.Running != nil
+}
+
 // isCrashLooping: the etcd container is in crash-loop back-off after restarting again and
 // again; waiting longer will not help.
 func isCrashLooping(p *corev1.Pod) bool {

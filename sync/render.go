@@ -98,15 +98,18 @@ func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.Stat
 
 // podDisruptionBudget lets voluntary disruptions take down only as many pods as the voters
 // can lose without losing quorum, and none while the operator's own step takes a member down
-// (disruption.go).
+// (disruption.go). It asks for a quorum of the voters' pods to stay Ready (minAvailable): a
+// pod is Ready only while its member is a voter (readinessProbe), so a learner, or a pod
+// without a member, counts neither for nor against it. Closed, it asks for every pod the
+// StatefulSet should have (100%), which leaves no disruption to allow.
 func podDisruptionBudget(c *v1alpha1.EtcdCluster, lb childLabels, voters int, disrupting bool) Child {
-	spare := max(0, voters-etcdstate.Quorum(voters))
+	var minAvailable any = etcdstate.Quorum(voters)
 	if disrupting {
-		spare = 0
+		minAvailable = "100%"
 	}
 	return child("policy/v1", "PodDisruptionBudget", metadata(c, PDBName(c.Name), lb.common), pdbSpec{
-		MaxUnavailable: spare,
-		Selector:       labelSelector{MatchLabels: lb.selector},
+		MinAvailable: minAvailable,
+		Selector:     labelSelector{MatchLabels: lb.selector},
 	})
 }
 

@@ -339,10 +339,19 @@ func (w *simWorld) healthy(m *simMember) bool {
 }
 
 // ready is the kubelet's readiness of the pod at ord: its member's own health, which the
-// hook's reach plays no part in.
+// hook's reach plays no part in, and that it is a voter by etcd and by the join state its pod
+// has mounted (etcdops-member ready).
 func (w *simWorld) ready(ord int) bool {
 	m, p := w.memberAt(ord), w.pods[ord]
-	return m != nil && p != nil && w.healthy(m) && !p.slow && !w.anyCorrupt()
+	if m == nil || p == nil || m.learner || !w.healthy(m) || p.slow || w.anyCorrupt() {
+		return false
+	}
+	js := w.mountedJoin(p)
+	if js == nil {
+		return false
+	}
+	jm, ok := js.Find(w.podName(ord))
+	return ok && !jm.Learner
 }
 
 // anyCorrupt: a CORRUPT alarm stands; etcd then serves no reads or writes anywhere, and every

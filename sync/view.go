@@ -217,16 +217,22 @@ func (v *view) unansweredVoters() []*member {
 
 // unanswered: the member did not answer the hook, but its pod is Ready, so the kubelet's
 // probe of its own health passes, or only the node controller marked it not Ready
-// (nodeNotReporting). Nothing from etcd or the kubelet says something is wrong: the member is
-// unknown, not failed, and is never removed or replaced on that view alone.
+// (nodeNotReporting); for a learner that has started, whose pod is never Ready
+// (readinessProbe), its etcd container runs, which its liveness probe keeps so only while etcd
+// answers it. Nothing from etcd or the kubelet says something is wrong: the member is unknown,
+// not failed, and is never removed or replaced on that view alone. (A learner that has not
+// started is not expected to answer: its container may run something else, or wait.)
 func (m *member) unanswered() bool {
-	return !m.Reachable && mayServe(m.pod)
+	return !m.Reachable && (mayServe(m.pod) || m.IsLearner && m.Started() && etcdRunning(m.pod))
 }
 
 // unansweredWhy says why an unanswered member may still serve, and the Degraded reason for it.
 func (m *member) unansweredWhy() (why, degradedBy string) {
-	if nodeNotReporting(m.pod) {
+	switch {
+	case nodeNotReporting(m.pod):
 		return "its node stopped reporting (the node controller marked its pod not Ready; its etcd was last seen running)", ReasonNodeNotReporting
+	case !mayServe(m.pod):
+		return "its etcd container runs", ReasonMemberUnanswered
 	}
 	return "its pod is Ready", ReasonMemberUnanswered
 }

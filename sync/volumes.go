@@ -270,11 +270,13 @@ func (v *view) disruptionBlocker() (name, why string) {
 	return "", ""
 }
 
-// restartedForResize: the member at ord is back after a restart-pod step, a healthy member
-// on a ready pod that no longer awaits a restart.
+// restartedForResize: the member at ord is back after a restart-pod step, on a pod that no
+// longer awaits a restart: a healthy voter on a ready pod, or a learner that started (a
+// learner's pod is never Ready).
 func (v *view) restartedForResize(ord int) bool {
 	pod, m := v.pods[ord], v.byOrd[ord]
-	return pod != nil && !isTerminating(pod) && isReady(pod) && m != nil && m.Healthy && !v.awaitsRestart(ord)
+	back := m != nil && (m.IsLearner && m.Started() || m.Healthy && isReady(pod))
+	return pod != nil && !isTerminating(pod) && back && !v.awaitsRestart(ord)
 }
 
 // podRestarted reports whether the pod a restart-pod Job deleted is gone: the member's pod

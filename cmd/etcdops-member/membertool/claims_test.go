@@ -299,7 +299,7 @@ func TestRestartPod(t *testing.T) {
 func TestRestartPodAsksEtcd(t *testing.T) {
 	endpoint, seed := startSeed(t)
 	s, claims := newPodServer(t, "uid-a")
-	code, out := restart(endpoint, claims, "--member=e-0", "--uid=uid-a", fmt.Sprintf("--id=%x", seed), "--timeout=1s")
+	code, out := restart(endpoint, claims, "--member=e-0", "--uid=uid-a", fmt.Sprintf("--id=%x", seed), "--timeout=3s")
 	if code != ExitRetryable || !strings.Contains(out, "leads: leadership must move first") || s.deleted {
 		t.Fatalf("the leader: exit %d, %q, deleted %v; want %d, the pod kept", code, out, s.deleted, ExitRetryable)
 	}

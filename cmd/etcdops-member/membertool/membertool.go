@@ -69,6 +69,8 @@ commands:
          [--termination-log=FILE] [--restore-<destination flag>...] -- <etcd flags>
   probe  --join-state=FILE --data-dir=DIR --health=URL [--name=POD, else $POD_NAME]
          [--defrag-metrics=URL]
+  ready  --readyz=URL --metrics=URL --join-state=FILE [--name=POD, else $POD_NAME] [--timeout=3s]
+         (the etcd container's readiness: etcd ready, and not a learner)
 `
 
 // retryEvery spaces attempts of an operation that failed retryably within --timeout.
@@ -101,6 +103,8 @@ func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return runStreamBackup(ctx, rest, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, stderr)
+	case "ready":
+		return runReady(ctx, rest, stderr)
 	case "install":
 		return runInstall(rest, stdout, stderr)
 	case "launch":
@@ -468,6 +472,66 @@ func runProbe(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "probe: %v\n", err)
 	return ExitRetryable
+}
+
+// runReady is the etcd container's readiness probe: etcd's /readyz answers 200 (--readyz: local
+// reads, no CORRUPT alarm), and the member is no learner, by the mounted join state (the
+// planner's view of the membership) and by etcd (etcd_server_is_learner 0 at --metrics). A
+// learner refuses writes, linearizable reads, watches and lease keep-alives ("rpc not
+// supported for learner"), so while it joins its pod stays out of the client Service's
+// endpoints, which select Ready pods. etcd alone cannot say so from the start: a member that
+// has just joined takes its membership from --initial-cluster, without its learner flag, until
+// it applies its own addition from the leader's snapshot or log (minutes, for a large
+// database); its /readyz check non_learner (from v3.5.19) and the metric both read "voter"
+// meanwhile. The join state lists it as a learner from before its pod can start; after its
+// promotion, the mounted file says so a minute or two later, and the pod is Ready then.
+func runReady(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ready", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	readyz := fs.String("readyz", "", "etcd readiness URL to GET")
+	metrics := fs.String("metrics", "", "etcd metrics URL")
+	joinState := fs.String("join-state", "", "mounted join state file")
+	name := fs.String("name", os.Getenv("POD_NAME"), "pod name, which is the member name")
+	timeout := fs.Duration("timeout", 3*time.Second, "bound on each request")
+	if err := fs.Parse(args); err != nil || *readyz == "" || *metrics == "" || *joinState == "" || *name == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "ready: --readyz=URL, --metrics=URL, --join-state=FILE and --name (or $POD_NAME) are required")
+		return ExitUsage
+	}
+	err := joinedAsVoter(*joinState, *name)
+	var learner float64
+	if err == nil {
+		learner, err = gauge(ctx, *metrics, learnerMetric)
+	}
+	if err == nil && learner != 0 {
+		err = errors.New("etcd is a learner: it serves no client until it is promoted")
+	}
+	if err == nil {
+		err = getOK(ctx, *readyz, *timeout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ready: %v\n", err)
+		return ExitRetryable
+	}
+	return ExitOK
+}
+
+// joinedAsVoter: the join state at path lists member name, not as a learner.
+func joinedAsVoter(path, name string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	st, err := joinstate.Decode(raw)
+	if err != nil {
+		return err
+	}
+	switch m, ok := st.Find(name); {
+	case !ok:
+		return fmt.Errorf("%s is not in the join state", name)
+	case m.Learner:
+		return fmt.Errorf("the join state lists %s as a learner: it serves no client until it is promoted", name)
+	}
+	return nil
 }
 
 // getOK GETs url within bound; nil when it answers 200.
