@@ -58,6 +58,10 @@ type State struct {
 	Token string `json:"token"`
 	// ClusterState is "new" only until the cluster ID is first recorded; "existing" after.
 	ClusterState string `json:"clusterState"`
+	// ClusterID is the etcd cluster ID on record, in hex; "" before the cluster first
+	// answered. A volume written before launchers recorded the cluster token is taken as this
+	// cluster's only when its data is of this ID.
+	ClusterID string `json:"clusterID,omitempty"`
 	// Members are all current members, each as etcd's membership has it (the name is the
 	// pod's name, also for a member added but not yet started). Sorted by name.
 	Members []Member `json:"members"`

@@ -140,7 +140,11 @@ func (v *view) joinState(rebaseline bool) (joinstate.State, ledger) {
 	for name, e := range v.ledger {
 		next[name] = e
 	}
-	st := joinstate.State{Token: clusterToken(v.c), ClusterState: joinstate.StateExisting}
+	st := joinstate.State{Token: clusterToken(v.c), ClusterState: joinstate.StateExisting, ClusterID: v.clusterID}
+	if v.obs.Etcd.Asked && v.obs.Etcd.ClusterID != 0 {
+		// The one etcd answers as: on record, or accepted on purpose (rebaseline).
+		st.ClusterID = fmt.Sprintf("%x", v.obs.Etcd.ClusterID)
+	}
 	for _, m := range v.members {
 		id := fmt.Sprintf("%x", m.ID)
 		e, seen := next[m.name]
@@ -170,7 +174,7 @@ func (v *view) joinState(rebaseline bool) (joinstate.State, ledger) {
 // ConfigMap gone: the members status last saw, with the ledger's incarnations. Pods cannot
 // even start without the ConfigMap; with it they start as they would have before it was lost.
 func (v *view) lastKnownJoinState() joinstate.State {
-	st := joinstate.State{Token: clusterToken(v.c), ClusterState: joinstate.StateExisting}
+	st := joinstate.State{Token: clusterToken(v.c), ClusterState: joinstate.StateExisting, ClusterID: v.clusterID}
 	for _, m := range v.obs.Cluster.Status.Members {
 		e := v.ledger[m.Name]
 		st.Members = append(st.Members, joinstate.Member{Name: m.Name, PeerURL: peerURLOf(v.c, m.Name, v.cfg.ClusterDomain, v.tls.desired.peer == peerTLS), Incarnation: e.Incarnation, Established: e.Established, Learner: m.IsLearner})

@@ -43,7 +43,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	     nospace=POLICY | defragment     (defragment: spec.maintenance.defragment, defaults)
 //	leader POD                           make POD's member the leader
 //	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|
-//	     node-lost|node-gone|cut-off|deaf|claim-lost|forked-cluster|forked-member|heal
+//	     node-lost|node-gone|cut-off|deaf|claim-lost|pretoken-foreign|forked-cluster|forked-member|heal
 //	                                     unreachable: the hook alone cannot reach it, etcd and
 //	                                     the kubelet see it healthy; slow: it keeps its raft role
 //	                                     but fails health checks; lost: its volume is gone for
@@ -58,7 +58,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     pod goes, and its replacement waits for its volume, etcd
 //	                                     not started, until healed; cut-off: its etcd runs on but
 //	                                     answers neither the hook nor its peers, its pod still
-//	                                     running; claim-lost: its claim and volume are gone, the
+//	                                     running; pretoken-foreign: its claim is swapped for
+//	                                     another etcd cluster's, of before the cluster token;
+//	                                     claim-lost: its claim and volume are gone, the
 //	                                     StatefulSet creates both again from its template; deaf:
 //	                                     its etcd is cut off from its peers but
 //	                                     answers the hook, and never hears of its removal;
@@ -344,6 +346,12 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			// down while its volume is still attached to the node it left.
 			p.stuck, p.terminating = false, true
 			w.startDown[ord] = true
+		case "pretoken-foreign":
+			// Its claim is swapped for one of another etcd cluster, written by a launcher of
+			// before the cluster token: a marker, data, no token. The pod goes with its old
+			// claim, and its replacement mounts that one.
+			w.data[ord] = &simData{inc: 0, id: 0xdead, cluster: 0xbad}
+			p.running, p.terminating = false, true
 		case "claim-lost":
 			// Its claim and volume are gone for good: the pod goes, and the StatefulSet
 			// creates both again, the claim from its template (sim_volumes_test.go).
@@ -608,7 +616,7 @@ func (w *simWorld) newCluster() {
 		m.id = w.nextID
 		w.nextID++
 		if d := w.data[m.ord]; d != nil && d.id == old {
-			d.id = m.id
+			d.id, d.cluster = m.id, w.clusterID
 		}
 		if w.leader == old {
 			w.leader = m.id

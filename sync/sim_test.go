@@ -68,6 +68,8 @@ type simData struct {
 	// token is the join state token of the cluster whose member wrote it; "" on a volume
 	// written before the launcher recorded it.
 	token string
+	// cluster is the etcd cluster ID its data is of, as its write-ahead log records it.
+	cluster uint64
 }
 
 // simBackup is a snapshot stored by a backup Job: the raft index it holds stands for the
@@ -1126,7 +1128,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 		}
 		m = &simMember{id: w.nextID, ord: p.ord, started: true, peerURL: join.Members[0].PeerURL}
 		w.nextID++
-		w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id, token: dec.Token}
+		w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id, token: dec.Token, cluster: w.clusterID}
 		if dec.Restore {
 			// etcdutl snapshot restore: the snapshot's data under a new cluster ID.
 			if len(w.backups) == 0 {
@@ -1138,6 +1140,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 			w.data[p.ord].restored = join.Token
 			p.restored = joinstate.RestoredMessage(int64(b.revision), fmt.Sprintf("s3://backups/default/etcd/etcd-r%d.db", b.revision))
 			w.clusterID++
+			w.data[p.ord].cluster = w.clusterID
 		}
 		w.members = append(w.members, m)
 		w.leader = m.id
@@ -1164,7 +1167,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 		m.snap = l.snap
 		w.replaysV2(p, m.snap)
 	}
-	w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id, token: dec.Token}
+	w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id, token: dec.Token, cluster: w.clusterID}
 	return ""
 }
 
@@ -1173,7 +1176,11 @@ func volumeOf(d *simData) launcher.Volume {
 	if d == nil {
 		return launcher.Volume{}
 	}
-	return launcher.Volume{HasData: true, HasMarker: true, Incarnation: d.inc, Token: d.token, Recovered: d.recovered, Restored: d.restored}
+	v := launcher.Volume{HasData: true, HasMarker: true, Incarnation: d.inc, Token: d.token, Recovered: d.recovered, Restored: d.restored}
+	if d.token == "" && d.cluster != 0 {
+		v.ClusterID = fmt.Sprintf("%x", d.cluster)
+	}
+	return v
 }
 
 // forceNewCluster is etcd started with --force-new-cluster on the data d at ord: the member
