@@ -76,6 +76,26 @@ var wedgeStories = []wedgeStory{
 		replaces:   true,
 	},
 	{
+		// A voter replaced whose learner, on a node that cannot reach its peers, never catches
+		// up: given up on as stuck every ten minutes and added back, for ever.
+		name: "a replacement's learner that never catches up",
+		run: func(t *testing.T) *simWorld {
+			w, _ := created(t, 3, true)
+			w.pods[2].crash = true
+			w.onTick = func() {
+				if m := w.memberAt(2); m != nil && m.learner {
+					w.pods[2].crash = false
+					w.pods[2].down = true // cut off from its peers
+				}
+			}
+			w.steps(250)
+			return w
+		},
+		want:       "learner etcd-2",
+		wantReason: ReasonLearnerOverdue,
+		replaces:   true,
+	},
+	{
 		// A voter cut off from its peers, not the hook, replaced on its own pod without a
 		// volume: its old etcd runs on there, and the Job that would restart the pod has no
 		// account without storage.

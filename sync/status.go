@@ -39,6 +39,7 @@ const (
 	ReasonUnplacedAlarm            = "UnplacedAlarm"
 	ReasonNoVolumeToRoll           = "NoVolumeToRoll"
 	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	ReasonLearnerOverdue           = "LearnerOverdue"
 	ReasonTLSSecretMissing         = "TLSSecretMissing"
 	ReasonTLSCertificate           = "TLSCertificateInvalid"
 	ReasonBlocked                  = "Blocked"
@@ -222,6 +223,9 @@ type health struct {
 	blocked bool
 	// noSpace are the members with a NOSPACE alarm, which refuses every write.
 	noSpace []*member
+	// lateLearner says why a learner has waited past its deadline (learnerOverdue), "" when
+	// none has.
+	lateLearner string
 }
 
 // judge sorts the unhealthy voters into planned and unplanned against the current step, and
@@ -239,6 +243,7 @@ func (v *view) judge(s step, hist []v1alpha1.StepRecord, asked bool) health {
 	if asked {
 		h.planned, h.unplanned, h.electing = v.sortUnhealthy(cur)
 		h.noSpace = v.alarmed("NOSPACE")
+		h.lateLearner = v.learnerOverdue()
 	}
 	if held := v.heldMember(s); v.holdIsPlanned(cur, held) {
 		h.plannedHold = true
@@ -489,6 +494,8 @@ func degradedCondition(s step, h health) (degraded bool, reason, msg string) {
 		return true, ReasonMemberUnhealthy, "unhealthy: " + strings.Join(h.unplanned, ", ")
 	case h.overdue:
 		return true, ReasonProgressDeadlineExceeded, overdueMessage(h.current, s)
+	case h.lateLearner != "":
+		return true, ReasonLearnerOverdue, h.lateLearner
 	case len(h.planned) > 0:
 		c := h.current
 		return false, ReasonPlannedDisruption, fmt.Sprintf("down for the current step: %s (%s %s, started %s, deadline %s)",
