@@ -53,6 +53,11 @@ func FuzzPlanner(f *testing.F) {
 						w.deafen(p) // removed, it runs on (sim_fork_test.go)
 					case b%20 == 7:
 						p.down = true
+					case b%20 == 8 && b >= 128 && w.storage():
+						// Its node goes: the replacement's volume does not attach until healed.
+						ord := p.ord
+						p.terminating, w.attaching[ord] = true, true
+						healers = append(healers, func() { delete(w.attaching, ord) })
 					case b%20 == 8:
 						p.blind = true
 					default:

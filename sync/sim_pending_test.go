@@ -92,8 +92,13 @@ func notStarted(pod *corev1.Pod, etcd *corev1.ContainerStatus) {
 // the node fails to grow it (remount-fails): the kubelet does not start a pod on a volume in an
 // uncertain state. It stays Pending.
 func (w *simWorld) mountFails(p *simPod) bool {
-	if c := w.volumes.claims[p.ord]; c != nil && c.fsPending && w.volumes.remountFails && p.uid != c.mountedBy {
+	c := w.volumes.claims[p.ord]
+	switch {
+	case c != nil && c.fsPending && w.volumes.remountFails && p.uid != c.mountedBy:
 		p.mountFails, c.resizeFailed = true, true
+	case p.mountFails && c != nil && c.resizeFailed:
+		// The node can grow it again: the kubelet's next try mounts it.
+		p.mountFails, c.resizeFailed = false, false
 	}
 	return p.mountFails
 }

@@ -277,10 +277,11 @@ func TestScenariosWithLaggingCaches(t *testing.T) {
 
 // TestRandomSingleFaults runs scale and rolling changes in a slowWorld, with member Jobs acting
 // up to three ticks after they were decided, while single members crash, hang, lose their node
-// (it stops reporting), are cut off from their peers but not the hook (removed, they run on),
-// lose their claim for good, or have a second membership answer at their address, a drain
-// evicts pods as the budget allows, or every database fragments, at random moments, each
-// healed later. The last change grows the cluster after its data outgrew the claim
+// (it stops reporting, or it goes and the replacement's volume does not attach), are cut off
+// from their peers but not the hook (removed, they run on), lose their claim for good, or have
+// a second membership answer at their address, nodes fail to grow file systems on a mount (a
+// restarted pod stays Pending), a drain evicts pods as the budget allows, or every database
+// fragments, at random moments, each healed later. The last change grows the cluster after its data outgrew the claim
 // template's size: each new learner's volume must hold it. A fault may strike right after a pod was taken down on
 // purpose, so availability may dip; the data must survive every step, and the cluster must
 // converge once the fault heals.
@@ -359,6 +360,18 @@ func TestRandomSingleFaults(t *testing.T) {
 					if p := w.randomPod(rng); p != nil && w.storage() && w.memberAt(p.ord) != nil && v == h && v == len(w.members) {
 						w.loseClaim(p.ord)
 					}
+				},
+				func() { // a pod's node goes: its replacement's volume does not attach for a while
+					if p := w.randomPod(rng); p != nil && w.storage() {
+						ord := p.ord
+						p.terminating = true
+						w.attaching[ord] = true
+						heal = append(heal, func() { delete(w.attaching, ord) })
+					}
+				},
+				func() { // nodes fail to grow file systems on a mount: a restarted pod stays Pending
+					w.volumes.remountFails = true
+					heal = append(heal, func() { w.volumes.remountFails = false })
 				},
 				func() { // the claims' class stops allowing expansion for a while
 					w.volumes.noExpansion = true
