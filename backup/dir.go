@@ -14,7 +14,8 @@ import (
 
 // dirStore keeps snapshots as files in a directory, each with a metadata file beside it
 // (<name>.json). A snapshot is written to a hidden temporary file, synced and renamed into
-// place, so that a listing never shows part of one.
+// place, so that a listing never shows part of one. A directory that does not exist yet
+// (a lineage not started) lists as empty.
 type dirStore struct {
 	dir string
 }
@@ -32,24 +33,28 @@ func NewDir(dir string) (Store, error) {
 
 func (s *dirStore) Where(name string) string { return filepath.Join(s.dir, name) }
 
-func (s *dirStore) Put(_ context.Context, name string, f *os.File, size int64, meta Meta) error {
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
+func (s *dirStore) Sub(dir string) Store { return &dirStore{dir: filepath.Join(s.dir, dir)} }
+
+func (s *dirStore) Put(_ context.Context, name string, r io.ReadSeeker, size int64, meta Meta) error {
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	mb, err := json.Marshal(meta)
-	if err != nil {
-		return err
-	}
-	// A chunk of changes goes in its chain's directory.
+	// A chunk of changes goes in its chain's directory, a lineage's objects in its own.
 	if err := os.MkdirAll(filepath.Dir(s.Where(name)), 0o750); err != nil {
 		return err
 	}
 	// The metadata goes first: a snapshot is never visible without it.
-	if err := atomicfile.Write(s.Where(name+".json"), func(w io.Writer) error { _, err := w.Write(mb); return err }); err != nil {
-		return err
+	if meta != (Meta{}) {
+		mb, err := json.Marshal(meta)
+		if err != nil {
+			return err
+		}
+		if err := atomicfile.Write(s.Where(name+".json"), func(w io.Writer) error { _, err := w.Write(mb); return err }); err != nil {
+			return err
+		}
 	}
 	return atomicfile.Write(s.Where(name), func(w io.Writer) error {
-		n, err := io.Copy(w, f)
+		n, err := io.Copy(w, r)
 		if err == nil && n != size {
 			err = fmt.Errorf("wrote %d bytes of %d", n, size)
 		}
@@ -59,6 +64,9 @@ func (s *dirStore) Put(_ context.Context, name string, f *os.File, size int64, m
 
 func (s *dirStore) List(context.Context) ([]Object, error) {
 	entries, err := os.ReadDir(s.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -106,6 +114,23 @@ func (s *dirStore) ListDeltas(context.Context) ([]Delta, error) {
 			}
 			d.Size = info.Size()
 			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func (s *dirStore) Dirs(_ context.Context, dir string) ([]string, error) {
+	entries, err := os.ReadDir(s.Where(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, e.Name())
 		}
 	}
 	return out, nil

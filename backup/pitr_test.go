@@ -58,13 +58,23 @@ func keySpace(t *testing.T, cli *clientv3.Client, rev int64) []string {
 
 func restoreTo(t *testing.T, s Store, rev int64) (*member, Restored) {
 	t.Helper()
+	return restoreWith(t, RestoreOptions{Store: s, Name: LatestName, Revision: rev})
+}
+
+// restoreWith restores what o names (its store, lineage, name, revision or time) into a new
+// one-member cluster and starts it.
+func restoreWith(t *testing.T, o RestoreOptions) (*member, Restored) {
+	t.Helper()
 	m := newMember(t, "etcd-0")
 	m.dir = filepath.Join(t.TempDir(), "data")
 	initial := m.name + "=" + m.peerURL.String()
-	r, err := Restore(context.Background(), RestoreOptions{Store: s, Name: LatestName, Revision: rev, WorkDir: t.TempDir(), DataDir: m.dir,
-		Member: m.name, PeerURL: m.peerURL.String(), InitialCluster: initial, Token: "restored"})
+	o.WorkDir, o.DataDir, o.Member, o.PeerURL, o.InitialCluster, o.Token = t.TempDir(), m.dir, m.name, m.peerURL.String(), initial, "restored"
+	if o.Etcd == "" {
+		o.Etcd = replayEtcd(t)
+	}
+	r, err := Restore(context.Background(), o)
 	if err != nil {
-		t.Fatalf("restore to %d: %v", rev, err)
+		t.Fatalf("restore of %s (lineage %q) to revision %d, time %v: %v", o.Name, o.Lineage, o.Revision, o.Time, err)
 	}
 	startMember(t, m, "new", initial, "restored")
 	return m, r
@@ -131,12 +141,13 @@ func TestPointInTimeRestoreRefusesAGapOrACorruptChunk(t *testing.T) {
 	}
 	restore := func(rev int64) (string, error) {
 		dataDir := filepath.Join(t.TempDir(), "data")
-		_, err := Restore(context.Background(), RestoreOptions{Store: s, Name: LatestName, Revision: rev, WorkDir: t.TempDir(), DataDir: dataDir,
+		_, err := Restore(context.Background(), RestoreOptions{Store: s, Name: LatestName, Revision: rev, WorkDir: t.TempDir(), DataDir: dataDir, Etcd: replayEtcd(t),
 			Member: "etcd-0", PeerURL: "http://127.0.0.1:2380", InitialCluster: "etcd-0=http://127.0.0.1:2380", Token: "t"})
 		return dataDir, err
 	}
 	middle := c[1]
-	path := filepath.Join(dir, middle.Name)
+	_, id, _ := lineageIn(t, s)
+	path := filepath.Join(dir, lineageDir, id, middle.Name)
 	good, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

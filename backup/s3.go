@@ -11,8 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path"
 	"strconv"
 	"strings"
 
@@ -33,12 +31,13 @@ type S3Config struct {
 }
 
 // s3Store keeps snapshots as objects. A snapshot is uploaded under a temporary name in the
-// prefix's .tmp/ and copied to its name server-side once complete, so that a listing never
-// shows part of one.
+// destination's .tmp/ and copied to its name server-side once complete, so that a listing
+// never shows part of one.
 type s3Store struct {
 	cli    *minio.Client
 	bucket string
-	prefix string
+	// root is the destination's prefix, prefix this store's: root, or a directory below it.
+	root, prefix string
 }
 
 // copyLimit is the largest object S3 copies in one request; beyond it the copy is multipart.
@@ -84,26 +83,47 @@ func NewS3(c S3Config) (Store, error) {
 	if prefix != "" && !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	return &s3Store{cli: cli, bucket: c.Bucket, prefix: prefix}, nil
+	return &s3Store{cli: cli, bucket: c.Bucket, root: prefix, prefix: prefix}, nil
+}
+
+func (s *s3Store) Sub(dir string) Store {
+	return &s3Store{cli: s.cli, bucket: s.bucket, root: s.root, prefix: s.prefix + dir}
+}
+
+func (s *s3Store) Dirs(ctx context.Context, dir string) ([]string, error) {
+	var out []string
+	for info := range s.cli.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix + dir}) {
+		if info.Err != nil {
+			return nil, fmt.Errorf("list %s: %w", s.Where(dir), info.Err)
+		}
+		// Without Recursive, what lies deeper comes as one common prefix per directory.
+		if name, ok := strings.CutPrefix(info.Key, s.prefix+dir); ok && strings.HasSuffix(name, "/") && strings.Count(name, "/") == 1 {
+			out = append(out, strings.TrimSuffix(name, "/"))
+		}
+	}
+	return out, nil
 }
 
 func (s *s3Store) Where(name string) string {
 	return "s3://" + s.bucket + "/" + s.prefix + name
 }
 
-func (s *s3Store) Put(ctx context.Context, name string, f *os.File, size int64, meta Meta) error {
+func (s *s3Store) Put(ctx context.Context, name string, r io.ReadSeeker, size int64, meta Meta) error {
 	var nonce [6]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return err
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	tmp := s.prefix + ".tmp/" + name + "." + hex.EncodeToString(nonce[:])
 	final := s.prefix + name
-	user := map[string]string{metaSHA256: meta.SHA256, metaRevision: strconv.FormatInt(meta.Revision, 10), metaMember: meta.Member}
-	if _, err := s.cli.PutObject(ctx, s.bucket, tmp, f, size, minio.PutObjectOptions{ContentType: "application/octet-stream", UserMetadata: user}); err != nil {
-		return fmt.Errorf("upload %s: %w", s.Where(".tmp/"+path.Base(tmp)), err)
+	tmp := s.root + ".tmp/" + strings.TrimPrefix(final, s.root) + "." + hex.EncodeToString(nonce[:])
+	var user map[string]string
+	if meta != (Meta{}) {
+		user = map[string]string{metaSHA256: meta.SHA256, metaRevision: strconv.FormatInt(meta.Revision, 10), metaMember: meta.Member}
+	}
+	if _, err := s.cli.PutObject(ctx, s.bucket, tmp, r, size, minio.PutObjectOptions{ContentType: "application/octet-stream", UserMetadata: user}); err != nil {
+		return fmt.Errorf("upload s3://%s/%s: %w", s.bucket, tmp, err)
 	}
 	// The temporary object goes whatever happens next; a failed removal leaves only it.
 	defer s.cli.RemoveObject(context.WithoutCancel(ctx), s.bucket, tmp, minio.RemoveObjectOptions{})

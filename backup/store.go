@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -36,23 +35,31 @@ type Meta struct {
 	Member   string
 }
 
-// Store keeps snapshots and chunks of changes (Delta). Put makes an object visible under its
-// name only once it is complete: a reader never sees part of one. List returns only
-// snapshots named by this package (SnapshotName), ListDeltas only chunks (DeltaName), so
-// nothing else under the prefix is ever deleted.
+// Store keeps snapshots and chunks of changes (Delta) below one prefix or directory. Put
+// makes an object visible under its name only once it is complete: a reader never sees part
+// of one. List returns only snapshots named by this package (SnapshotName) directly below the
+// store's root, ListDeltas only chunks (DeltaName) of its deltas/, so nothing else under the
+// prefix is ever deleted. Each lineage is a store of its own below the destination's
+// (LineageStore, lineage.go).
 type Store interface {
-	Put(ctx context.Context, name string, f *os.File, size int64, meta Meta) error
+	// Put stores what r holds (size bytes) under name, with meta beside it; a zero meta is
+	// not kept.
+	Put(ctx context.Context, name string, r io.ReadSeeker, size int64, meta Meta) error
 	List(ctx context.Context) ([]Object, error)
 	ListDeltas(ctx context.Context) ([]Delta, error)
-	// Fetch copies snapshot name into w and returns what was stored beside it; a Meta with
-	// no SHA256 when the store kept none.
+	// Fetch copies object name into w and returns what was stored beside it; a Meta with
+	// no SHA256 when the store kept none. A missing object is an error wrapping ErrNotFound.
 	Fetch(ctx context.Context, name string, w io.Writer) (Meta, error)
 	Delete(ctx context.Context, name string) error
-	// Where names a snapshot for people: s3://bucket/prefix/name or the path in the claim.
+	// Where names an object for people: s3://bucket/prefix/name or the path in the claim.
 	Where(name string) string
+	// Sub is the store of the directory dir ("a/b/") below this one's root.
+	Sub(dir string) Store
+	// Dirs lists the names of the directories directly below dir ("a/") of this store.
+	Dirs(ctx context.Context, dir string) ([]string, error)
 }
 
-// ErrNotFound: no snapshot of that name, or none at all for "latest".
+// ErrNotFound: no snapshot (or other object) of that name, or none at all for "latest".
 var ErrNotFound = errors.New("snapshot not found")
 
 // timeLayout sorts as it reads: name order is time order.

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,11 +30,18 @@ type stream struct {
 // startStream streams the cluster's changes into s until stopped or the test ends.
 func startStream(t *testing.T, s Store, eps []string, maxChunk int64) *stream {
 	t.Helper()
+	return startStreamWith(t, s, eps, maxChunk, func(*StreamOptions) {})
+}
+
+// startStreamWith is startStream with the options as edit leaves them.
+func startStreamWith(t *testing.T, s Store, eps []string, maxChunk int64, edit func(*StreamOptions)) *stream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &stream{cancel: cancel, done: make(chan error, 1)}
 	o := StreamOptions{Endpoints: eps, Take: takeOptions(t, s, eps, time.Now), Interval: 100 * time.Millisecond,
 		MaxChunkBytes: maxChunk, Retry: 100 * time.Millisecond,
 		Failed: func(err error) { st.mu.Lock(); st.fails = append(st.fails, err); st.mu.Unlock() }}
+	edit(&o)
 	go func() { st.done <- Stream(ctx, o) }()
 	t.Cleanup(func() { st.stop() })
 	return st
@@ -74,15 +81,53 @@ func currentRevision(t *testing.T, cli *clientv3.Client) int64 {
 	return resp.Header.Revision
 }
 
-// waitStored waits until the newest snapshot's chain reaches revision rev and returns the
-// snapshot's revision and the chain, checked whole.
+// lineageIn is the one lineage of destination s and its ID; false while there is none.
+func lineageIn(t testing.TB, s Store) (Store, string, bool) {
+	t.Helper()
+	ids, err := s.Dirs(context.Background(), lineageDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch len(ids) {
+	case 0:
+		return nil, "", false
+	case 1:
+		return LineageStore(s, ids[0]), ids[0], true
+	}
+	t.Fatalf("lineages %v in %s, want one", ids, s.Where(""))
+	return nil, "", false
+}
+
+// onlyLineage is the one lineage of destination s.
+func onlyLineage(t testing.TB, s Store) Store {
+	t.Helper()
+	ls, _, ok := lineageIn(t, s)
+	if !ok {
+		t.Fatalf("no lineage in %s", s.Where(""))
+	}
+	return ls
+}
+
+// waitStored waits until the newest snapshot's chain in the one lineage of s reaches revision
+// rev and returns the snapshot's revision and the chain, checked whole.
 func waitStored(t *testing.T, s Store, rev int64) (int64, []Delta) {
+	t.Helper()
+	return waitStoredIn(t, func() (Store, bool) { ls, _, ok := lineageIn(t, s); return ls, ok }, rev)
+}
+
+// waitStoredIn is waitStored in the lineage lineage finds, once it exists.
+func waitStoredIn(t *testing.T, lineage func() (Store, bool), rev int64) (int64, []Delta) {
 	t.Helper()
 	var last string
 	for range 300 {
-		base, next, err := resumePoint(context.Background(), s)
+		ls, ok := lineage()
+		if !ok {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		base, next, err := resumePoint(context.Background(), ls)
 		if err == nil && next > rev {
-			deltas, err := s.ListDeltas(context.Background())
+			deltas, err := ls.ListDeltas(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,6 +147,7 @@ func waitStored(t *testing.T, s Store, rev int64) (int64, []Delta) {
 // readChain fetches and decodes every chunk, checked against its checksum and name.
 func readChain(t *testing.T, s Store, c []Delta) []*mvccpb.Event {
 	t.Helper()
+	s = onlyLineage(t, s)
 	var out []*mvccpb.Event
 	for _, d := range c {
 		var buf bytes.Buffer
@@ -243,7 +289,7 @@ func TestStreamStartsANewChainWhenItsChangesAreCompacted(t *testing.T) {
 			if !hasErr(st.failures(), "compacted") {
 				t.Fatalf("the stream did not report the compaction: %v", st.failures())
 			}
-			deltas, err := s.ListDeltas(context.Background())
+			deltas, err := onlyLineage(t, s).ListDeltas(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -258,7 +304,8 @@ func TestStreamStartsANewChainWhenItsChangesAreCompacted(t *testing.T) {
 func waitSnapshot(t *testing.T, s Store, rev int64) {
 	t.Helper()
 	for range 300 {
-		if o, err := Newest(context.Background(), s); err == nil && o.Revision >= rev {
+		if ls, _, ok := lineageIn(t, s); !ok {
+		} else if o, err := Newest(context.Background(), ls); err == nil && o.Revision >= rev {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -335,7 +382,7 @@ func TestRetentionDeletesChunksWithTheirSnapshot(t *testing.T) {
 			if _, err := Take(context.Background(), o); err != nil {
 				t.Fatal(err)
 			}
-			deltas, err := s.ListDeltas(context.Background())
+			deltas, err := onlyLineage(t, s).ListDeltas(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -370,14 +417,19 @@ func realStore(t *testing.T) Store {
 // refusingStore refuses to store chunks while refuse is set: storage that cannot be reached.
 type refusingStore struct {
 	Store
-	refuse atomic.Bool
+	refuse *atomic.Bool
 }
 
-func (s *refusingStore) Put(ctx context.Context, name string, f *os.File, size int64, meta Meta) error {
+func (s *refusingStore) Put(ctx context.Context, name string, r io.ReadSeeker, size int64, meta Meta) error {
 	if strings.HasPrefix(name, deltaDir) && s.refuse.Load() {
 		return errors.New("storage unreachable")
 	}
-	return s.Store.Put(ctx, name, f, size, meta)
+	return s.Store.Put(ctx, name, r, size, meta)
+}
+
+// Sub refuses as its parent does: a lineage is a store of its own.
+func (s *refusingStore) Sub(dir string) Store {
+	return &refusingStore{Store: s.Store.Sub(dir), refuse: s.refuse}
 }
 
 // The stream says it is caught up while nothing waits, an idle cluster included, and stops
@@ -385,7 +437,7 @@ func (s *refusingStore) Put(ctx context.Context, name string, f *os.File, size i
 func TestStreamIsCaughtUpOnlyWithNothingWaiting(t *testing.T) {
 	ms := startCluster(t, 1)
 	eps := endpoints(ms...)
-	s := &refusingStore{Store: realStore(t)}
+	s := &refusingStore{Store: realStore(t), refuse: new(atomic.Bool)}
 	cli := client(t, eps)
 	var mu sync.Mutex
 	var caughtUp []int64

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -24,7 +25,18 @@ type TakeOptions struct {
 	TLS       *etcdstate.TLS
 	// Cluster names the snapshots (SnapshotName).
 	Cluster string
-	Store   Store
+	// Store is the destination; each snapshot goes into the lineage of the cluster ID its
+	// member answers with (LineageStore).
+	Store Store
+	// ClusterID, when set, is the etcd cluster ID (hex) the members must answer with: a member
+	// of another cluster is not read, so that two clusters under one name never write into
+	// one lineage.
+	ClusterID string
+	// Origin is what the lineage's manifest says of the cluster when this backup starts it.
+	Origin Origin
+	// BeforeStore, when set, is asked right before the snapshot is stored into lineage ls; an
+	// error stores nothing (the continuous backup's writer claim).
+	BeforeStore func(ctx context.Context, ls Store) error
 	// WorkDir holds the snapshot while it is verified.
 	WorkDir   string
 	Retention Retention
@@ -35,11 +47,26 @@ type TakeOptions struct {
 	Now           func() time.Time
 }
 
+// Origin is what a lineage's manifest says of the cluster beside its name and ID.
+type Origin struct {
+	Namespace, UID string
+	// RestoredFrom, for a cluster restored from a backup, is the point it was restored to.
+	RestoredFrom *Parent
+}
+
+// manifest is the manifest of lineage id that o's cluster starts at now.
+func (o TakeOptions) manifest(id string, now time.Time) Manifest {
+	return Manifest{Cluster: ClusterRef{Namespace: o.Origin.Namespace, Name: o.Cluster, UID: o.Origin.UID}, ClusterID: id,
+		Created: now.UTC(), RestoredFrom: o.Origin.RestoredFrom}
+}
+
 // Take reads a snapshot from the first member that can give one (a follower before the
-// leader; a learner, a member that does not answer or that reports an alarm is skipped),
-// verifies it (checksum, a readable database, a revision at least the member's own before
-// the read), stores it atomically and applies retention. A failed retention does not undo
-// the backup: it is reported in the error beside a result that names the stored snapshot.
+// leader; a learner, a member that does not answer, that reports an alarm or that answers
+// for another cluster than ClusterID is skipped), verifies it (checksum, a readable database,
+// a revision at least the member's own before the read), stores it atomically into the
+// lineage of the member's cluster ID (writing its manifest when the lineage starts) and
+// applies retention there. A failed retention does not undo the backup: it is reported in
+// the error beside a result that names the stored snapshot.
 func Take(ctx context.Context, o TakeOptions) (backupresult.Result, error) {
 	sources, err := snapshotSources(ctx, o)
 	if err != nil {
@@ -47,9 +74,10 @@ func Take(ctx context.Context, o TakeOptions) (backupresult.Result, error) {
 	}
 	var errs []error
 	for _, src := range sources {
-		r, err := takeFrom(ctx, o, src)
+		ls := LineageStore(o.Store, LineageOf(src.ClusterID))
+		r, err := takeFrom(ctx, o, ls, src)
 		if err == nil {
-			return r, retain(ctx, o, &r)
+			return r, retain(ctx, o, ls, &r)
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", src.Endpoint, err))
 		if ctx.Err() != nil {
@@ -69,6 +97,8 @@ func snapshotSources(ctx context.Context, o TakeOptions) ([]membership.SnapshotS
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+		case o.ClusterID != "" && LineageOf(src.ClusterID) != o.ClusterID:
+			errs = append(errs, fmt.Errorf("%s answers for etcd cluster %x, but this cluster is %s: not read, so that nothing of it goes into this cluster's lineage", ep, src.ClusterID, o.ClusterID))
 		case src.IsLeader:
 			leaders = append(leaders, src)
 		default:
@@ -92,7 +122,7 @@ func askSource(ctx context.Context, o TakeOptions, ep string) (membership.Snapsh
 	return op.SnapshotSource(ctx)
 }
 
-func takeFrom(ctx context.Context, o TakeOptions, src membership.SnapshotSource) (backupresult.Result, error) {
+func takeFrom(ctx context.Context, o TakeOptions, ls Store, src membership.SnapshotSource) (backupresult.Result, error) {
 	op, err := membership.Dial([]string{src.Endpoint}, o.TLS)
 	if err != nil {
 		return backupresult.Result{}, err
@@ -121,42 +151,59 @@ func takeFrom(ctx context.Context, o TakeOptions, src membership.SnapshotSource)
 	if v.Revision < src.Revision {
 		return backupresult.Result{}, fmt.Errorf("%w: it holds revision %d, but the member was at %d before it was read", ErrCorrupt, v.Revision, src.Revision)
 	}
-	name := SnapshotName(o.Cluster, o.Now(), v.Revision)
-	if err := o.Store.Put(ctx, name, f, v.Size, Meta{SHA256: v.SHA256, Revision: v.Revision, Member: fmt.Sprintf("%x", src.ID)}); err != nil {
+	now := o.Now()
+	if err := ensureManifest(ctx, ls, o.manifest(LineageOf(src.ClusterID), now)); err != nil {
 		return backupresult.Result{}, err
 	}
-	return backupresult.Result{Object: o.Store.Where(name), Revision: v.Revision, Size: v.Size, SHA256: v.SHA256, MemberID: fmt.Sprintf("%x", src.ID)}, nil
+	if o.BeforeStore != nil {
+		if err := o.BeforeStore(ctx, ls); err != nil {
+			return backupresult.Result{}, err
+		}
+	}
+	name := SnapshotName(o.Cluster, now, v.Revision)
+	if err := ls.Put(ctx, name, f, v.Size, Meta{SHA256: v.SHA256, Revision: v.Revision, Member: fmt.Sprintf("%x", src.ID)}); err != nil {
+		return backupresult.Result{}, err
+	}
+	return backupresult.Result{Object: ls.Where(name), Revision: v.Revision, Size: v.Size, SHA256: v.SHA256, MemberID: fmt.Sprintf("%x", src.ID),
+		Lineage: LineageOf(src.ClusterID)}, nil
 }
 
-// retain deletes the snapshots beyond the retention, counting them in r, and the chunks of
-// changes after a snapshot no longer kept: a chain is only of use from its snapshot on.
-func retain(ctx context.Context, o TakeOptions, r *backupresult.Result) error {
+// retain applies retention within lineage ls, counting the snapshots deleted in r, and
+// deletes the chunks of changes whose chain starts below the oldest snapshot kept: a chain is
+// only of use from its snapshot on. A chain that starts at or after it is never deleted,
+// whatever the listing of snapshots missed: the continuous backup may have stored a newer
+// snapshot and begun its chain meanwhile. Other lineages are left alone.
+func retain(ctx context.Context, o TakeOptions, ls Store, r *backupresult.Result) error {
 	if o.Retention == (Retention{}) {
 		return nil
 	}
-	objs, err := o.Store.List(ctx)
+	objs, err := ls.List(ctx)
 	if err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}
-	// Snapshots taken with no change between them share a revision, and a chain.
-	kept := map[int64]int{}
+	expired := o.Retention.Expired(objs, o.Now())
+	var oldestKept int64
 	for _, obj := range objs {
-		kept[obj.Revision]++
+		if !slices.ContainsFunc(expired, func(e Object) bool { return e.Name == obj.Name }) && (oldestKept == 0 || obj.Revision < oldestKept) {
+			oldestKept = obj.Revision
+		}
 	}
-	for _, obj := range o.Retention.Expired(objs, o.Now()) {
-		if err := o.Store.Delete(ctx, obj.Name); err != nil {
+	for _, obj := range expired {
+		if err := ls.Delete(ctx, obj.Name); err != nil {
 			return fmt.Errorf("retention: %w", err)
 		}
-		kept[obj.Revision]--
 		r.Deleted++
 	}
-	deltas, err := o.Store.ListDeltas(ctx)
+	if oldestKept == 0 {
+		return nil
+	}
+	deltas, err := ls.ListDeltas(ctx)
 	if err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}
 	for _, d := range deltas {
-		if kept[d.Base] == 0 {
-			if err := o.Store.Delete(ctx, d.Name); err != nil {
+		if d.Base < oldestKept {
+			if err := ls.Delete(ctx, d.Name); err != nil {
 				return fmt.Errorf("retention: %w", err)
 			}
 		}

@@ -20,6 +20,8 @@ type Result struct {
 	SHA256   string `json:"sha256,omitempty"`
 	// MemberID is the hex ID of the member the snapshot was read from.
 	MemberID string `json:"memberID,omitempty"`
+	// Lineage is the lineage the snapshot went into: the etcd cluster ID, hex.
+	Lineage string `json:"lineage,omitempty"`
 	// Deleted counts the snapshots retention removed.
 	Deleted int `json:"deleted,omitempty"`
 	// Error is why no snapshot was stored; empty on success.

@@ -30,6 +30,14 @@ type Progress struct {
 	// LastError is the last failure the stream resumed from, and when.
 	LastError     string    `json:"lastError,omitempty"`
 	LastErrorTime time.Time `json:"lastErrorTime,omitzero"`
+	// Lineage is the lineage the stream writes: the etcd cluster ID, hex; empty until it has
+	// claimed one.
+	Lineage string `json:"lineage,omitempty"`
+	// SupersededBy, once another writer claimed the lineage after this stream, names that
+	// writer; the stream stores nothing more and stays up, idle. SupersededTime is when it
+	// found out.
+	SupersededBy   string    `json:"supersededBy,omitempty"`
+	SupersededTime time.Time `json:"supersededTime,omitzero"`
 }
 
 // Behind is BehindSeconds as a duration.

@@ -20,6 +20,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/go-json-experiment/json/jsontext"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/sync"
@@ -73,6 +75,15 @@ type Deps struct {
 	AuthToken string
 	// Ready reports readiness for /readyz; always ready when nil.
 	Ready func() bool
+	// Events emits each decision's Events on its EtcdCluster; none when nil. A sink that is
+	// also a prometheus.Collector has its metrics served with the hook's.
+	Events EventSink
+}
+
+// EventSink emits Events on the EtcdCluster ref names. It must not block: the sync has
+// answered by then. *kubeevents.Recorder is the real one.
+type EventSink interface {
+	Emit(ref *corev1.ObjectReference, events []sync.Event)
 }
 
 // handler holds the dependencies the hook endpoints share.
@@ -104,6 +115,9 @@ func NewHandler(d Deps) http.Handler {
 		d.ProgressTimeout = DefaultProgressTimeout
 	}
 	h := &handler{Deps: d, metrics: newMetrics(d.Now)}
+	if c, ok := d.Events.(prometheus.Collector); ok {
+		h.metrics.registry.MustRegister(c)
+	}
 
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID)

@@ -52,6 +52,11 @@ func (h *handler) plan(w http.ResponseWriter, r *http.Request, finalize bool) {
 		slog.Int("children", len(d.Children)),
 		slog.Duration("took", time.Since(start)))
 	writeJSON(w, http.StatusOK, encodeDecision(d))
+	if h.Events != nil && len(d.Events) > 0 {
+		c := &obs.Cluster
+		h.Events.Emit(&corev1.ObjectReference{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.Kind,
+			Namespace: c.Namespace, Name: c.Name, UID: c.UID, ResourceVersion: c.ResourceVersion}, d.Events)
+	}
 }
 
 // encodeDecision renders a decision as Metacontroller's response, children in the planner's

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // ConfigMapKey is the key of the join state in the ConfigMap and the file name in the pod.
@@ -30,20 +31,55 @@ const (
 // revision, and starts etcd on the restored data when the container restarts.
 const Restored = "launch restored: revision "
 
-// RestoredMessage is the seed's termination message after it restored revision from object.
-func RestoredMessage(revision int64, object string) string {
-	return fmt.Sprintf("%s%d from %s", Restored, revision, object)
+// RestoredPoint is what a seed restored: the revision, when it was stored (zero when the
+// backup does not say), the lineage and the snapshot object it came from.
+type RestoredPoint struct {
+	Revision int64
+	Time     time.Time
+	Lineage  string
+	Object   string
 }
 
-// RestoredRevision reads the revision from a termination message; false for any other.
-func RestoredRevision(msg string) (int64, bool) {
+// RestoredMessage is the seed's termination message after it restored p:
+// "launch restored: revision R [at TIME] [of lineage L] from OBJECT".
+func RestoredMessage(p RestoredPoint) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s%d", Restored, p.Revision)
+	if !p.Time.IsZero() {
+		b.WriteString(" at " + p.Time.UTC().Format(time.RFC3339Nano))
+	}
+	if p.Lineage != "" {
+		b.WriteString(" of lineage " + p.Lineage)
+	}
+	b.WriteString(" from " + p.Object)
+	return b.String()
+}
+
+// ParseRestored reads a termination message of RestoredMessage (or of an older launcher,
+// which said the revision and the object only); false for any other.
+func ParseRestored(msg string) (RestoredPoint, bool) {
 	rest, ok := strings.CutPrefix(msg, Restored)
 	if !ok {
-		return 0, false
+		return RestoredPoint{}, false
 	}
-	num, _, _ := strings.Cut(rest, " ")
+	num, rest, _ := strings.Cut(rest, " ")
 	rev, err := strconv.ParseInt(num, 10, 64)
-	return rev, err == nil && rev > 0
+	if err != nil || rev <= 0 {
+		return RestoredPoint{}, false
+	}
+	p := RestoredPoint{Revision: rev}
+	if at, ok := strings.CutPrefix(rest, "at "); ok {
+		var ts string
+		ts, rest, _ = strings.Cut(at, " ")
+		if p.Time, err = time.Parse(time.RFC3339Nano, ts); err != nil {
+			return RestoredPoint{}, false
+		}
+	}
+	if l, ok := strings.CutPrefix(rest, "of lineage "); ok {
+		p.Lineage, rest, _ = strings.Cut(l, " ")
+	}
+	p.Object, _ = strings.CutPrefix(rest, "from ")
+	return p, true
 }
 
 // Cluster states, as etcd's --initial-cluster-state takes them.
@@ -82,6 +118,12 @@ type Restore struct {
 	// Revision, with "latest", is the revision to restore to: the snapshot at or before it
 	// and the stored changes after it. 0: the newest change stored.
 	Revision int64 `json:"revision,omitempty"`
+	// Time (RFC 3339), with "latest" and instead of Revision, asks for the last revision
+	// stored at or before it.
+	Time string `json:"time,omitempty"`
+	// Lineage names the lineage to restore from; empty: latest's default, or the one
+	// holding the snapshot named.
+	Lineage string `json:"lineage,omitempty"`
 }
 
 // Recovery is a quorum recovery from one surviving member.

@@ -89,6 +89,10 @@ type RestoreTarget struct {
 	Backup string
 	// Revision is the revision the join state asks to restore to; 0: the newest stored.
 	Revision int64
+	// Time (RFC 3339), instead of Revision, asks for the last revision stored at or before it.
+	Time string
+	// Lineage is the lineage asked for; empty: the one the restore chooses.
+	Lineage string
 }
 
 // ErrBadOptions marks errors in the launch command line, as opposed to I/O failures.
@@ -198,7 +202,7 @@ func restore(o Options, join joinstate.State, dataDir string, incarnation int64)
 	if err := os.MkdirAll(filepath.Dir(dataDir), 0o700); err != nil {
 		return err
 	}
-	err := o.Restore(RestoreTarget{DataDir: work, Member: o.Name, PeerURL: me.PeerURL, InitialCluster: initialCluster(join), Token: join.Token, Backup: join.Restore.Backup, Revision: join.Restore.Revision})
+	err := o.Restore(RestoreTarget{DataDir: work, Member: o.Name, PeerURL: me.PeerURL, InitialCluster: initialCluster(join), Token: join.Token, Backup: join.Restore.Backup, Revision: join.Restore.Revision, Time: join.Restore.Time, Lineage: join.Restore.Lineage})
 	if err != nil {
 		os.RemoveAll(work)
 		return fmt.Errorf("restore: %w", err)

@@ -101,6 +101,9 @@ func TestAlertRules(t *testing.T) {
 	}
 
 	alerts := map[string]bool{} // alert → tested both ways
+	// An alert on the hook itself (EtcdopsHookDown) names no cluster: it is tested both ways
+	// when one test fires it and another, with series of its own, keeps it quiet.
+	firesUnnamed, quiet := map[string]bool{}, map[string]bool{}
 	var written []string
 	for source, rules := range ruleFiles {
 		spec, names := alertRules(t, source)
@@ -144,6 +147,7 @@ func TestAlertRules(t *testing.T) {
 			healthy := slices.ContainsFunc(tc.InputSeries, func(s inputSeries) bool {
 				return strings.Contains(s.Series, `name="healthy"`)
 			})
+			silent := map[string]bool{}
 			for _, a := range tc.AlertRuleTest {
 				if _, ok := alerts[a.AlertName]; !ok {
 					t.Errorf("%s, %q: no alert %s", f, tc.Name, a.AlertName)
@@ -155,6 +159,16 @@ func TestAlertRules(t *testing.T) {
 				if fires && healthy {
 					alerts[a.AlertName] = true
 				}
+				if len(a.ExpAlerts) > 0 && !slices.ContainsFunc(a.ExpAlerts, func(e expAlert) bool { return e.ExpLabels["name"] != "" }) {
+					firesUnnamed[a.AlertName] = true
+				}
+				if _, seen := silent[a.AlertName]; !seen {
+					silent[a.AlertName] = true
+				}
+				silent[a.AlertName] = silent[a.AlertName] && len(a.ExpAlerts) == 0
+			}
+			for name, s := range silent {
+				quiet[name] = quiet[name] || s && len(tc.InputSeries) > 0
 			}
 		}
 		copied = append(copied, filepath.Base(f))
@@ -163,7 +177,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	for name, tested := range alerts {
-		if !tested {
+		if !tested && !(firesUnnamed[name] && quiet[name]) {
 			t.Errorf("alert %s has no unit test that fires it for cluster broken while cluster healthy has series", name)
 		}
 	}

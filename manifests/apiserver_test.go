@@ -335,6 +335,14 @@ func testValidation(t *testing.T, s *apiServer) {
 		}, "spec.tls.serverSecret"},
 		{"a name too long for pod labels", func(c *v1alpha1.EtcdCluster) { c.Name = strings.Repeat("e", 53) }, "at most 52 characters"},
 		{"a name that is not a DNS label", func(c *v1alpha1.EtcdCluster) { c.Name = "etcd.prod" }, "DNS-1035"},
+		{"a restore to a revision and a time", func(c *v1alpha1.EtcdCluster) {
+			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{Name: "latest", Revision: new(int64(42)), Time: &metav1.Time{Time: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)},
+				BackupDestination: v1alpha1.BackupDestination{PersistentVolumeClaim: &v1alpha1.PVCDestination{ClaimName: "b"}}}}
+		}, "set at most one of revision and time"},
+		{"a lineage that is no cluster ID", func(c *v1alpha1.EtcdCluster) {
+			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{Name: "latest", Lineage: "newest",
+				BackupDestination: v1alpha1.BackupDestination{PersistentVolumeClaim: &v1alpha1.PVCDestination{ClaimName: "b"}}}}
+		}, "spec.bootstrap.fromBackup.lineage"},
 	} {
 		c1 := sampleCluster("invalid")
 		c.mutate(&c1)
@@ -486,9 +494,12 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		Backup: &v1alpha1.BackupStatus{LastScheduleTime: &since, LastRequest: "before-upgrade", LastSuccessfulTime: &since,
 			LastSuccessful: &v1alpha1.BackupRecord{Object: "s3://b/ns/status/status-20261201T090000Z-r42.db", Revision: 42, Size: 20512, SHA256: "ab12", Member: "status-1", Time: since},
 			LastFailure:    &v1alpha1.BackupFailure{Job: "status-backup-status-2-0123456789", Reason: "no member can give a snapshot", Time: since},
-			Continuous:     &v1alpha1.ContinuousBackupStatus{StoredRevision: 4711, StoredTime: &since, BehindSince: &since, Message: "changes wait unstored"}},
+			Continuous: &v1alpha1.ContinuousBackupStatus{StoredRevision: 4711, StoredTime: &since, BehindSince: &since, Message: "changes wait unstored",
+				SupersededBy: "status-backup-stream-7d9c-x2 (writer 1f2e3d4c5b6a7988, since 2026-12-01T09:00:00Z)"}},
 		RestoredFrom:     "latest",
 		RestoredRevision: 4700,
+		RestoredTime:     &metav1.MicroTime{Time: since.Add(1500 * time.Millisecond)},
+		RestoredLineage:  "8e9e05c52164694d",
 		Ledger: []v1alpha1.LedgerRecord{
 			{Name: "status-0", ID: "8e9e05c52164694d", Incarnation: 0, Established: true},
 			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true, PastIDs: []string{"2a1b3c4d5e6f7081", "3b2c4d5e6f708192"}},

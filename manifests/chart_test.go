@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -24,7 +25,9 @@ var chartCopies = map[string]string{
 	"chart/files/prometheusrule.yaml":           "monitoring/prometheusrule.yaml",
 	"chart/files/members-prometheusrule.yaml":   "monitoring/members-prometheusrule.yaml",
 	"chart/files/backup-prometheusrule.yaml":    "monitoring/backup-prometheusrule.yaml",
+	"chart/files/hook-podmonitor.yaml":          "monitoring/hook-podmonitor.yaml",
 	"chart/files/podmonitor.yaml":               "monitoring/podmonitor.yaml",
+	"chart/files/backup-stream-podmonitor.yaml": "monitoring/backup-stream-podmonitor.yaml",
 	"chart/files/dashboard.json":                "monitoring/dashboard.json",
 }
 
@@ -137,23 +140,10 @@ func firstDifference(got, want string) string {
 	return "no difference"
 }
 
+// monitoringObjects are the objects kubectl apply -k manifests/monitoring creates.
 func monitoringObjects(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	var objs []*unstructured.Unstructured
-	for _, file := range []string{"monitoring/prometheusrule.yaml", "monitoring/members-prometheusrule.yaml", "monitoring/backup-prometheusrule.yaml", "monitoring/podmonitor.yaml"} {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs, err := splitDocs(file, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range docs {
-			objs = append(objs, d.obj)
-		}
-	}
-	return objs
+	return kustomizeBuildDir(t, "monitoring")
 }
 
 // The chart renders the kustomization's objects, and with monitoring on those of
@@ -187,8 +177,10 @@ func TestChartMatchesKustomization(t *testing.T) {
 	}
 	sameObjects(t, "default values", defaults, withoutNamespace)
 
-	var all []*unstructured.Unstructured
-	var dashboard *unstructured.Unstructured
+	// The dashboard's ConfigMap holds the same JSON, but Helm and kustomize write it with
+	// different whitespace: compared as JSON below.
+	var all, monitoring []*unstructured.Unstructured
+	var dashboard, kustomizedDashboard *unstructured.Unstructured
 	for _, o := range renderChart(t, everything...) {
 		if o.GetKind() == "ConfigMap" {
 			dashboard = o
@@ -196,30 +188,41 @@ func TestChartMatchesKustomization(t *testing.T) {
 		}
 		all = append(all, stripHelmMetadata(o))
 	}
-	sameObjects(t, "everything on", all, append(kustomized, monitoringObjects(t)...))
+	for _, o := range monitoringObjects(t) {
+		if o.GetKind() == "ConfigMap" {
+			kustomizedDashboard = o
+			continue
+		}
+		monitoring = append(monitoring, o)
+	}
+	sameObjects(t, "everything on", all, append(kustomized, monitoring...))
 
-	if dashboard == nil {
-		t.Fatal("no dashboard ConfigMap with monitoring.dashboard.enabled")
-	}
-	data, _, _ := unstructured.NestedStringMap(dashboard.Object, "data")
-	var got, want any
-	if err := json.Unmarshal([]byte(data["etcdops.json"]), &got); err != nil {
-		t.Fatalf("dashboard ConfigMap: %v", err)
-	}
 	raw, err := os.ReadFile("monitoring/dashboard.json")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var want any
 	if err := json.Unmarshal(raw, &want); err != nil {
 		t.Fatal(err)
 	}
-	g, _ := json.Marshal(got)
 	w, _ := json.Marshal(want)
-	if string(g) != string(w) {
-		t.Error("the dashboard ConfigMap does not hold monitoring/dashboard.json")
-	}
-	if dashboard.GetLabels()["grafana_dashboard"] != "1" {
-		t.Errorf("dashboard ConfigMap labels %v lack grafana_dashboard for Grafana's sidecar", dashboard.GetLabels())
+	for what, cm := range map[string]*unstructured.Unstructured{"chart": dashboard, "kustomization": kustomizedDashboard} {
+		if cm == nil {
+			t.Errorf("%s: no dashboard ConfigMap", what)
+			continue
+		}
+		data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+		var got any
+		if err := json.Unmarshal([]byte(data["etcdops.json"]), &got); err != nil {
+			t.Fatalf("%s: dashboard ConfigMap: %v", what, err)
+		}
+		if g, _ := json.Marshal(got); string(g) != string(w) {
+			t.Errorf("%s: the dashboard ConfigMap does not hold monitoring/dashboard.json", what)
+		}
+		if cm.GetName() != "etcdops-dashboard" || cm.GetNamespace() != namespace || cm.GetLabels()["grafana_dashboard"] != "1" {
+			t.Errorf("%s: dashboard ConfigMap %s with labels %v; want etcdops-dashboard in %s, labelled grafana_dashboard for Grafana's sidecar",
+				what, objectKey(cm), cm.GetLabels(), namespace)
+		}
 	}
 }
 
@@ -235,7 +238,9 @@ func TestChartValues(t *testing.T) {
 		"--set", "image.repository=registry.example.com/etcdops,image.tag=v9.9.9,replicas=3",
 		"--set", "resources.requests.cpu=1,resources.limits.memory=1Gi",
 		"--set", "flags.cluster-domain=example.org,flags.log-level=debug",
-		"--set", "metacontroller.namespace=mc,crds.install=false")
+		"--set", "metacontroller.namespace=mc,crds.install=false",
+		"--set", "monitoring.prometheus.namespace=prom,monitoring.prometheus.podLabels.app=prometheus",
+		"--set-json", `dns.to=[{"ipBlock":{"cidr":"169.254.20.10/32"}}]`)
 	kinds := map[string]*unstructured.Unstructured{}
 	for _, o := range objs {
 		kinds[o.GetKind()] = o
@@ -269,6 +274,13 @@ func TestChartValues(t *testing.T) {
 	}
 	if ns := np.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"]; ns != "mc" {
 		t.Errorf("NetworkPolicy admits namespace %q, want mc", ns)
+	}
+	if p := np.Spec.Ingress[1].From[0]; p.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "prom" ||
+		!reflect.DeepEqual(p.PodSelector.MatchLabels, map[string]string{"app": "prometheus", "app.kubernetes.io/name": "prometheus"}) {
+		t.Errorf("NetworkPolicy admits Prometheus as %+v, want the pods of namespace prom labelled as set", p)
+	}
+	if dns := np.Spec.Egress[1].To; len(dns) != 1 || dns[0].IPBlock == nil || dns[0].IPBlock.CIDR != "169.254.20.10/32" {
+		t.Errorf("NetworkPolicy lets the hook ask DNS at %+v, want only the NodeLocal DNSCache address set", dns)
 	}
 	svc, _, _ := unstructured.NestedString(kinds["CompositeController"].Object, "spec", "hooks", "sync", "webhook", "service", "namespace")
 	if svc != "ops" {
@@ -305,6 +317,41 @@ func TestHelmLint(t *testing.T) {
 		out, err := h(append([]string{"lint", "--strict", "--kube-version", kubeVersion, chartDir}, args...)...)
 		if err != nil {
 			t.Errorf("helm lint --strict %q: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// events.enabled=false leaves the hook with no API access: no RBAC, no token, no egress to
+// the API, and --events=false.
+func TestChartEventsOff(t *testing.T) {
+	var dep appsv1.Deployment
+	var np networkingv1.NetworkPolicy
+	for _, o := range renderChart(t, "--set", "events.enabled=false") {
+		switch o.GetKind() {
+		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			t.Errorf("%s rendered with events off", objectKey(o))
+		case "Deployment":
+			decode(t, o, &dep)
+		case "NetworkPolicy":
+			decode(t, o, &np)
+		}
+	}
+	if a := dep.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Error("the hook's pod mounts a token with events off")
+	}
+	if args := dep.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--events=false") {
+		t.Errorf("args %q lack --events=false", args)
+	}
+	if len(np.Spec.Egress) != 3 {
+		t.Errorf("egress rules %+v, want the three without the API", np.Spec.Egress)
+	}
+	// And narrowed to an address, the API rule names it.
+	for _, o := range renderChart(t, "--set-json", `events.apiServer=[{"ipBlock":{"cidr":"192.0.2.10/32"}}]`) {
+		if o.GetKind() == "NetworkPolicy" {
+			decode(t, o, &np)
+			if api := np.Spec.Egress[3]; len(api.To) != 1 || api.To[0].IPBlock == nil || api.To[0].IPBlock.CIDR != "192.0.2.10/32" {
+				t.Errorf("API egress %+v, want only 192.0.2.10/32", api)
+			}
 		}
 	}
 }

@@ -12,14 +12,18 @@ import (
 )
 
 // checkHookEgress: the hook may dial etcd members' client ports, found by the label the
-// operator puts on their pods, cluster DNS, and the continuous backup's progress on its
-// pods' metrics port; nothing else.
+// operator puts on their pods, cluster DNS, the continuous backup's progress on its
+// pods' metrics port, and the Kubernetes API's usual ports (for Events); nothing else.
 func checkHookEgress(t *testing.T, np networkingv1.NetworkPolicySpec) {
 	t.Helper()
-	if !slices.Contains(np.PolicyTypes, networkingv1.PolicyTypeEgress) || len(np.Egress) != 3 {
-		t.Fatalf("NetworkPolicy: want egress restricted to three rules, got %+v", np)
+	if !slices.Contains(np.PolicyTypes, networkingv1.PolicyTypeEgress) || len(np.Egress) != 4 {
+		t.Fatalf("NetworkPolicy: want egress restricted to four rules, got %+v", np)
 	}
-	members, dns, streams := np.Egress[0], np.Egress[1], np.Egress[2]
+	members, dns, streams, api := np.Egress[0], np.Egress[1], np.Egress[2], np.Egress[3]
+	if len(api.Ports) != 2 || api.Ports[0].Port.IntValue() != 443 || api.Ports[1].Port.IntValue() != 6443 ||
+		*api.Ports[0].Protocol != corev1.ProtocolTCP || *api.Ports[1].Protocol != corev1.ProtocolTCP {
+		t.Errorf("NetworkPolicy API egress ports %+v, want TCP 443 and 6443 only", api.Ports)
+	}
 	if len(streams.To) != 1 || streams.To[0].PodSelector == nil || !slices.ContainsFunc(streams.To[0].PodSelector.MatchExpressions, func(r metav1.LabelSelectorRequirement) bool {
 		return r.Key == sync.LabelBackupStreamOf && r.Operator == metav1.LabelSelectorOpExists
 	}) || len(streams.To[0].PodSelector.MatchLabels) > 0 {

@@ -13,7 +13,7 @@ package manifests
 import "embed"
 
 //go:generate go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.20.1 crd paths=../api/... output:crd:dir=metacontroller/crd
-//go:generate cp metacontroller/crd/etcdops.dev_etcdclusters.yaml monitoring/prometheusrule.yaml monitoring/members-prometheusrule.yaml monitoring/backup-prometheusrule.yaml monitoring/podmonitor.yaml monitoring/dashboard.json chart/files/
+//go:generate cp metacontroller/crd/etcdops.dev_etcdclusters.yaml monitoring/prometheusrule.yaml monitoring/members-prometheusrule.yaml monitoring/backup-prometheusrule.yaml monitoring/hook-podmonitor.yaml monitoring/podmonitor.yaml monitoring/backup-stream-podmonitor.yaml monitoring/dashboard.json chart/files/
 
 // FS holds manifests/metacontroller as it ships: the kustomization, its resources and the
 // samples.

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -123,6 +124,10 @@ func typedObject(apiVersion, kind string) any {
 		return &policyv1.PodDisruptionBudget{}
 	case "networking.k8s.io/v1, NetworkPolicy":
 		return &networkingv1.NetworkPolicy{}
+	case "rbac.authorization.k8s.io/v1, ClusterRole":
+		return &rbacv1.ClusterRole{}
+	case "rbac.authorization.k8s.io/v1, ClusterRoleBinding":
+		return &rbacv1.ClusterRoleBinding{}
 	case "apiextensions.k8s.io/v1, CustomResourceDefinition":
 		return &apiextv1.CustomResourceDefinition{}
 	case v1alpha1.APIVersion + ", " + v1alpha1.Kind:
@@ -155,6 +160,8 @@ type hookObjects struct {
 	service        *corev1.Service
 	pdb            *policyv1.PodDisruptionBudget
 	networkPolicy  *networkingv1.NetworkPolicy
+	role           *rbacv1.ClusterRole
+	binding        *rbacv1.ClusterRoleBinding
 	controller     *unstructured.Unstructured
 }
 
@@ -186,10 +193,14 @@ func decodeHookObjects(t *testing.T, docs []doc) hookObjects {
 			h.pdb = o
 		case *networkingv1.NetworkPolicy:
 			h.networkPolicy = o
+		case *rbacv1.ClusterRole:
+			h.role = o
+		case *rbacv1.ClusterRoleBinding:
+			h.binding = o
 		}
 	}
 	if h.namespace == nil || h.serviceAccount == nil || h.deployment == nil || h.service == nil ||
-		h.pdb == nil || h.networkPolicy == nil || h.controller == nil {
+		h.pdb == nil || h.networkPolicy == nil || h.role == nil || h.binding == nil || h.controller == nil {
 		t.Fatalf("missing a hook manifest: %+v", h)
 	}
 	return h
@@ -236,14 +247,14 @@ func TestHookManifests(t *testing.T) {
 	if pod.Spec.ServiceAccountName != h.serviceAccount.Name {
 		t.Errorf("pod runs as ServiceAccount %q, want %q", pod.Spec.ServiceAccountName, h.serviceAccount.Name)
 	}
-	for what, automount := range map[string]*bool{
-		"ServiceAccount": h.serviceAccount.AutomountServiceAccountToken,
-		"pod spec":       pod.Spec.AutomountServiceAccountToken,
-	} {
-		if automount == nil || *automount {
-			t.Errorf("%s mounts an API token; the hook needs no API access", what)
-		}
+	// The token is mounted where it is used, for the Events: the account mounts none of itself.
+	if a := h.serviceAccount.AutomountServiceAccountToken; a == nil || *a {
+		t.Error("the ServiceAccount mounts its token into every pod that runs as it")
 	}
+	if a := pod.Spec.AutomountServiceAccountToken; a == nil || !*a {
+		t.Error("the hook's pod mounts no token: it cannot write Events")
+	}
+	checkHookRBAC(t, h.role, h.binding, h.serviceAccount)
 	psc := pod.Spec.SecurityContext
 	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil ||
 		psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
@@ -289,17 +300,24 @@ func TestHookManifests(t *testing.T) {
 		t.Errorf("Service ports = %+v, want %d to http", h.service.Spec.Ports, hookPort)
 	}
 
+	// Two ingress rules: Metacontroller, and Prometheus (TestEveryAlertIsScraped checks that
+	// the scrape is admitted).
 	np := h.networkPolicy.Spec
-	if len(np.Ingress) != 1 || len(np.Ingress[0].From) != 1 || !slices.Contains(np.PolicyTypes, networkingv1.PolicyTypeIngress) {
-		t.Fatalf("NetworkPolicy: want one ingress rule from one peer, got %+v", np)
+	if len(np.Ingress) != 2 || !slices.Contains(np.PolicyTypes, networkingv1.PolicyTypeIngress) {
+		t.Fatalf("NetworkPolicy: want two ingress rules, got %+v", np)
 	}
-	peer := np.Ingress[0].From[0]
-	if peer.NamespaceSelector == nil || peer.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "metacontroller" ||
-		peer.PodSelector == nil || peer.PodSelector.MatchLabels["app.kubernetes.io/name"] != "metacontroller" {
-		t.Errorf("NetworkPolicy admits %+v, want only Metacontroller's pods", peer)
-	}
-	if len(np.Ingress[0].Ports) != 1 || np.Ingress[0].Ports[0].Port.String() != "http" {
-		t.Errorf("NetworkPolicy ports = %+v, want the hook's http port only", np.Ingress[0].Ports)
+	for i, want := range []string{"metacontroller", "prometheus"} {
+		rule := np.Ingress[i]
+		if len(rule.From) != 1 {
+			t.Fatalf("NetworkPolicy ingress rule %d from %+v, want one peer", i, rule.From)
+		}
+		peer := rule.From[0]
+		if peer.NamespaceSelector == nil || peer.PodSelector == nil || peer.PodSelector.MatchLabels["app.kubernetes.io/name"] != want {
+			t.Errorf("NetworkPolicy ingress rule %d admits %+v, want only %s's pods", i, peer, want)
+		}
+		if len(rule.Ports) != 1 || rule.Ports[0].Port.String() != "http" {
+			t.Errorf("NetworkPolicy ingress rule %d ports = %+v, want the hook's http port only", i, rule.Ports)
+		}
 	}
 	checkHookEgress(t, np)
 
@@ -373,13 +391,35 @@ func checkCompositeController(t *testing.T, cc *unstructured.Unstructured) {
 	}
 }
 
-// Nothing in the install grants API permissions: the hook needs none, and the one member Job
-// that does (expand-claim) runs under a Role the hook renders per cluster, not the install.
-func TestNoRBAC(t *testing.T) {
+// checkHookRBAC: the install grants one permission, to the hook's account: create and patch
+// core Events (kubeevents). The one member Job that needs more (expand-claim, restart-pod) runs
+// under a Role the hook renders per cluster, not the install.
+func checkHookRBAC(t *testing.T, role *rbacv1.ClusterRole, binding *rbacv1.ClusterRoleBinding, sa *corev1.ServiceAccount) {
+	t.Helper()
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}
+	if !reflect.DeepEqual(role.Rules, want) || role.AggregationRule != nil {
+		t.Errorf("ClusterRole %s allows %+v, want only %+v", role.Name, role.Rules, want)
+	}
+	if binding.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name}) ||
+		!reflect.DeepEqual(binding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: sa.Namespace}}) {
+		t.Errorf("ClusterRoleBinding %s binds %+v to %+v, want %s to the hook's account only", binding.Name, binding.RoleRef, binding.Subjects, role.Name)
+	}
+}
+
+// The install's RBAC is the hook's Events permission and nothing else.
+func TestInstallRBAC(t *testing.T) {
+	var n int
 	for _, d := range readDocs(t, kustomizeDir) {
-		if d.obj.GroupVersionKind().Group == "rbac.authorization.k8s.io" {
-			t.Errorf("%s grants API permissions; the operator needs none", d)
+		if d.obj.GroupVersionKind().Group != "rbac.authorization.k8s.io" {
+			continue
 		}
+		n++
+		if d.file != kustomizeDir+"/rbac.yaml" || !strings.HasPrefix(d.obj.GetName(), "etcdops-hook-events") {
+			t.Errorf("%s grants API permissions beyond the hook's Events", d)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d RBAC objects, want the hook's ClusterRole and ClusterRoleBinding", n)
 	}
 }
 
@@ -425,7 +465,7 @@ func TestKustomizeBuild(t *testing.T) {
 	}
 	want := map[string]int{
 		"Namespace": 1, "CustomResourceDefinition": 1, "ServiceAccount": 1, "Deployment": 1, "Service": 1,
-		"PodDisruptionBudget": 1, "NetworkPolicy": 1, "CompositeController": 1,
+		"PodDisruptionBudget": 1, "NetworkPolicy": 1, "CompositeController": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
 	}
 	if !reflect.DeepEqual(kinds, want) {
 		t.Errorf("kustomize build gives %v, want %v", kinds, want)
@@ -435,7 +475,13 @@ func TestKustomizeBuild(t *testing.T) {
 // kustomizeBuild runs kustomize on manifests/metacontroller, as kubectl apply -k does.
 func kustomizeBuild(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), kustomizeDir)
+	return kustomizeBuildDir(t, kustomizeDir)
+}
+
+// kustomizeBuildDir runs kustomize on a directory of manifests/, as kubectl apply -k does.
+func kustomizeBuildDir(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		t.Fatalf("kustomize build: %v", err)
 	}
@@ -587,6 +633,7 @@ func jsonFields(t reflect.Type) map[string]reflect.StructField {
 var (
 	quantityType = reflect.TypeFor[resource.Quantity]()
 	timeType     = reflect.TypeFor[metav1.Time]()
+	microTime    = reflect.TypeFor[metav1.MicroTime]()
 	durationType = reflect.TypeFor[metav1.Duration]()
 )
 
@@ -605,7 +652,7 @@ func compareSchema(t *testing.T, at string, typ reflect.Type, s *apiextv1.JSONSc
 			t.Errorf("%s: a quantity should be int-or-string", at)
 		}
 		return
-	case typ == timeType:
+	case typ == timeType || typ == microTime:
 		if s.Type != "string" || s.Format != "date-time" {
 			t.Errorf("%s: a time should be a date-time string, schema says %s/%s", at, s.Type, s.Format)
 		}

@@ -11,8 +11,10 @@ import (
 type SnapshotSource struct {
 	Endpoint string
 	ID       uint64
-	IsLeader bool
-	Version  string
+	// ClusterID is the cluster the member answers for, as its response header says.
+	ClusterID uint64
+	IsLeader  bool
+	Version   string
 	// Revision is the member's own revision: its snapshot holds at least this one.
 	Revision int64
 }
@@ -41,11 +43,12 @@ func (o *Operator) SnapshotSource(ctx context.Context) (SnapshotSource, error) {
 		return SnapshotSource{}, transient("revision of "+ep, err)
 	}
 	return SnapshotSource{
-		Endpoint: ep,
-		ID:       st.Header.MemberId,
-		IsLeader: st.Leader == st.Header.MemberId,
-		Version:  st.Version,
-		Revision: resp.Header.Revision,
+		Endpoint:  ep,
+		ID:        st.Header.MemberId,
+		ClusterID: st.Header.ClusterId,
+		IsLeader:  st.Leader == st.Header.MemberId,
+		Version:   st.Version,
+		Revision:  resp.Header.Revision,
 	}, nil
 }
 

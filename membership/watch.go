@@ -14,12 +14,13 @@ import (
 var ErrCompacted = errors.New("revision compacted")
 
 // Changes is one answer of a watch of the whole key space: the events of whole revisions in
-// revision order, and the cluster's revision when it was sent. The last answer of a watch
-// that ends carries its error instead.
+// revision order, the cluster's revision when it was sent and the cluster it answers for. The
+// last answer of a watch that ends carries its error instead.
 type Changes struct {
-	Events   []*mvccpb.Event
-	Revision int64
-	Err      error
+	Events    []*mvccpb.Event
+	Revision  int64
+	ClusterID uint64
+	Err       error
 }
 
 // WatchAll watches every key from revision from on, until ctx ends or the watch fails. It
@@ -36,7 +37,7 @@ func (o *Operator) WatchAll(ctx context.Context, from int64) <-chan Changes {
 		defer close(out)
 		defer cancel()
 		for resp := range wch {
-			c := Changes{Events: resp.Events, Revision: resp.Header.Revision}
+			c := Changes{Events: resp.Events, Revision: resp.Header.Revision, ClusterID: resp.Header.ClusterId}
 			if err := resp.Err(); err != nil {
 				c = Changes{Err: transient("watch", err)}
 				if resp.CompactRevision != 0 {
@@ -58,4 +59,14 @@ func (o *Operator) WatchAll(ctx context.Context, from int64) <-chan Changes {
 		}
 	}()
 	return out
+}
+
+// ClusterID is the ID of the cluster the members answer for, as the header of a serializable
+// read says: any member answers it, with or without a leader.
+func (o *Operator) ClusterID(ctx context.Context) (uint64, error) {
+	resp, err := o.cli.Get(ctx, "\x00", clientv3.WithSerializable(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		return 0, transient("cluster ID", err)
+	}
+	return resp.Header.ClusterId, nil
 }

@@ -150,7 +150,7 @@ func (p *planner) backupDue() (step, bool) {
 		}
 	}
 	s := p.base(Action{Type: TakeBackup, Member: name, Reason: "backup " + t.String() + ": snapshot from a follower, " + name + " preferred"}, resyncSoon)
-	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), clientSecret: p.tls.clientSecret}
+	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), lineage: p.lineageArgs(), clientSecret: p.tls.clientSecret}
 	rec := (&backupRecord{st: p.stage.backup, prev: p.obs.Cluster.Status.Backup}).changed()
 	if t.request != "" {
 		rec.LastRequest = t.request
@@ -380,9 +380,12 @@ func (v *view) overdue(last time.Time) bool {
 // restores it. nil for any other cluster.
 func restoreJoin(c *v1alpha1.EtcdCluster, seed string) *joinstate.Restore {
 	if f := fromBackup(c); f != nil {
-		r := &joinstate.Restore{Member: seed, Backup: f.Name}
+		r := &joinstate.Restore{Member: seed, Backup: f.Name, Lineage: f.Lineage}
 		if f.Revision != nil {
 			r.Revision = *f.Revision
+		}
+		if f.Time != nil {
+			r.Time = f.Time.UTC().Format(time.RFC3339Nano)
 		}
 		return r
 	}
@@ -390,13 +393,23 @@ func restoreJoin(c *v1alpha1.EtcdCluster, seed string) *joinstate.Restore {
 }
 
 // recordRestoredRevision records, on a cluster bootstrapped from a snapshot, the revision its
-// seed restored, once: the seed's etcd container ends once after the restore with it in its
-// termination message (joinstate.RestoredMessage), which the pod's status keeps until the
-// container ends again.
+// seed restored, when it was stored and the lineage, once (restoredPoint).
 func recordRestoredRevision(obs *Observed, c *v1alpha1.EtcdCluster, st *v1alpha1.EtcdClusterStatus) {
 	if fromBackup(c) == nil || st.RestoredRevision != 0 {
 		return
 	}
+	if p, ok := restoredPoint(obs, c); ok {
+		st.RestoredRevision, st.RestoredLineage = p.Revision, p.Lineage
+		if !p.Time.IsZero() {
+			st.RestoredTime = &metav1.MicroTime{Time: p.Time}
+		}
+	}
+}
+
+// restoredPoint is what the seed of a cluster bootstrapped from a snapshot restored: its etcd
+// container ends once after the restore with it in its termination message
+// (joinstate.RestoredMessage), which the pod's status keeps until the container ends again.
+func restoredPoint(obs *Observed, c *v1alpha1.EtcdCluster) (joinstate.RestoredPoint, bool) {
 	for i := range obs.Pods {
 		p := &obs.Pods[i]
 		cs := etcdStatus(p)
@@ -407,12 +420,49 @@ func recordRestoredRevision(obs *Observed, c *v1alpha1.EtcdCluster, st *v1alpha1
 			if t == nil {
 				continue
 			}
-			if rev, ok := joinstate.RestoredRevision(t.Message); ok {
-				st.RestoredRevision = rev
-				return
+			if rp, ok := joinstate.ParseRestored(t.Message); ok {
+				return rp, true
 			}
 		}
 	}
+	return joinstate.RestoredPoint{}, false
+}
+
+// lineageArgs are the flags that tie a backup Job or the stream to the cluster's lineage: the
+// etcd cluster ID its members must answer with (once known: a member of another cluster is
+// then never read into this one's lineage), and what the lineage's manifest says of the
+// cluster, where it was restored from included (from status, else from the seed's report).
+func (v *view) lineageArgs() []string {
+	c := v.c
+	args := []string{"--namespace=" + c.Namespace}
+	if c.UID != "" {
+		args = append(args, "--cluster-uid="+string(c.UID))
+	}
+	if id := v.knownClusterID(); id != "" {
+		args = append(args, "--cluster-id="+id)
+	}
+	if fromBackup(c) == nil {
+		return args
+	}
+	st := &c.Status
+	p := joinstate.RestoredPoint{Revision: st.RestoredRevision, Lineage: st.RestoredLineage}
+	if st.RestoredTime != nil {
+		p.Time = st.RestoredTime.Time
+	}
+	if p.Revision == 0 {
+		p, _ = restoredPoint(v.obs, c)
+	}
+	if p.Revision == 0 {
+		return args
+	}
+	args = append(args, fmt.Sprintf("--restored-revision=%d", p.Revision))
+	if p.Lineage != "" {
+		args = append(args, "--restored-lineage="+p.Lineage)
+	}
+	if !p.Time.IsZero() {
+		args = append(args, "--restored-time="+p.Time.UTC().Format(time.RFC3339Nano))
+	}
+	return args
 }
 
 func fromBackup(c *v1alpha1.EtcdCluster) *v1alpha1.FromBackup {

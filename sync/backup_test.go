@@ -2,6 +2,7 @@ package sync
 
 import (
 	"encoding/json"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
+	"etcdops.dev/etcdops/test/prom"
 )
 
 func TestLatestTick(t *testing.T) {
@@ -273,6 +275,10 @@ func TestContinuousBackupDeployment(t *testing.T) {
 		t.Fatalf("stream Service %s", b)
 	}
 
+	// The monitoring we ship scrapes its pod, as the PodMonitor and as the plain Prometheus
+	// job (manifests' TestEveryAlertIsScraped checks that these feed the backup alerts).
+	checkStreamScraped(t, prom.PodOf(w.cluster.Namespace, pod))
+
 	// Observed, it goes when the spec drops it, and with the teardown's first step.
 	w.run(5)
 	obs := w.observe()
@@ -306,4 +312,37 @@ func childOf(d Decision, kind, name string) (Child, bool) {
 		}
 	}
 	return Child{}, false
+}
+
+// checkStreamScraped: manifests/monitoring's PodMonitor and scrape job for the continuous
+// backups take the stream's pod, on its metrics port, as job etcdops-backup-stream.
+func checkStreamScraped(t *testing.T, pod prom.Pod) {
+	t.Helper()
+	const job = "etcdops-backup-stream"
+	raw, err := os.ReadFile("../manifests/monitoring/backup-stream-podmonitor.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := prom.DecodePodMonitor(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if scrapes, err := m.Scrapes(pod); err != nil || len(scrapes) != 1 || scrapes[0].Job != job {
+		t.Errorf("PodMonitor %s scrapes the stream's pod %v as %+v (%v), want job %s", m.Metadata.Name, pod, scrapes, err, job)
+	}
+	raw, err = os.ReadFile("../manifests/monitoring/scrape-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := prom.DecodeScrapeConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(c.ScrapeConfigs, func(j prom.ScrapeJob) bool { return j.JobName == job })
+	if i < 0 {
+		t.Fatalf("scrape-config.yaml has no job %s", job)
+	}
+	if ok, err := c.ScrapeConfigs[i].Scrapes(pod); err != nil || !ok {
+		t.Errorf("scrape-config.yaml's job %s does not keep the stream's pod %v (%v)", job, pod, err)
+	}
 }

@@ -284,3 +284,43 @@ func TestPlannedWorkIsNotDegradation(t *testing.T) {
 		})
 	}
 }
+
+// The API's comments on status.action.type and status.conditions (and so the CRD's field
+// descriptions, kubectl explain) list every action type and condition type the planner writes.
+func TestAPICommentsListEveryActionAndCondition(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "../api/v1alpha1/types.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := func(typeName, field string) string {
+		var out string
+		ast.Inspect(f, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok || ts.Name.Name != typeName {
+				return true
+			}
+			for _, fl := range ts.Type.(*ast.StructType).Fields.List {
+				if len(fl.Names) == 1 && fl.Names[0].Name == field {
+					out = fl.Doc.Text()
+				}
+			}
+			return false
+		})
+		if out == "" {
+			t.Fatalf("no comment on %s.%s in api/v1alpha1/types.go", typeName, field)
+		}
+		return out
+	}
+	actions := doc("Action", "Type")
+	for _, a := range ActionTypes() {
+		if !regexp.MustCompile(`\b` + a.String() + `\b`).MatchString(actions) {
+			t.Errorf("the comment on status.action.type does not list %s", a)
+		}
+	}
+	conditions := doc("EtcdClusterStatus", "Conditions")
+	for _, c := range []string{v1alpha1.ConditionAvailable, v1alpha1.ConditionProgressing, v1alpha1.ConditionDegraded, v1alpha1.ConditionBackedUp, v1alpha1.ConditionVolumesExpanded} {
+		if !strings.Contains(conditions, c) {
+			t.Errorf("the comment on status.conditions does not list %s", c)
+		}
+	}
+}

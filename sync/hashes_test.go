@@ -38,7 +38,7 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		s                         serving
 		config, spec, statefulSet string
 	}{
-		{"plain", cluster(nil), serving{}, "22040c19db", "50b101b03d", "41f3c1c6d7ed7aa4"},
+		{"plain", cluster(nil), serving{}, "22040c19db", "50b101b03d", "3d41a298217ca68c"},
 		{"no storage, options", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec = nil
 			c.Spec.EtcdOptions = []string{"--quota-backend-bytes=4294967296", "--log-level=warn"}
@@ -46,11 +46,11 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		{"storage class, limit, delete", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec.StorageClassName, c.Spec.StorageSpec.WhenDeleted = "fast", v1alpha1.PVCDelete
 			c.Spec.StorageSpec.VolumeSizeLimit = ptrTo(resource.MustParse("16Gi"))
-		}), serving{}, "22040c19db", "50b101b03d", "409c360ab8345bce"},
-		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "4b01c5d1a1", "254fd699ae", "91ae5447be77782c"},
-		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "6904460617", "29f506c34c", "64c8f31d48217e16"},
-		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "f91d256cc3", "698eff997f", "e2608754d5027935"},
-		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "b42423820b", "548dcddc36", "6d4bf9324d24211a"},
+		}), serving{}, "22040c19db", "50b101b03d", "e97651ee8dc82577"},
+		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "4b01c5d1a1", "254fd699ae", "a49bc47009f41db5"},
+		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "6904460617", "29f506c34c", "7518f9fa5aad52fd"},
+		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "f91d256cc3", "698eff997f", "22d5a290ce1de7ad"},
+		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "b42423820b", "548dcddc36", "e5c370c90a3a0321"},
 		{"user pod settings", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.PodTemplate = &v1alpha1.PodTemplate{
 				Metadata: &v1alpha1.PodMetadata{Labels: map[string]string{"team": "db", LabelCluster: "spoofed"}, Annotations: map[string]string{"a": "<&>"}},
@@ -67,13 +67,13 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 					}}}},
 				},
 			}
-		}), serving{}, "0e8a5604d2", "902100cb95", "1c5ff3b1cdd120ac"},
+		}), serving{}, "0e8a5604d2", "902100cb95", "31f93b6d2a1d8423"},
 		{"restore from S3", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: s3, Name: "latest"}}
-		}), serving{}, "177eab8ad1", "f8d2dbbd0a", "9fbe69df330530f4"},
+		}), serving{}, "177eab8ad1", "f8d2dbbd0a", "3e84fb8bb162b055"},
 		{"restore from a claim, TLS", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: pvc, Name: "snap.db"}}
-		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "5d59094119", "8fd75eb0b0", "52a9a0dd23fc195f"},
+		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "5d59094119", "8fd75eb0b0", "f3a606932e00b4ef"},
 	} {
 		ps := renderPodSpec(simConfig, tc.c, tc.s)
 		sts := digest(t, statefulSet(tc.c, tc.c.Spec.StorageSpec, labelsOf(tc.c), ps, 3, 1, retainClaims).Object)

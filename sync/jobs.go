@@ -61,8 +61,10 @@ type memberJob struct {
 	alarm     string
 	endpoints []string
 	attempt   int
-	// backupFor: backup, what it is for (backupTrigger.label).
+	// backupFor: backup, what it is for (backupTrigger.label); lineage, its lineage's flags
+	// (view.lineageArgs).
 	backupFor string
+	lineage   []string
 	// clientSecret is the client certificate the tool presents; "" while no member serves TLS.
 	clientSecret string
 	// claim and size: expand-claim, the claim and the storage it is to ask for.
@@ -103,6 +105,7 @@ func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	}
 	if j.verb == verbBackup {
 		args = append(args, backupArgs(c)...)
+		args = append(args, j.lineage...)
 	}
 	if j.clientSecret != "" {
 		args = append(args, "--cacert="+ClientTLSDir+"/ca.crt", "--cert="+ClientTLSDir+"/tls.crt", "--key="+ClientTLSDir+"/tls.key")

@@ -76,9 +76,20 @@ type rollingUpdate struct {
 	Partition int `json:"partition"`
 }
 
+// volumeClaimObject is a claim template as the API server stores it, its defaults included
+// (apiVersion and kind, spec.volumeMode, status.phase): Metacontroller replaces the list
+// whole, it having no merge key, and a template that differs from the stored one by a
+// default would be written again on every sync.
 type volumeClaimObject struct {
-	Metadata nameOnly  `json:"metadata"`
-	Spec     claimSpec `json:"spec"`
+	APIVersion string      `json:"apiVersion"`
+	Kind       string      `json:"kind"`
+	Metadata   nameOnly    `json:"metadata"`
+	Spec       claimSpec   `json:"spec"`
+	Status     claimStatus `json:"status"`
+}
+
+type claimStatus struct {
+	Phase string `json:"phase"`
 }
 
 type nameOnly struct {
@@ -89,6 +100,7 @@ type claimSpec struct {
 	AccessModes      []string       `json:"accessModes"`
 	Resources        claimResources `json:"resources"`
 	StorageClassName string         `json:"storageClassName,omitempty"`
+	VolumeMode       string         `json:"volumeMode"`
 }
 
 type claimResources struct {

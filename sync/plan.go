@@ -32,8 +32,16 @@ const (
 // table of planner.change (sync/planner.go), the one list of them, each entry with its file
 // and what it decides.
 //
-// Every decision is checked against the invariants before it is returned (invariants.go).
+// Every decision is checked against the invariants before it is returned (invariants.go),
+// and carries the Events that tell what changed from the status it started from (events.go).
 func Plan(cfg Config, obs Observed) Decision {
+	d := decide(cfg, obs)
+	d.Events = events(&obs.Cluster.Status, &d.Status)
+	return d
+}
+
+// decide runs the phases in order; the first that decides wins.
+func decide(cfg Config, obs Observed) Decision {
 	c := v1alpha1.Defaulted(obs.Cluster)
 	if obs.Finalizing {
 		// 1. Deletion overrides everything, whatever state the cluster is in.
@@ -69,8 +77,9 @@ func Plan(cfg Config, obs Observed) Decision {
 }
 
 // finalize tears down in order: member Jobs and the continuous backup first (no membership
-// change may run into the teardown; the stream stops before etcd does), then the StatefulSet until its pods are gone, then the Services, the join
-// ConfigMap and the PodDisruptionBudget. Finalized only once nothing is observed. The claims
+// change may run into the teardown; the stream stops before etcd does), then the
+// PodDisruptionBudget, then the StatefulSet until its pods are gone, then the Services and the
+// join ConfigMap. Finalized only once nothing is observed. The claims
 // are retained until then; with spec.storageSpec.whenDeleted: Delete, the StatefulSet is
 // first told to take them along (its retention policy), and deleted once its controller has
 // seen that, so the garbage collector deletes them after the pods.
@@ -88,15 +97,24 @@ func finalize(obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		keep = rest
 		keep.StatefulSets = ch.StatefulSets
 		reason = fmt.Sprintf("deleting %d member Job(s)", len(ch.Jobs))
+	case len(ch.StatefulSets) > 0 && len(ch.PDBs) > 0:
+		// The PodDisruptionBudget goes before the StatefulSet: it counts against the pods'
+		// controller, and pods left without one make the disruption controller fail on every
+		// change of them while the budget lasts.
+		keep = rest
+		keep.PDBs = nil
+		keep.StatefulSets = ch.StatefulSets
+		reason = "deleting the PodDisruptionBudget before the StatefulSet"
 	case len(ch.StatefulSets) > 0 && c.Spec.StorageSpec != nil && c.Spec.StorageSpec.WhenDeleted == v1alpha1.PVCDelete && !claimsGoAlong(ch.StatefulSets):
 		keep = rest
 		claimsAlong = withClaimsDeleted(ch.StatefulSets)
 		reason = "spec.storageSpec.whenDeleted is Delete: setting the StatefulSet to delete the claims with it, before it is deleted"
 	case len(ch.StatefulSets) > 0 || pods > 0:
 		keep = rest
+		keep.PDBs = nil
 		reason = fmt.Sprintf("deleting the StatefulSet; %d pod(s) left", pods)
 	case len(ch.Services)+len(ch.ConfigMaps)+len(ch.PDBs)+len(ch.Accounts)+len(ch.Roles)+len(ch.RoleBindings) > 0:
-		reason = "deleting the Services, the join ConfigMap, the PodDisruptionBudget and the claims' account"
+		reason = "deleting the Services, the join ConfigMap and the claims' account"
 	case len(ch.Deployments) > 0:
 		reason = "deleting the continuous backup"
 	default:

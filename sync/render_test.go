@@ -72,7 +72,10 @@ func TestRenderingIsStableAndOwnsOnlyItsFields(t *testing.T) {
 	if r := spec.PersistentVolumeClaimRetentionPolicy; r == nil || r.WhenScaled != appsv1.RetainPersistentVolumeClaimRetentionPolicyType || r.WhenDeleted != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
 		t.Errorf("claim retention %+v: no claim may go with the StatefulSet or its replicas but by a decision", r)
 	}
-	if len(spec.VolumeClaimTemplates) != 1 || spec.VolumeClaimTemplates[0].Kind != "" {
+	// The template as the API server stores it, defaults included: Metacontroller replaces the
+	// list whole, so one without them would be written again on every sync.
+	if ts := spec.VolumeClaimTemplates; len(ts) != 1 || ts[0].Kind != "PersistentVolumeClaim" || ts[0].APIVersion != "v1" ||
+		ts[0].Spec.VolumeMode == nil || *ts[0].Spec.VolumeMode != corev1.PersistentVolumeFilesystem || ts[0].Status.Phase != corev1.ClaimPending {
 		t.Errorf("volume claim templates %+v", spec.VolumeClaimTemplates)
 	}
 	pod := spec.Template

@@ -97,9 +97,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	age DURATION                         time passes without anything happening
 //	backup SCHEDULE | suspend | resume   spec.backup to an S3 bucket on that schedule
 //	                                     (@hourly, @every 30m, */3 * * * *)
-//	restore NAME [in-place]              spec.bootstrap.fromBackup: the snapshot a new world
-//	                                     starts from, with the old one's backups; in-place:
-//	                                     set on the world as it is
+//	restore NAME [in-place] [time=T] [lineage=L]   spec.bootstrap.fromBackup: the snapshot a new
+//	                                     world starts from, with the old one's backups; in-place:
+//	                                     set on the world as it is; time, lineage: as in the spec
 //	new ... tls=client,peer | spec tls=client|peer|client,peer|none   TLS on the client port
 //	                                     (etcd-server, etcd-client Secrets) and between peers (etcd-peer)
 //	secret NAME CA | secret-delete NAME  a TLS Secret with CA bundle CA (a digest), or none
@@ -107,6 +107,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	pending POD DURATION | catch-up POD DURATION   slow nodes (sim_pending_test.go)
 //	job-latency N                        Jobs act N ticks after the sync that decided them
 //	                                     (sim_latency_test.go)
+//	stream up REV | behind D [ERR...] | down | superseded D WRITER...   the continuous backup's
+//	                                     progress as its pod serves it (sim_stream_test.go)
 //	volume-size S | no-expansion | offline-resize | remount-fails | node-resize-online | volumes
 //	                                     spec.storageSpec.volumeSizeRequest; the claims' class
 //	                                     forbids expansion; its driver grows file systems only
@@ -537,7 +539,19 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 	case "restore":
 		from := &v1alpha1.FromBackup{Name: arg(0), BackupDestination: v1alpha1.BackupDestination{
 			S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
-		if len(args) > 1 && args[1] == "in-place" {
+		for _, a := range args[1:] {
+			if v, ok := strings.CutPrefix(a, "time="); ok {
+				at, err := time.Parse(time.RFC3339Nano, v)
+				if err != nil {
+					t.Fatalf("%q: %v", line, err)
+				}
+				from.Time = &metav1.Time{Time: at}
+			}
+			if v, ok := strings.CutPrefix(a, "lineage="); ok {
+				from.Lineage = v
+			}
+		}
+		if slices.Contains(args[1:], "in-place") {
 			w.cluster.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: from}
 			break
 		}
@@ -695,6 +709,12 @@ func decisionText(t *testing.T, d Decision) string {
 			}
 			if r := st.Restore; r != nil {
 				ms = append(ms, "restore="+r.Member+"/"+r.Backup)
+				if r.Lineage != "" {
+					ms = append(ms, "lineage="+r.Lineage)
+				}
+				if r.Time != "" {
+					ms = append(ms, "time="+r.Time)
+				}
 			}
 			fmt.Fprintf(&b, "  join: %s %s\n", st.ClusterState, strings.Join(ms, " "))
 		case "Job":
@@ -758,11 +778,21 @@ func decisionText(t *testing.T, d Decision) string {
 			if c.Message != "" {
 				fmt.Fprintf(&b, " stream=%q", c.Message)
 			}
+			if c.SupersededBy != "" {
+				fmt.Fprintf(&b, " superseded-by=%q", c.SupersededBy)
+			}
 		}
 		b.WriteString("\n")
 	}
 	if st.RestoredFrom != "" {
-		fmt.Fprintf(&b, "  restored from: %s revision=%d\n", st.RestoredFrom, st.RestoredRevision)
+		fmt.Fprintf(&b, "  restored from: %s revision=%d", st.RestoredFrom, st.RestoredRevision)
+		if st.RestoredLineage != "" {
+			fmt.Fprintf(&b, " lineage=%s", st.RestoredLineage)
+		}
+		if st.RestoredTime != nil {
+			fmt.Fprintf(&b, " time=%s", st.RestoredTime.UTC().Format(time.RFC3339Nano))
+		}
+		b.WriteString("\n")
 	}
 	for _, w := range st.Warnings {
 		fmt.Fprintf(&b, "  warning: %s\n", w)

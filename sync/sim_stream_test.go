@@ -16,6 +16,8 @@ type simStream struct {
 	stored int64
 	behind time.Duration
 	err    string
+	// supersededBy names the writer that claimed the lineage after this stream.
+	supersededBy string
 }
 
 // streamProgress is what the hook reads: nothing before the Deployment is observed (it does
@@ -28,15 +30,20 @@ func (w *simWorld) streamProgress(observed Children) StreamProgress {
 		return StreamProgress{Err: "connection refused"}
 	}
 	s := w.stream
-	return StreamProgress{Known: true, Progress: backupresult.Progress{StoredRevision: s.stored, StoredTime: w.now.Add(-min(s.behind, time.Minute)),
-		CaughtUpTime: w.now.Add(-s.behind), BehindSeconds: s.behind.Seconds(), LastError: s.err}}
+	p := backupresult.Progress{StoredRevision: s.stored, StoredTime: w.now.Add(-min(s.behind, time.Minute)),
+		CaughtUpTime: w.now.Add(-s.behind), BehindSeconds: s.behind.Seconds(), LastError: s.err, SupersededBy: s.supersededBy}
+	if s.supersededBy != "" {
+		p.SupersededTime = w.now.Add(-s.behind)
+	}
+	return StreamProgress{Known: true, Progress: p}
 }
 
-// streamCommand: "stream up <stored>", "stream behind <duration> [error...]", "stream down".
+// streamCommand: "stream up <stored>", "stream behind <duration> [error...]", "stream down",
+// "stream superseded <duration> <writer...>" (another writer claimed the lineage that long ago).
 func (w *simWorld) streamCommand(t *testing.T, line string, args []string) {
 	t.Helper()
 	if len(args) == 0 {
-		t.Fatalf("%q: want up, behind or down", line)
+		t.Fatalf("%q: want up, behind, down or superseded", line)
 	}
 	switch args[0] {
 	case "up":
@@ -56,7 +63,13 @@ func (w *simWorld) streamCommand(t *testing.T, line string, args []string) {
 		}
 	case "down":
 		w.stream.down = true
+	case "superseded":
+		d, err := time.ParseDuration(args[min(1, len(args)-1)])
+		if err != nil || len(args) < 3 {
+			t.Fatalf("%q: want how long ago and the writer", line)
+		}
+		w.stream.down, w.stream.behind, w.stream.supersededBy = false, d, strings.Join(args[2:], " ")
 	default:
-		t.Fatalf("%q: want up, behind or down", line)
+		t.Fatalf("%q: want up, behind, down or superseded", line)
 	}
 }

@@ -629,6 +629,7 @@ func (w *simWorld) sync() Decision {
 	d := Plan(simConfig, obs)
 	checkTyped(w.t, d)
 	checkConditions(w.t, obs.Cluster.Generation, d)
+	checkEvents(w.t, &obs.Cluster.Status, d)
 	w.stats.syncs++
 	again := Plan(simConfig, obs)
 	if a, b := encodeDecision(w.t, d), encodeDecision(w.t, again); a != b {
@@ -1138,7 +1139,8 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 			m.raft, m.live, m.file = b.revision, b.live, b.live
 			m.snap = m.raft
 			w.data[p.ord].restored = join.Token
-			p.restored = joinstate.RestoredMessage(int64(b.revision), fmt.Sprintf("s3://backups/default/etcd/etcd-r%d.db", b.revision))
+			p.restored = joinstate.RestoredMessage(joinstate.RestoredPoint{Revision: int64(b.revision), Lineage: fmt.Sprintf("%x", w.clusterID),
+				Object: fmt.Sprintf("s3://backups/default/etcd/lineages/%x/etcd-r%d.db", w.clusterID, b.revision)})
 			w.clusterID++
 			w.data[p.ord].cluster = w.clusterID
 		}

@@ -318,11 +318,13 @@ func volumeClaimTemplate(s *v1alpha1.StorageSpec) volumeClaimObject {
 	if mode == "" {
 		mode = "ReadWriteOnce"
 	}
-	spec := claimSpec{AccessModes: []string{mode}, Resources: claimResources{Requests: storageQuantity{Storage: s.VolumeSizeRequest.String()}}, StorageClassName: s.StorageClassName}
+	spec := claimSpec{AccessModes: []string{mode}, Resources: claimResources{Requests: storageQuantity{Storage: s.VolumeSizeRequest.String()}}, StorageClassName: s.StorageClassName,
+		VolumeMode: "Filesystem"}
 	if s.VolumeSizeLimit != nil {
 		spec.Resources.Limits = &storageQuantity{Storage: s.VolumeSizeLimit.String()}
 	}
-	return volumeClaimObject{Metadata: nameOnly{Name: volumeData}, Spec: spec}
+	return volumeClaimObject{APIVersion: "v1", Kind: "PersistentVolumeClaim", Metadata: nameOnly{Name: volumeData}, Spec: spec,
+		Status: claimStatus{Phase: "Pending"}}
 }
 
 // tlsFlags points etcd at a mounted kubernetes.io/tls Secret and requires client

@@ -141,6 +141,8 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		RestoredFrom:   prev.RestoredFrom,
 		// The seed reports the revision it restored once; status keeps it.
 		RestoredRevision: prev.RestoredRevision,
+		RestoredTime:     prev.RestoredTime,
+		RestoredLineage:  prev.RestoredLineage,
 		Client:           prev.Client,
 	}
 }

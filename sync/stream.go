@@ -106,6 +106,14 @@ func (v *view) streamStatus(st *v1alpha1.EtcdClusterStatus) {
 		// Status keeps seconds: a finer time would read back different and change it again.
 		cs.StoredTime = &metav1.Time{Time: p.StoredTime.Truncate(time.Second)}
 	}
+	cs.SupersededBy = p.SupersededBy
+	if p.SupersededBy != "" {
+		// Superseded, it is behind by design and for ever: the writer that holds the claim is
+		// what matters, and the person who decides which of the two should run.
+		cs.BehindSince = nil
+		cs.Message = "another writer claimed the lineage after this stream, which stores nothing since " + p.SupersededTime.UTC().Format(time.RFC3339)
+		return
+	}
 	if p.Behind() <= v.streamBehindAfter() {
 		cs.BehindSince, cs.Message = nil, ""
 		return
@@ -129,6 +137,10 @@ func (v *view) streamCondition(st *v1alpha1.EtcdClusterStatus, cond *metav1.Cond
 	}
 	cs := st.Backup.Continuous
 	switch {
+	case cs.SupersededBy != "" && v.obs.BackupStream.Known:
+		cond.Status, cond.Reason = metav1.ConditionFalse, "StreamSuperseded"
+		cond.Message = fmt.Sprintf("the continuous backup's pod stores nothing: %s claimed its lineage after it (a second stream for this cluster); this pod stored changes up to revision %d. "+
+			"Stop the stream that should not run (docs/runbooks.md, a superseded continuous backup)", cs.SupersededBy, cs.StoredRevision)
 	case cs.BehindSince != nil:
 		cond.Status, cond.Reason = metav1.ConditionFalse, "StreamBehind"
 		cond.Message = fmt.Sprintf("the continuous backup has not been caught up since %s (more than %s): changes are stored up to revision %d; %s",
@@ -150,8 +162,10 @@ func (v *view) backupStream() (Child, bool) {
 		return Child{}, false
 	}
 	cs := v.clientStatus()
-	args := []string{toolName, verbStreamBackup, "--endpoints=" + cs.Service, "--cluster=" + v.c.Name, "--work-dir=" + backupWorkDir,
+	// The pod's name names the stream in its lineage's writer claim, for people.
+	args := []string{toolName, verbStreamBackup, "--endpoints=" + cs.Service, "--cluster=" + v.c.Name, "--writer=$(POD_NAME)", "--work-dir=" + backupWorkDir,
 		fmt.Sprintf("--metrics-addr=:%d", StreamMetricsPort)}
+	args = append(args, v.lineageArgs()...)
 	args = append(args, destinationArgs(v.c, "", b.Destination)...)
 	if c := b.Continuous; c.Interval != nil {
 		args = append(args, "--interval="+c.Interval.Duration.String())
@@ -171,6 +185,7 @@ func (v *view) backupStream() (Child, bool) {
 		mounts = append(mounts, volumeMount{Name: "client-tls", MountPath: ClientTLSDir, ReadOnly: true})
 	}
 	container := object{"name": "stream", "image": v.cfg.ToolImage, "command": args, "securityContext": containerSecurityContext(),
+		"env":          []envVar{{Name: "POD_NAME", ValueFrom: envVarSource{FieldRef: fieldRef{FieldPath: "metadata.name"}}}},
 		"volumeMounts": mounts, "ports": []object{{"name": "metrics", "containerPort": StreamMetricsPort}}}
 	podLabels := map[string]string{LabelBackupStreamOf: v.c.Name, LabelManagedBy: ManagedBy}
 	spec := object{

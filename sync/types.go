@@ -85,6 +85,9 @@ type Decision struct {
 	ResyncAfterSeconds float64
 	// Finalized, on a finalize sync, says teardown is complete.
 	Finalized bool
+	// Events tell what this decision changed: steps started and ended, a hold, conditions
+	// turned (events.go). The hook emits them on the EtcdCluster; they are not in the answer.
+	Events []Event
 }
 
 // Child is one desired child object. Object marshals to JSON with only the fields the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"regexp"
 	"strings"
 	"time"
 
@@ -173,31 +174,56 @@ type BootstrapSpec struct {
 }
 
 // FromBackup names the snapshot a new cluster starts from.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.revision) || !has(self.time)",message="set at most one of revision and time"
 type FromBackup struct {
 	// Where the snapshot is: S3-compatible object storage or a PersistentVolumeClaim, as in
 	// spec.backup.destination. The default prefix or path is this cluster's own
 	// ("<namespace>/<name>"), which is right for a cluster re-created under the same name.
 	BackupDestination `json:",inline"`
-	// Name is the snapshot's object or file name below the prefix or path, or "latest" for
-	// the newest snapshot there.
+	// Lineage names the lineage restored from: the etcd cluster ID (hex) of the cluster that
+	// stored it, or "legacy" for what an older release stored directly below the prefix
+	// (docs/backup.md, lineages). Unset: with name latest, the lineage whose newest stored
+	// point is the newest by time; with a snapshot's name, the lineage that holds it.
+	//
+	// +kubebuilder:validation:Pattern=`^([0-9a-f]{1,16}|legacy)$`
+	// +optional
+	Lineage string `json:"lineage,omitempty"`
+	// Name is the snapshot's object or file name below the prefix or path (or below
+	// lineages/<lineage>/ there), or "latest" for the newest point of the lineage.
 	//
 	// +kubebuilder:default=latest
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Name string `json:"name,omitempty"`
-	// Revision, when set, restores the key space as it was at that revision: the newest
-	// snapshot at or before it, then the stored changes after the snapshot up to it
-	// (spec.backup.continuous). Unset, the newest stored change. A revision the stored
-	// changes do not reach without a gap is refused, naming the gap. Only with name latest.
+	// Revision, when set, restores the key space as it was at that revision of the lineage:
+	// the newest snapshot at or before it, then the stored changes after the snapshot up to
+	// it (spec.backup.continuous). Unset, and time unset, the newest stored change. A
+	// revision the stored changes do not reach without a gap is refused, naming the gap. Only
+	// with name latest.
 	//
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	Revision *int64 `json:"revision,omitempty"`
+	// Time (RFC 3339), instead of revision, restores the last revision of the lineage stored
+	// at or before it: a snapshot's time is when it was taken, a change's when the continuous
+	// backup received it (docs/backup.md, restore to a time). A time before the first or
+	// after the newest point stored is refused, naming the range stored. Only with name
+	// latest.
+	//
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
 }
 
 // LatestBackup as FromBackup.Name restores the newest snapshot.
 const LatestBackup = "latest"
+
+// LegacyLineage as FromBackup.Lineage names what an older release stored directly below the
+// prefix.
+const LegacyLineage = "legacy"
+
+var lineagePattern = regexp.MustCompile(`^([0-9a-f]{1,16}|legacy)$`)
 
 // AnnotationBackupNow on an EtcdCluster asks for one backup now; its value names the
 // request, so setting a new value asks again (status.backup.lastRequest records the last
@@ -257,6 +283,12 @@ type ContinuousBackupStatus struct {
 	//
 	// +optional
 	Message string `json:"message,omitempty"`
+	// SupersededBy, set while the stream the operator runs finds its lineage claimed by
+	// another writer after it, names that writer: this stream stores nothing (docs/runbooks.md,
+	// a superseded continuous backup).
+	//
+	// +optional
+	SupersededBy string `json:"supersededBy,omitempty"`
 }
 
 // StreamBehindAfter is how much longer than spec.backup.continuous.interval a change may
@@ -350,6 +382,13 @@ func checkBackup(s EtcdClusterSpec) []string {
 		}
 		if r := f.Revision; r != nil && (*r < 1 || f.Name != LatestBackup) {
 			p = append(p, fmt.Sprintf("spec.bootstrap.fromBackup.revision %d needs name %q (the snapshot is chosen by the revision) and a revision of 1 or more", *r, LatestBackup))
+		}
+		if f.Time != nil && (f.Revision != nil || f.Name != LatestBackup) {
+			p = append(p, fmt.Sprintf("spec.bootstrap.fromBackup.time %s needs name %q (the snapshot is chosen by the time) and no revision: set one of revision and time",
+				f.Time.UTC().Format(time.RFC3339), LatestBackup))
+		}
+		if f.Lineage != "" && !lineagePattern.MatchString(f.Lineage) {
+			p = append(p, fmt.Sprintf("spec.bootstrap.fromBackup.lineage %q is not a lineage; allowed: an etcd cluster ID in lower-case hex (up to 16 digits), or %q", f.Lineage, LegacyLineage))
 		}
 	}
 	return p

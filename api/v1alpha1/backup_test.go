@@ -69,6 +69,18 @@ func TestValidateBackup(t *testing.T) {
 		{"restore one snapshot", withRestore(func(f *FromBackup) { f.Name = "etcd-20261201T090000Z-r42.db" }), ""},
 		{"restore a path that climbs out", withRestore(func(f *FromBackup) { f.Name = "../x.db" }), "is not a snapshot name"},
 		{"restore from nowhere", withRestore(func(f *FromBackup) { f.PersistentVolumeClaim = nil }), "spec.bootstrap.fromBackup must set exactly one"},
+		{"restore to a time", withRestore(func(f *FromBackup) { f.Time = &metav1.Time{Time: time.Date(2026, 12, 1, 9, 12, 31, 0, time.UTC)} }), ""},
+		{"restore to a time and a revision", withRestore(func(f *FromBackup) {
+			r := int64(42)
+			f.Time, f.Revision = &metav1.Time{Time: time.Date(2026, 12, 1, 9, 12, 31, 0, time.UTC)}, &r
+		}), "spec.bootstrap.fromBackup.time 2026-12-01T09:12:31Z needs name \"latest\" (the snapshot is chosen by the time) and no revision"},
+		{"restore one snapshot to a time", withRestore(func(f *FromBackup) {
+			f.Name, f.Time = "etcd-20261201T090000Z-r42.db", &metav1.Time{Time: time.Date(2026, 12, 1, 9, 12, 31, 0, time.UTC)}
+		}), "needs name \"latest\""},
+		{"restore a lineage named", withRestore(func(f *FromBackup) { f.Lineage = "8e9e05c52164694d" }), ""},
+		{"restore the legacy lineage", withRestore(func(f *FromBackup) { f.Lineage = LegacyLineage }), ""},
+		{"restore a lineage in capitals", withRestore(func(f *FromBackup) { f.Lineage = "8E9E05C52164694D" }), `spec.bootstrap.fromBackup.lineage "8E9E05C52164694D" is not a lineage`},
+		{"restore a lineage too long", withRestore(func(f *FromBackup) { f.Lineage = "8e9e05c52164694d0" }), "is not a lineage"},
 	} {
 		c := valid()
 		tt.change(&c)

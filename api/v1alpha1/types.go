@@ -33,7 +33,7 @@ var APIVersion = schema.GroupVersion{Group: Group, Version: Version}.String()
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:path=etcdclusters,singular=etcdcluster,scope=Namespaced,shortName=etcd;ec,categories=etcdops
+// +kubebuilder:resource:path=etcdclusters,singular=etcdcluster,scope=Namespaced,shortName=ec,categories=etcdops
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.spec.size`,description="Desired number of voting members"
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyMembers`,description="Healthy voting members"
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.currentVersion`,description="Lowest etcd version the members run"
@@ -76,7 +76,7 @@ type EtcdClusterSpec struct {
 	// +optional
 	Size *int32 `json:"size,omitempty"`
 	// Version is the etcd release to run, e.g. "v3.6.16" (a leading "v" is optional).
-	// Changes may only move one patch or one minor release forward.
+	// Changes may only move forward: to any later patch, or to the next minor release.
 	//
 	// +kubebuilder:default="v3.6.16"
 	// +kubebuilder:validation:Pattern=`^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`
@@ -414,7 +414,8 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	ForkSeenSince *metav1.Time `json:"forkSeenSince,omitempty"`
-	// Conditions: Available, Progressing, Degraded.
+	// Conditions: Available, Progressing, Degraded; BackedUp with spec.backup; VolumesExpanded
+	// once a volume grows (docs/operate.md, "Conditions").
 	//
 	// +listType=map
 	// +listMapKey=type
@@ -437,9 +438,8 @@ type EtcdClusterStatus struct {
 	// +optional
 	JobFailures int32 `json:"jobFailures,omitempty"`
 	// History is the story of the last steps the operator took, oldest first, at most
-	// MaxHistory: Metacontroller's hook protocol has no way to emit Events, so status carries
-	// them. An entry is added only when the operator starts a new step, so a repeated sync
-	// changes nothing here.
+	// MaxHistory. The hook also tells it as Events, which expire; this stays. An entry is
+	// added only when the operator starts a new step, so a repeated sync changes nothing here.
 	//
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=10
@@ -479,6 +479,17 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	RestoredRevision int64 `json:"restoredRevision,omitempty"`
+	// RestoredTime is when the revision restored was stored: the snapshot taken, or the
+	// change received by the continuous backup (docs/backup.md, restore to a time). Unset
+	// when the backup does not say.
+	//
+	// +optional
+	RestoredTime *metav1.MicroTime `json:"restoredTime,omitempty"`
+	// RestoredLineage is the lineage the seed restored from: the etcd cluster ID (hex) of
+	// the cluster that stored it, or "legacy".
+	//
+	// +optional
+	RestoredLineage string `json:"restoredLineage,omitempty"`
 	// TLS is what the members serve and, while TLS is turned on or off, how far the roll got.
 	//
 	// +optional
@@ -726,7 +737,9 @@ type VolumeStatus struct {
 // Action is the operator's current step: a membership change, a pod replacement, or a wait.
 type Action struct {
 	// Type: Steady, Wait, Hold, Bootstrap, AddLearner, PromoteLearner, RemoveMember,
-	// MoveLeader, ReplacePod, ScaleStatefulSet, Teardown.
+	// MoveLeader, ReplacePod, ScaleStatefulSet, Teardown, Compact, Defragment, DisarmAlarm,
+	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod (docs/operate.md,
+	// "Actions").
 	//
 	// +optional
 	Type string `json:"type"`

@@ -19,8 +19,13 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
 	"etcdops.dev/etcdops/cmd/hook-server/hookserver"
 	"etcdops.dev/etcdops/hooks"
+	"etcdops.dev/etcdops/kubeevents"
 	"etcdops.dev/etcdops/membership"
 	"etcdops.dev/etcdops/sync"
 )
@@ -53,6 +58,8 @@ type config struct {
 	tlsCertFile     string
 	tlsKeyFile      string
 	authTokenFile   string
+	events          bool
+	kubeconfig      string
 }
 
 // envPrefix turns a flag name into its environment variable: sync-timeout → ETCDOPS_SYNC_TIMEOUT.
@@ -88,6 +95,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.StringVar(&c.tlsCertFile, "tls-cert-file", "", "serve HTTPS with this certificate (with --tls-key-file)")
 	fs.StringVar(&c.tlsKeyFile, "tls-key-file", "", "private key of --tls-cert-file")
 	fs.StringVar(&c.authTokenFile, "auth-token-file", "", "file holding the bearer token every hook call must present")
+	fs.BoolVar(&c.events, "events", true, "emit Events on EtcdClusters through the Kubernetes API, with the pod's service account or --kubeconfig; off where neither is found")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for the Events, when not running in a pod")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -164,6 +173,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return fmt.Errorf("--auth-token-file %s is empty", c.authTokenFile)
 		}
 	}
+	events, err := newEvents(c, log)
+	if err != nil {
+		return err
+	}
+	if events != nil {
+		defer events.Stop()
+	}
 	srv := hookserver.New(hookserver.Options{
 		Config:             sync.Config{ClusterDomain: c.clusterDomain, ToolImage: c.toolImage},
 		SyncTimeout:        c.syncTimeout,
@@ -180,10 +196,41 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		HeaderTimeout:      c.headerTimeout,
 		Log:                log,
 		Dial:               dial,
+		Events:             eventSink(events),
 	})
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return err
 	}
 	return srv.Serve(ctx, ln)
+}
+
+// newEvents starts the Events recorder: through --kubeconfig, else the pod's service account;
+// nil when --events is off, or outside a pod without a kubeconfig (go run on a laptop).
+func newEvents(c config, log *slog.Logger) (*kubeevents.Recorder, error) {
+	if !c.events {
+		return nil, nil
+	}
+	var cfg *rest.Config
+	var err error
+	if c.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	} else if cfg, err = rest.InClusterConfig(); errors.Is(err, rest.ErrNotInCluster) {
+		log.Info("events off: not in a pod, and no --kubeconfig")
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	// client-go's event recorder logs through klog: into the hook's log.
+	klog.SetSlogLogger(log)
+	return kubeevents.New(cfg, log)
+}
+
+// eventSink is events as the handler takes it: a nil recorder is no sink at all.
+func eventSink(events *kubeevents.Recorder) hooks.EventSink {
+	if events == nil {
+		return nil
+	}
+	return events
 }

@@ -12,9 +12,11 @@ import (
 	"path/filepath"
 	"strings"
 	gosync "sync"
+	"testing"
 	"time"
 
 	"etcdops.dev/etcdops/internal/buildlock"
+	"etcdops.dev/etcdops/internal/gobuild"
 )
 
 // Pinned is the etcd release the tests run for each minor the operator supports: the newest
@@ -59,15 +61,19 @@ type build struct {
 	err  error
 }
 
+// ErrShort: go test -short runs no test on a real etcd server, so that the fast loop never
+// waits minutes for a build.
+var ErrShort = errors.New("-short: tests on real etcd servers, built from the Go module proxy (minutes cold), run in the full suite")
+
 // Path returns the etcd binary of a pinned release, building it on first use. The error
-// says why it cannot be built (no network, no proxy, no Go toolchain); callers skip on it.
+// says why it cannot be built (no network, no proxy, no Go toolchain, or ErrShort); callers
+// skip on it.
 func Path(version string) (string, error) {
-	pinned := version == BelowUpgradeMinimum
-	for _, v := range Pinned {
-		pinned = pinned || v == version
-	}
-	if !pinned {
+	if !isPinned(version) {
 		return "", fmt.Errorf("etcd %s is not one of the pinned releases %v", version, Versions())
+	}
+	if testing.Testing() && testing.Short() {
+		return "", ErrShort
 	}
 	mu.Lock()
 	b, ok := builds[version]
@@ -149,7 +155,7 @@ func buildOnce(version string) (string, error) {
 	os.Remove(filepath.Join(dir, "go.sum"))
 	tmp := bin + ".tmp"
 	for _, args := range [][]string{{"mod", "tidy"}, {"build", "-trimpath", "-o", tmp, "."}} {
-		if err := goCmd(dir, args...); err != nil {
+		if err := gobuild.Run(dir, buildBound, args...); err != nil {
 			return "", fmt.Errorf("building etcd %s from the Go module proxy: %w", version, err)
 		}
 	}
@@ -162,39 +168,6 @@ func buildOnce(version string) (string, error) {
 	return bin, nil
 }
 
-// goCmd runs the go command in the throwaway module, apart from any workspace or module
-// flags of the caller's environment.
-func goCmd(dir string, args ...string) error {
-	goBin := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		if goBin, err = exec.LookPath("go"); err != nil {
-			return errors.New("no go command to build etcd with")
-		}
-	}
-	cmd := exec.Command(goBin, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
-	cmd.WaitDelay = time.Second
-	done := make(chan struct{})
-	timer := time.AfterFunc(buildBound, func() {
-		if cmd.Process != nil {
-			cmd.Process.Kill()
-		}
-		close(done)
-	})
-	defer timer.Stop()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		select {
-		case <-done:
-			err = fmt.Errorf("%w (after %s)", err, buildBound)
-		default:
-		}
-		return fmt.Errorf("go %s: %w: %s", strings.Join(args, " "), err, lastLines(string(out), 10))
-	}
-	return nil
-}
-
 // reports runs `etcd --version` and checks that it names version.
 func reports(bin, version string) (bool, string) {
 	out, err := exec.Command(bin, "--version").Output()
@@ -202,12 +175,4 @@ func reports(bin, version string) (bool, string) {
 		return false, err.Error()
 	}
 	return strings.Contains(string(out), "etcd Version: "+strings.TrimPrefix(version, "v")+"\n"), string(out)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -26,3 +26,21 @@ func TestOnlyPinnedReleasesAreBuilt(t *testing.T) {
 		t.Errorf("Path(v3.5.10) = %v, want a refusal", err)
 	}
 }
+
+// TestPinnedToolsBuild builds (or finds cached) etcdctl and etcdutl of every pinned minor
+// and checks that each reports its release.
+func TestPinnedToolsBuild(t *testing.T) {
+	for _, v := range Versions() {
+		t.Run(v, func(t *testing.T) {
+			tools, err := ToolsFor(v)
+			if err != nil {
+				t.Skipf("etcdctl and etcdutl %s cannot be built here, so the tests that run them skip: %v", v, err)
+			}
+			for _, bin := range []string{tools.Etcdctl, tools.Etcdutl} {
+				if !toolReports(bin, v) {
+					t.Errorf("%s does not report %s", bin, v)
+				}
+			}
+		})
+	}
+}

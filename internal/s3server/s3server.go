@@ -58,6 +58,9 @@ type Server struct {
 // it fails it.
 func Start(t testing.TB, buckets ...string) *Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the S3 server is a process of its own, built from its module (minutes cold); the full run starts it")
+	}
 	bin, err := Binary()
 	if err != nil {
 		if os.Getenv("ETCDOPS_REQUIRE_TOOLS") != "" {

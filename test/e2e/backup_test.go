@@ -88,7 +88,9 @@ func TestBackupRestore(t *testing.T) {
 			t.Fatalf("no backup ran while the roll was under way\n%s", env.Describe())
 		}
 		b := lastBackup(env)
-		if b == nil || b.LastSuccessful == nil || b.LastSuccessful.Revision < 2 || !strings.HasPrefix(b.LastSuccessful.Object, "s3://etcd-backups/e2e/etcd/etcd-") {
+		// In the lineage of the cluster's etcd ID.
+		lineage := "s3://etcd-backups/e2e/etcd/lineages/" + env.Store.Parent().Status.ClusterID + "/etcd-"
+		if b == nil || b.LastSuccessful == nil || b.LastSuccessful.Revision < 2 || !strings.HasPrefix(b.LastSuccessful.Object, lineage) {
 			t.Fatalf("status.backup %+v", b)
 		}
 		t.Logf("last backup %s at revision %d from %s", b.LastSuccessful.Object, b.LastSuccessful.Revision, b.LastSuccessful.Member)

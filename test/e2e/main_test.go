@@ -90,8 +90,16 @@ func record(f Figure) {
 	figures = append(figures, f)
 }
 
+// shortScenario is what go test -short runs of this package, unless -run names others: one
+// scenario that goes through the whole loop (a seed, learners added and promoted, members
+// removed, the StatefulSet grown and shrunk) under the workload, with every check, in seconds.
+const shortScenario = "^TestScale$"
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if testing.Short() && flag.Lookup("test.run").Value.String() == "" {
+		flag.Set("test.run", shortScenario)
+	}
 	code := m.Run()
 	printFigures(os.Stdout)
 	os.Exit(code)

@@ -71,15 +71,13 @@ func terminated(p *corev1.Pod, logFile string, runErr error) {
 // AdvanceHookClock moves the hook's clock on by d from now on, as if that much time had
 // passed for it: a schedule time falls due at once. Kubernetes and etcd keep their time.
 func (e *Env) AdvanceHookClock(d time.Duration) {
-	e.hookClock.mu.Lock()
-	e.hookClock.offset += d
-	e.hookClock.mu.Unlock()
+	e.hookClock.Advance(d)
 	e.logf("hook clock advanced by %s", d)
 }
 
 // VerifyOn reads the workload's keys back from the cluster of another Env: one restored
 // from a snapshot taken after the workload stopped must hold every key it wrote.
 func (w *Workload) VerifyOn(e *Env, timeout time.Duration) ([]string, error) {
-	w.env = e
+	w.target = e
 	return w.Verify(timeout)
 }

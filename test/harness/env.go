@@ -108,8 +108,9 @@ var (
 	errDNS    error
 )
 
-// clusterDNS starts the process-wide DNS responder once: net.DefaultResolver is global.
-func clusterDNS() (*DNS, error) {
+// ClusterDNS starts the process-wide DNS responder once and installs it as the process's
+// resolver: net.DefaultResolver is global, so every kubelet of the process shares it.
+func ClusterDNS() (*DNS, error) {
 	dnsOnce.Do(func() {
 		sharedDNS, errDNS = StartDNS(context.Background())
 		if errDNS == nil {
@@ -121,7 +122,7 @@ func clusterDNS() (*DNS, error) {
 
 // Start builds and starts an Env; nothing exists in it yet but the hook.
 func Start(opts Options) (*Env, error) {
-	dns, err := clusterDNS()
+	dns, err := ClusterDNS()
 	if err != nil {
 		return nil, err
 	}
@@ -595,7 +596,7 @@ func (e *Env) MoveLeader(pod string) error {
 	if v.Leader == pod {
 		return nil
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.clientURL(v.Leader)}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.ClientURL(v.Leader)}, DialTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}

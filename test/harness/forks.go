@@ -91,7 +91,7 @@ func (e *Env) hashForks(want uint64) []string {
 	if len(voters) == 0 {
 		return []string{"no running voter to compare"}
 	}
-	cli, err := clientv3.New(e.clientConfig())
+	cli, err := clientv3.New(e.ClientConfig())
 	if err != nil {
 		return []string{"comparing members: " + err.Error()}
 	}
@@ -109,7 +109,7 @@ func (e *Env) hashForks(want uint64) []string {
 	answers := map[string]answer{}
 	var forks []string
 	for _, pod := range voters {
-		url := e.clientURL(pod)
+		url := e.ClientURL(pod)
 		deadline := time.Now().Add(forkBound)
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

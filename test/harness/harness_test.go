@@ -12,7 +12,7 @@ import (
 )
 
 func TestDNSAnswersRegisteredNames(t *testing.T) {
-	dns, err := clusterDNS()
+	dns, err := ClusterDNS()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestEtcdConfigRejectsUnknownFlags(t *testing.T) {
 // An etcd member started from a pod's command line, advertising its DNS name, serves a client
 // that dials that name.
 func TestEtcdFromCommandLineOnItsOwnAddress(t *testing.T) {
-	dns, err := clusterDNS()
+	dns, err := ClusterDNS()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,17 +10,21 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/version"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+
+	"etcdops.dev/etcdops/internal/etcdbin"
 )
 
 // Tools are the operator's binaries, run in-process.
@@ -47,13 +51,16 @@ const toolBinary = "etcdops-member"
 // cluster DNS) for etcd pods: each pod gets its own loopback address, its volumes are
 // directories, its container runs the launcher in-process and then a real embedded etcd
 // member. Init containers are not run: they only copy the member tool's binary, which here is
-// linked into the test. Pods of Jobs are run by the Job controller.
+// linked into the test. Pods of Jobs are run by the Job controller (Jobs), or by APINode on a
+// real API server.
 type Kubelet struct {
-	Store  *Store
-	STS    *StatefulSets
-	DNS    *DNS
-	Tools  Tools
-	Domain string
+	Store *Store
+	// Volumes finds the directory of each bound claim: the StatefulSet controller's volumes
+	// here, the CSI driver's on a real API server (APINode).
+	Volumes VolumeDirs
+	DNS     *DNS
+	Tools   Tools
+	Domain  string
 	// TimeScale shrinks probe periods and crash-loop back-off; see Options.TimeScale.
 	TimeScale float64
 	// Root holds per-pod directories (emptyDir, projected ConfigMaps and Secrets).
@@ -72,6 +79,9 @@ type Kubelet struct {
 	// not refreshed, and one whose node comes back is refreshed a delay later. Zero refreshes
 	// on every pass. Set it before Run, or with SetMountDelay.
 	MountDelay time.Duration
+	// Token, when set, issues the service account token of a projected volume's
+	// serviceAccountToken source (the TokenRequest API); without it such a volume is refused.
+	Token func(p *corev1.Pod, src *corev1.ServiceAccountTokenProjection) ([]byte, error)
 	// EtcdBinary, when set, runs each etcd container as a real etcd process of the binary
 	// it returns for the pod's image (etcdproc.go); otherwise members are embedded.
 	EtcdBinary EtcdBinaryForImage
@@ -115,9 +125,14 @@ type podRuntime struct {
 	refreshed map[string]time.Time
 }
 
+// VolumeDirs finds the directory that backs a bound claim, "" when it is not bound.
+type VolumeDirs interface {
+	VolumeDir(claim string) string
+}
+
 // NewKubelet returns a kubelet for the store's pods.
-func NewKubelet(s *Store, sts *StatefulSets, dns *DNS, tools Tools, domain, root string, timeScale float64) *Kubelet {
-	return &Kubelet{Store: s, STS: sts, DNS: dns, Tools: tools, Domain: domain, Root: root, TimeScale: timeScale, Logf: func(string, ...any) {}, OnPanic: func(string, string) {},
+func NewKubelet(s *Store, volumes VolumeDirs, dns *DNS, tools Tools, domain, root string, timeScale float64) *Kubelet {
+	return &Kubelet{Store: s, Volumes: volumes, DNS: dns, Tools: tools, Domain: domain, Root: root, TimeScale: timeScale, Logf: func(string, ...any) {}, OnPanic: func(string, string) {},
 		pods: map[types.UID]*podRuntime{}, dnsKeys: map[string]bool{},
 		probe: &http.Client{Timeout: 500 * time.Millisecond}}
 }
@@ -333,11 +348,44 @@ func (k *Kubelet) runContainer(ctx context.Context, p *corev1.Pod, rt *podRuntim
 	if len(argv) < 2 || path.Base(argv[0]) != toolBinary || argv[1] != "launch" {
 		return nil, fmt.Errorf("pod %s: the harness runs etcd pods through `%s launch`, got %q", p.Name, toolBinary, argv)
 	}
-	etcdArgs, err := k.Tools.Launch(ctx, argv[1:])
+	etcdArgs, err := k.Tools.Launch(ctx, k.imageEtcd(c.Image, argv[1:]))
 	if err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
 	return k.startContainerEtcd(c.Image, etcdArgs, rt)
+}
+
+// imageEtcd points launch's --etcd, the image's own etcd binary, at the binary that stands
+// for it here, in a pod that may restore: only a restore runs it (the replay of stored
+// changes). That is the real binary of the image's release with EtcdBinary, else that of the
+// release the embedded members link (internal/etcdbin), which then start on what it wrote. One that cannot be built leaves the flag as
+// it is, and a replay then fails, naming the binary it did not find.
+func (k *Kubelet) imageEtcd(image string, args []string) []string {
+	end := slices.Index(args, "--")
+	if end < 0 {
+		end = len(args)
+	}
+	if !slices.ContainsFunc(args[:end], func(a string) bool { return strings.HasPrefix(a, "--restore-") }) {
+		return args
+	}
+	var bin string
+	var err error
+	if k.EtcdBinary != nil {
+		bin, err = k.EtcdBinary(image)
+	} else {
+		bin, err = etcdbin.Path("v" + version.Version)
+	}
+	if err != nil {
+		k.Logf("image %s: no etcd binary for launch's --etcd: %v", image, err)
+		return args
+	}
+	out := slices.Clone(args)
+	for i, a := range out[:end] {
+		if strings.HasPrefix(a, "--etcd=") {
+			out[i] = "--etcd=" + bin
+		}
+	}
+	return out
 }
 
 // containerArgv is a command as the container runs it: $(VAR) expanded from the container's
@@ -424,12 +472,12 @@ func rewritePath(arg string, mounts map[string]string) string {
 func (k *Kubelet) volumeDir(p *corev1.Pod, rt *podRuntime, v corev1.Volume) (string, error) {
 	switch {
 	case v.PersistentVolumeClaim != nil:
-		dir := k.STS.VolumeDir(v.PersistentVolumeClaim.ClaimName)
+		dir := k.Volumes.VolumeDir(v.PersistentVolumeClaim.ClaimName)
 		if dir == "" {
 			return "", fmt.Errorf("pod %s: claim %s is not bound", p.Name, v.PersistentVolumeClaim.ClaimName)
 		}
 		return dir, nil
-	case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil:
+	case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.Projected != nil:
 		dir := filepath.Join(rt.dir, v.Name)
 		return dir, os.MkdirAll(dir, 0o755)
 	}
@@ -469,7 +517,7 @@ func (k *Kubelet) projectVolumes(p *corev1.Pod, rt *podRuntime) error {
 		return nil
 	}
 	for _, v := range p.Spec.Volumes {
-		if v.ConfigMap == nil && v.Secret == nil {
+		if v.ConfigMap == nil && v.Secret == nil && v.Projected == nil {
 			continue
 		}
 		k.mu.Lock()
@@ -496,7 +544,10 @@ func (k *Kubelet) projectVolumes(p *corev1.Pod, rt *podRuntime) error {
 			}
 			data = o.(*corev1.Secret).Data
 		default:
-			continue
+			var err error
+			if data, err = k.projected(p, v.Projected); err != nil {
+				return err
+			}
 		}
 		dir, err := k.volumeDir(p, rt, v)
 		if err != nil {
@@ -523,6 +574,45 @@ func (k *Kubelet) projectVolumes(p *corev1.Pod, rt *podRuntime) error {
 		k.mu.Unlock()
 	}
 	return nil
+}
+
+// projected is the content of a projected volume as the admission plugin renders the
+// service account's (kube-api-access-*): a token issued for the pod, a ConfigMap's keys, and
+// the pod's namespace from the downward API.
+func (k *Kubelet) projected(p *corev1.Pod, v *corev1.ProjectedVolumeSource) (map[string][]byte, error) {
+	data := map[string][]byte{}
+	for _, src := range v.Sources {
+		switch {
+		case src.ServiceAccountToken != nil:
+			if k.Token == nil {
+				return nil, fmt.Errorf("pod %s: no API server issues service account tokens here", p.Name)
+			}
+			tok, err := k.Token(p, src.ServiceAccountToken)
+			if err != nil {
+				return nil, fmt.Errorf("pod %s: service account token: %w", p.Name, err)
+			}
+			data[src.ServiceAccountToken.Path] = tok
+		case src.ConfigMap != nil:
+			o, ok := k.Store.Get("ConfigMap", src.ConfigMap.Name)
+			if !ok {
+				return nil, fmt.Errorf("pod %s: configmap %s not found", p.Name, src.ConfigMap.Name)
+			}
+			cm := o.(*corev1.ConfigMap)
+			for _, item := range src.ConfigMap.Items {
+				data[item.Path] = []byte(cm.Data[item.Key])
+			}
+		case src.DownwardAPI != nil:
+			for _, item := range src.DownwardAPI.Items {
+				if item.FieldRef == nil || item.FieldRef.FieldPath != "metadata.namespace" {
+					return nil, fmt.Errorf("pod %s: downward API item %s is not supported by the harness", p.Name, item.Path)
+				}
+				data[item.Path] = []byte(p.Namespace)
+			}
+		default:
+			return nil, fmt.Errorf("pod %s: projected volume source is not supported by the harness", p.Name)
+		}
+	}
+	return data, nil
 }
 
 // SetMountDelay changes MountDelay while the kubelet runs.

@@ -67,8 +67,8 @@ func (e *Env) RaiseAlarm(pod string, alarm pb.AlarmType) error {
 	return fmt.Errorf("no member runs")
 }
 
-// Client is a client of the running voters, configured as the workload's (clientConfig);
+// Client is a client of the running voters, configured as the workload's (ClientConfig);
 // the caller closes it.
 func (e *Env) Client() (*clientv3.Client, error) {
-	return clientv3.New(e.clientConfig())
+	return clientv3.New(e.ClientConfig())
 }

@@ -378,7 +378,7 @@ func mapKey(kind string) string {
 }
 
 func (m *Metacontroller) innerKey(o Object) string {
-	if m.Ctrl.Version == "v2" {
+	if m.Ctrl.Version == "v2" && o.GetNamespace() != "" {
 		return o.GetNamespace() + "/" + o.GetName()
 	}
 	return o.GetName()
@@ -461,6 +461,15 @@ func (m *Metacontroller) related(ctx context.Context, parent *v1alpha1.EtcdClust
 			out[mapKey(kind)] = inner
 		}
 		for _, o := range m.Store.List(kind) {
+			if clusterScoped[kind] {
+				// Metacontroller hands a namespaced parent's v1 hooks only the related objects
+				// of the parent's namespace (UniformObjectMap.Convert): a StorageClass never
+				// reaches them. v2 hooks get every one, keyed by name alone.
+				if m.Ctrl.Version != "v2" {
+					continue
+				}
+				o.SetNamespace("")
+			}
 			if rule.Namespace != "" && rule.Namespace != o.GetNamespace() {
 				continue
 			}

@@ -49,8 +49,15 @@ func InProcessHook(cfg sync.Config, log *slog.Logger) HookStarter {
 type HookClock struct {
 	mu   gosync.Mutex
 	held time.Time
-	// offset is how far the clock was moved on (Env.AdvanceHookClock).
+	// offset is how far the clock was moved on (Advance).
 	offset time.Duration
+}
+
+// Advance moves the clock on by d from now on, as if that much time had passed for the hook.
+func (c *HookClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.offset += d
+	c.mu.Unlock()
 }
 
 // Now is the held time, or the wall clock moved on by the offset.

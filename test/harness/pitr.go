@@ -61,12 +61,12 @@ func (w *Workload) CheckRestoredAt(e *Env, rev int64, timeout time.Duration) ([]
 	if err != nil {
 		return nil, err
 	}
-	cli, err := clientv3.New(e.clientConfig())
+	cli, err := clientv3.New(e.ClientConfig())
 	if err != nil {
 		return nil, err
 	}
 	defer cli.Close()
-	cli.SetEndpoints(e.clientURLs()...)
+	cli.SetEndpoints(e.ClientURLs()...)
 	resp, err := readUntil(cli, prefix, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("reading back: %w", err)

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -64,6 +65,10 @@ func kindOfResource(apiVersion, resource string) (string, bool) {
 	return "", false
 }
 
+// clusterScoped are the kinds the API server keeps outside namespaces; the store keeps them
+// in its one namespace with the others.
+var clusterScoped = map[string]bool{"StorageClass": true}
+
 type objKey struct{ Kind, Name string }
 
 // Store is the API server's part of the fake: one namespace holding one EtcdCluster parent
@@ -74,7 +79,6 @@ type Store struct {
 
 	mu      gosync.Mutex
 	rv      int64
-	uid     int64
 	parent  *v1alpha1.EtcdCluster
 	objs    map[objKey]Object
 	changed chan struct{}
@@ -102,9 +106,13 @@ func (s *Store) stampLocked(o metav1.Object) {
 	o.SetResourceVersion(strconv.FormatInt(s.rv, 10))
 }
 
+// uids counts the UIDs handed out by every Store: unique across them, as an API server's are,
+// so that an EtcdCluster created again under its name in another loop gets a new UID, and
+// with it a new cluster token and etcd cluster ID.
+var uids atomic.Int64
+
 func (s *Store) newUIDLocked() types.UID {
-	s.uid++
-	return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", s.uid))
+	return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", uids.Add(1)))
 }
 
 // KindOf returns the Kind of a stored object type.
@@ -308,6 +316,21 @@ func (s *Store) DeleteUID(kind, name string, uid types.UID) bool {
 	}
 	s.notifyLocked()
 	return true
+}
+
+// Put stores an object as a real API server holds it, its uid, resourceVersion and
+// timestamps kept: the store is then the kubelet's view of that server (APINode).
+func (s *Store) Put(o Object) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o = o.DeepCopyObject().(Object)
+	setTypeMeta(o)
+	k := objKey{KindOf(o), o.GetName()}
+	if old, ok := s.objs[k]; ok && jsonEqual(old, o) {
+		return
+	}
+	s.objs[k] = o
+	s.notifyLocked()
 }
 
 // Remove deletes a pod for good: the kubelet has stopped it.

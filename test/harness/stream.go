@@ -112,38 +112,90 @@ func templateOf(d *appsv1.Deployment) string {
 
 // start creates the Deployment's pod and runs its container until stopped.
 func (s *Streams) start(ctx context.Context, d *appsv1.Deployment, seq int) (*streamRun, error) {
-	cs := d.Spec.Template.Spec.Containers
-	if len(cs) != 1 {
-		return nil, fmt.Errorf("want one container, got %d", len(cs))
+	pod, args, err := s.pod(d, fmt.Sprintf("%s-%05d", d.Name, seq))
+	if err != nil {
+		return nil, err
 	}
-	argv := append(append([]string(nil), cs[0].Command...), cs[0].Args...)
-	if len(argv) < 2 || filepath.Base(argv[0]) != toolBinary {
-		return nil, fmt.Errorf("the harness runs only %s, got %q", toolBinary, argv)
-	}
-	pod := &corev1.Pod{ObjectMeta: *d.Spec.Template.ObjectMeta.DeepCopy(), Spec: *d.Spec.Template.Spec.DeepCopy()}
-	pod.Name = fmt.Sprintf("%s-%05d", d.Name, seq)
 	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: ptr(true)}}
-	ip := allocateIP()
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, HostIP: "127.0.0.1"}
 	if err := s.Store.Create(pod); err != nil {
 		return nil, err
 	}
+	runCtx, stop := context.WithCancel(ctx)
+	r := &streamRun{template: templateOf(d), pod: pod.Name, stop: stop, done: make(chan struct{})}
+	go s.loop(runCtx, r, args)
+	return r, nil
+}
+
+// pod is a pod of Deployment d's template named name, on a loopback address of its own, with
+// its volumes materialised, and the command its container runs there.
+func (s *Streams) pod(d *appsv1.Deployment, name string) (*corev1.Pod, []string, error) {
+	cs := d.Spec.Template.Spec.Containers
+	if len(cs) != 1 {
+		return nil, nil, fmt.Errorf("want one container, got %d", len(cs))
+	}
+	argv := append(append([]string(nil), cs[0].Command...), cs[0].Args...)
+	if len(argv) < 2 || filepath.Base(argv[0]) != toolBinary {
+		return nil, nil, fmt.Errorf("the harness runs only %s, got %q", toolBinary, argv)
+	}
+	pod := &corev1.Pod{ObjectMeta: *d.Spec.Template.ObjectMeta.DeepCopy(), Spec: *d.Spec.Template.Spec.DeepCopy()}
+	pod.Name = name
+	ip := allocateIP()
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, HostIP: "127.0.0.1"}
 	mounts, err := s.Mounts(pod)
 	if err != nil {
-		s.Store.Remove("Pod", pod.Name)
-		return nil, err
+		return nil, nil, err
+	}
+	// The container's environment, as the kubelet expands $(VAR) in its command: the pod's
+	// name and namespace are all the stream's takes.
+	env := map[string]string{}
+	for _, e := range cs[0].Env {
+		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+			env[e.Name] = e.Value
+			continue
+		}
+		switch e.ValueFrom.FieldRef.FieldPath {
+		case "metadata.name":
+			env[e.Name] = pod.Name
+		case "metadata.namespace":
+			env[e.Name] = pod.Namespace
+		}
 	}
 	args := make([]string, 0, len(argv)-1)
 	for _, a := range argv[1:] {
 		if addr, ok := strings.CutPrefix(a, "--metrics-addr=:"); ok {
 			a = "--metrics-addr=" + ip + ":" + addr
 		}
-		args = append(args, rewritePath(a, mounts))
+		args = append(args, rewritePath(expand(a, env), mounts))
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	r := &streamRun{template: templateOf(d), pod: pod.Name, stop: stop, done: make(chan struct{})}
-	go s.loop(runCtx, r, args)
-	return r, nil
+	return pod, args, nil
+}
+
+// RunByHand runs, beside Deployment deployment's pod, a second stream with its command, as a
+// person would in a pod of their own named name: outside the Deployment and its Service. It
+// runs until stop, which waits for it to end; metrics is its metrics address.
+func (s *Streams) RunByHand(ctx context.Context, deployment, name string) (stop func(), metrics string, err error) {
+	o, ok := s.Store.Get("Deployment", deployment)
+	if !ok {
+		return nil, "", fmt.Errorf("no Deployment %s", deployment)
+	}
+	pod, args, err := s.pod(o.(*appsv1.Deployment), name)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, a := range args {
+		if addr, ok := strings.CutPrefix(a, "--metrics-addr="); ok {
+			metrics = addr
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Logf("pod %s (by hand) runs %s", pod.Name, strings.Join(args, " "))
+		out, err := s.Tools.Member(ctx, args)
+		s.Logf("pod %s (by hand): stream-backup ended: %v %s", pod.Name, err, out)
+	}()
+	return func() { cancel(); <-done }, metrics, nil
 }
 
 // loop runs the container, restarting it after each exit with the kubelet's back-off.

@@ -262,13 +262,13 @@ func (p *PKI) tlsConfig() *tls.Config {
 	}
 }
 
-// clientConfig is an application's client configuration: the running voters' DNS names,
+// ClientConfig is an application's client configuration: the running voters' DNS names,
 // and once the cluster has TLS Secrets, transport credentials that speak TLS to a member
 // whose pod serves it and plain HTTP to one that serves only that, connection by connection.
 // So the workload writes through a TLS change as applications moved from one scheme to the
 // other during its first stage would, without a client made anew.
-func (e *Env) clientConfig() clientv3.Config {
-	cfg := clientv3.Config{Endpoints: e.clientURLs(), DialTimeout: time.Second, Logger: zap.NewNop()}
+func (e *Env) ClientConfig() clientv3.Config {
+	cfg := clientv3.Config{Endpoints: e.ClientURLs(), DialTimeout: time.Second, Logger: zap.NewNop()}
 	e.tlsMu.Lock()
 	p := e.pki
 	e.tlsMu.Unlock()

@@ -35,6 +35,8 @@ type WorkloadOptions struct {
 // Every operation goes into the History with its call and return times and what etcd
 // answered.
 type Workload struct {
+	target Target
+	// env is the harness's loop the workload runs on, nil on another (SideWrite).
 	env    *Env
 	prefix string
 	opts   WorkloadOptions
@@ -67,9 +69,37 @@ func (e *Env) StartWorkload(prefix string) (*Workload, error) {
 	return e.StartWorkloadWith(prefix, WorkloadOptions{})
 }
 
+// Target is a cluster a workload runs against, as an application sees it.
+type Target interface {
+	// ClientConfig is an application's client configuration for the running voters.
+	ClientConfig() clientv3.Config
+	// ClientURLs are the client URLs of the running voters.
+	ClientURLs() []string
+	// ClientURL is the client URL of one member, by pod name.
+	ClientURL(pod string) string
+}
+
 // StartWorkloadWith starts a workload under prefix. It first reads the revision and the
 // shared keys, which are the history's initial state: nothing else writes to the cluster.
 func (e *Env) StartWorkloadWith(prefix string, o WorkloadOptions) (*Workload, error) {
+	w, err := startWorkload(e, prefix, o)
+	if err != nil {
+		return nil, err
+	}
+	w.env = e
+	e.workloadMu.Lock()
+	e.workload = w
+	e.workloadMu.Unlock()
+	return w, nil
+}
+
+// StartWorkloadOn starts a workload under prefix on a cluster outside the harness's loop
+// (the control-plane tier's), as StartWorkloadWith does on an Env.
+func StartWorkloadOn(t Target, prefix string, o WorkloadOptions) (*Workload, error) {
+	return startWorkload(t, prefix, o)
+}
+
+func startWorkload(t Target, prefix string, o WorkloadOptions) (*Workload, error) {
 	if o.Clients == 0 {
 		o.Clients = 3
 	}
@@ -79,7 +109,7 @@ func (e *Env) StartWorkloadWith(prefix string, o WorkloadOptions) (*Workload, er
 	if o.MaxOps == 0 {
 		o.MaxOps = 1500
 	}
-	w := &Workload{env: e, prefix: prefix, opts: o, hist: &History{start: time.Now(), Watchers: make([][]WatchEvent, o.Watchers)}}
+	w := &Workload{target: t, prefix: prefix, opts: o, hist: &History{start: time.Now(), Watchers: make([][]WatchEvent, o.Watchers)}}
 	for i := range SharedKeys {
 		w.hist.Keys = append(w.hist.Keys, fmt.Sprintf("%s/shared/k%d", prefix, i))
 	}
@@ -120,9 +150,6 @@ func (e *Env) StartWorkloadWith(prefix string, o WorkloadOptions) (*Workload, er
 			f(ctx, clients[o.Watchers+i])
 		}()
 	}
-	e.workloadMu.Lock()
-	e.workload = w
-	e.workloadMu.Unlock()
 	return w, nil
 }
 
@@ -158,7 +185,7 @@ func (e *Env) RecordedPut(id int, cli *clientv3.Client, key, value string) (Outp
 }
 
 func (w *Workload) client() (*clientv3.Client, error) {
-	cli, err := clientv3.New(w.env.clientConfig())
+	cli, err := clientv3.New(w.target.ClientConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -216,22 +243,22 @@ func readUntil(cli *clientv3.Client, prefix string, timeout time.Duration) (*cli
 	return nil, err
 }
 
-// clientURLs are the client URLs of the running voters, as an application configured with
+// ClientURLs are the client URLs of the running voters, as an application configured with
 // the members' DNS names would use them; learners are left out because they serve no writes.
-func (e *Env) clientURLs() []string {
+func (e *Env) ClientURLs() []string {
 	var out []string
 	for _, m := range e.Monitor.View().Members {
 		if !m.IsLearner {
-			out = append(out, e.clientURL(m.Name))
+			out = append(out, e.ClientURL(m.Name))
 		}
 	}
 	if len(out) == 0 {
-		out = []string{e.clientURL(e.Pod(0))}
+		out = []string{e.ClientURL(e.Pod(0))}
 	}
 	return out
 }
 
-func (e *Env) clientURL(pod string) string {
+func (e *Env) ClientURL(pod string) string {
 	return fmt.Sprintf("http://%s.%s.%s.svc.%s:2379", pod, e.Cluster, e.Namespace, e.Domain)
 }
 
@@ -250,12 +277,12 @@ func (w *Workload) appendKeys(ctx context.Context, cli *clientv3.Client) {
 				w.mu.Unlock()
 				break
 			}
-			cli.SetEndpoints(w.env.clientURLs()...)
+			cli.SetEndpoints(w.target.ClientURLs()...)
 			sleep(ctx, 20*time.Millisecond)
 		}
 		sleep(ctx, 10*time.Millisecond)
 		if i%20 == 0 {
-			cli.SetEndpoints(w.env.clientURLs()...)
+			cli.SetEndpoints(w.target.ClientURLs()...)
 		}
 	}
 }
@@ -285,7 +312,7 @@ func (w *Workload) share(ctx context.Context, id int, cli *clientv3.Client) {
 		out, err := w.record(id, cli, in)
 		switch {
 		case err != nil:
-			cli.SetEndpoints(w.env.clientURLs()...)
+			cli.SetEndpoints(w.target.ClientURLs()...)
 			sleep(ctx, 20*time.Millisecond)
 		case in.Kind == OpPut || (in.Kind == OpCAS && out.Succeeded):
 			seen[k] = in.Value
@@ -298,7 +325,7 @@ func (w *Workload) share(ctx context.Context, id int, cli *clientv3.Client) {
 		}
 		sleep(ctx, sharePace)
 		if i%20 == 0 {
-			cli.SetEndpoints(w.env.clientURLs()...)
+			cli.SetEndpoints(w.target.ClientURLs()...)
 		}
 	}
 }
@@ -306,7 +333,7 @@ func (w *Workload) share(ctx context.Context, id int, cli *clientv3.Client) {
 // readSerializable reads the shared keys from one pod's member alone, serializably, and
 // records the reads as linearizable gets.
 func (w *Workload) readSerializable(ctx context.Context, id int, cli *clientv3.Client) {
-	cli.SetEndpoints(w.env.clientURL(w.opts.SerializableFrom))
+	cli.SetEndpoints(w.target.ClientURL(w.opts.SerializableFrom))
 	for i := 0; i < w.opts.MaxOps && ctx.Err() == nil; i++ {
 		k := i % SharedKeys
 		_, _ = w.record(id, cli, Input{Kind: OpGet, Key: k, Name: w.hist.Keys[k]}, clientv3.WithSerializable())
@@ -416,7 +443,7 @@ func (w *Workload) watch(ctx context.Context, id int, cli *clientv3.Client) {
 					Reconnects: reconnects})
 			}
 		}
-		cli.SetEndpoints(w.env.clientURLs()...)
+		cli.SetEndpoints(w.target.ClientURLs()...)
 		sleep(ctx, 20*time.Millisecond)
 	}
 }
@@ -450,14 +477,16 @@ const watchBound = 15 * time.Second
 
 // Stop ends the operations, reads the final revision, and lets the watchers reach it.
 func (w *Workload) Stop() WriteStats {
-	w.env.workloadMu.Lock()
-	if w.env.workload == w {
-		w.env.workload = nil
+	if e := w.env; e != nil {
+		e.workloadMu.Lock()
+		if e.workload == w {
+			e.workload = nil
+		}
+		e.workloadMu.Unlock()
 	}
-	w.env.workloadMu.Unlock()
 	w.cancel()
 	w.done.Wait()
-	w.clients[0].SetEndpoints(w.env.clientURLs()...)
+	w.clients[0].SetEndpoints(w.target.ClientURLs()...)
 	if resp, err := readUntil(w.clients[0], w.prefix+"/shared/", watchBound); err == nil {
 		w.hist.mu.Lock()
 		w.hist.Final = resp.Header.Revision
@@ -490,7 +519,7 @@ func (w *Workload) watchedTo(rev int64) bool {
 func (w *Workload) Verify(timeout time.Duration) ([]string, error) {
 	defer w.closeClients()
 	cli := w.clients[0]
-	cli.SetEndpoints(w.env.clientURLs()...)
+	cli.SetEndpoints(w.target.ClientURLs()...)
 	resp, err := readUntil(cli, w.prefix+"/", timeout)
 	if err != nil {
 		return nil, fmt.Errorf("reading back: %w", err)

@@ -3,6 +3,7 @@ package membertool
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -29,6 +30,8 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var keep int
 	var keepFor time.Duration
 	var bandwidth int64
+	var lf lineageFlags
+	lf.register(fs)
 	fs.StringVar(&cluster, "cluster", "", "cluster name, which names the snapshots")
 	fs.StringVar(&workDir, "work-dir", os.TempDir(), "directory the snapshot is verified in")
 	fs.StringVar(&termLog, "termination-log", "/dev/termination-log", "file the result is written to for the planner")
@@ -47,6 +50,10 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		err = errors.New("a destination is required: --s3-endpoint or --dir")
 	case keep < 0 || keepFor < 0 || bandwidth < 0:
 		err = errors.New("--keep, --keep-for and --max-bandwidth must not be negative")
+	}
+	var origin backup.Origin
+	if err == nil {
+		origin, err = lf.origin()
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "backup: %v\n", err)
@@ -77,6 +84,8 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		Endpoints:      strings.Split(f.endpoints, ","),
 		TLS:            t,
 		Cluster:        cluster,
+		ClusterID:      lf.clusterID,
+		Origin:         origin,
 		Store:          store,
 		WorkDir:        workDir,
 		Retention:      backup.Retention{Keep: keep, KeepFor: keepFor},
@@ -102,10 +111,13 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 	// --timeout bounds each full snapshot the stream takes.
 	fs := f.flagSet("stream-backup", 10*time.Minute)
 	var dest backup.DestinationFlags
-	var cluster, workDir, metricsAddr string
+	var cluster, workDir, metricsAddr, writer string
 	var interval time.Duration
 	var maxChunk, bandwidth int64
+	var lf lineageFlags
+	lf.register(fs)
 	fs.StringVar(&cluster, "cluster", "", "cluster name, which names the snapshots")
+	fs.StringVar(&writer, "writer", "", "this stream's name in its lineage's writer claim, its pod's; the host name when empty")
 	fs.StringVar(&workDir, "work-dir", os.TempDir(), "directory chunks and snapshots are written in before they are stored")
 	fs.DurationVar(&interval, "interval", 30*time.Second, "longest a change waits before it is stored")
 	fs.Int64Var(&maxChunk, "max-chunk-bytes", 4<<20, "largest chunk of changes, in bytes")
@@ -124,9 +136,16 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 	case interval <= 0 || maxChunk <= 0 || bandwidth < 0:
 		err = errors.New("--interval and --max-chunk-bytes must be positive, --max-bandwidth not negative")
 	}
+	var origin backup.Origin
+	if err == nil {
+		origin, err = lf.origin()
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "stream-backup: %v\n", err)
 		return ExitUsage
+	}
+	if writer == "" {
+		writer, _ = os.Hostname()
 	}
 	m := newStreamMetrics(cluster, time.Now)
 	t, err := f.tls()
@@ -138,17 +157,29 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 		if store, err = dest.Open(); err == nil {
 			eps := strings.Split(f.endpoints, ",")
 			err = backup.Stream(ctx, backup.StreamOptions{
-				Endpoints: eps, TLS: t, Interval: interval, MaxChunkBytes: maxChunk,
-				Take: backup.TakeOptions{Endpoints: eps, TLS: t, Cluster: cluster, Store: store, WorkDir: workDir,
+				Endpoints: eps, TLS: t, Interval: interval, MaxChunkBytes: maxChunk, Writer: writer,
+				Take: backup.TakeOptions{Endpoints: eps, TLS: t, Cluster: cluster, ClusterID: lf.clusterID, Origin: origin, Store: store, WorkDir: workDir,
 					BytesPerSecond: bandwidth, Now: time.Now},
 				TakeTimeout: f.timeout,
-				Stored: func(d backup.Delta) {
+				Stored: func(d backup.Delta, where string) {
 					m.chunkStored(d)
-					fmt.Fprintf(stdout, "stream-backup %s: stored %s (revisions %d to %d, %d bytes)\n", cluster, store.Where(d.Name), d.First, d.Last, d.Size)
+					fmt.Fprintf(stdout, "stream-backup %s: stored %s (revisions %d to %d, %d bytes)\n", cluster, where, d.First, d.Last, d.Size)
 				},
 				Watched:  m.watchedUpTo,
 				Resumed:  m.resumed,
 				CaughtUp: m.caughtUp,
+				Claimed: func(lineage string, replaced *backup.Claim) {
+					m.claimed(lineage)
+					was := ""
+					if replaced != nil {
+						was = "; it supersedes " + replaced.String()
+					}
+					fmt.Fprintf(stdout, "stream-backup %s: writes lineage %s as %s%s\n", cluster, store.Where("lineages/"+lineage+"/"), writer, was)
+				},
+				Superseded: func(e *backup.SupersededError) {
+					m.supersededBy(e.By.String())
+					fmt.Fprintf(stderr, "stream-backup %s: %v; this stream stores nothing more and stays up until stopped\n", cluster, e)
+				},
 				Failed: func(err error) {
 					m.failed(err)
 					fmt.Fprintf(stderr, "stream-backup %s: %v\n", cluster, err)
@@ -165,21 +196,70 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 
 // restoreSnapshot is the launcher's restore: the snapshot the join state names, from the
 // destination the launch flags name, into the target data dir, fetched beside it on the
-// member volume.
-func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, log io.Writer) (backup.Restored, error) {
+// member volume. Stored changes after the snapshot are replayed with etcd, the pod's own etcd
+// binary.
+func restoreSnapshot(from backup.DestinationFlags, rt launcher.RestoreTarget, etcd string, log io.Writer) (backup.Restored, error) {
 	store, err := from.Open()
 	if err != nil {
 		return backup.Restored{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
 	defer cancel()
-	r, err := backup.Restore(ctx, backup.RestoreOptions{
-		Store: store, Name: rt.Backup, Revision: rt.Revision, WorkDir: filepath.Dir(rt.DataDir), DataDir: rt.DataDir,
-		Member: rt.Member, PeerURL: rt.PeerURL, InitialCluster: rt.InitialCluster, Token: rt.Token,
-	})
+	o := backup.RestoreOptions{
+		Store: store, Lineage: rt.Lineage, Name: rt.Backup, Revision: rt.Revision, WorkDir: filepath.Dir(rt.DataDir), DataDir: rt.DataDir,
+		Member: rt.Member, PeerURL: rt.PeerURL, InitialCluster: rt.InitialCluster, Token: rt.Token, Etcd: etcd,
+	}
+	if rt.Time != "" {
+		if o.Time, err = time.Parse(time.RFC3339Nano, rt.Time); err != nil {
+			return backup.Restored{}, fmt.Errorf("time to restore to: %w", err)
+		}
+	}
+	r, err := backup.Restore(ctx, o)
 	if err != nil {
 		return backup.Restored{}, err
 	}
-	fmt.Fprintf(log, "launch: restored %s (%d keys) and %d chunks of changes after it: revision %d\n", r.Object, r.Keys, r.Changes, r.Revision)
+	at := "time not recorded"
+	if !r.Time.IsZero() {
+		at = "stored at " + r.Time.Format(time.RFC3339Nano)
+	}
+	fmt.Fprintf(log, "launch: restored %s (%d keys) and %d chunks of changes after it: revision %d (%s) of lineage %s\n", r.Object, r.Keys, r.Changes, r.Revision, at, r.Lineage)
 	return r, nil
+}
+
+// lineageFlags say which cluster a backup is of: the etcd cluster ID its members must
+// answer with, and what its lineage's manifest says when the backup starts the lineage.
+type lineageFlags struct {
+	clusterID, namespace, uid     string
+	restoredLineage, restoredTime string
+	restoredRevision              int64
+}
+
+func (l *lineageFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.clusterID, "cluster-id", "", "etcd cluster ID (hex) the members must answer with; any when empty")
+	fs.StringVar(&l.namespace, "namespace", "", "the EtcdCluster's namespace, for the lineage's manifest")
+	fs.StringVar(&l.uid, "cluster-uid", "", "the EtcdCluster's UID, for the lineage's manifest")
+	fs.StringVar(&l.restoredLineage, "restored-lineage", "", "the lineage the cluster was restored from")
+	fs.Int64Var(&l.restoredRevision, "restored-revision", 0, "the revision the cluster was restored to")
+	fs.StringVar(&l.restoredTime, "restored-time", "", "when the revision restored was stored (RFC 3339)")
+}
+
+// origin is what the flags say of the cluster's origin.
+func (l *lineageFlags) origin() (backup.Origin, error) {
+	o := backup.Origin{Namespace: l.namespace, UID: l.uid}
+	if l.clusterID != "" && (l.clusterID == backup.LegacyLineage || !backup.ValidLineage(l.clusterID)) {
+		return o, fmt.Errorf("--cluster-id %q is not an etcd cluster ID in hex", l.clusterID)
+	}
+	if l.restoredRevision == 0 {
+		return o, nil
+	}
+	p := &backup.Parent{Lineage: l.restoredLineage, Revision: l.restoredRevision}
+	if l.restoredTime != "" {
+		t, err := time.Parse(time.RFC3339Nano, l.restoredTime)
+		if err != nil {
+			return o, fmt.Errorf("--restored-time: %w", err)
+		}
+		p.Time = t
+	}
+	o.RestoredFrom = p
+	return o, nil
 }

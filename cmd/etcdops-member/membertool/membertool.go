@@ -55,14 +55,17 @@ commands:
               [--timeout=30s]   (deletes the pod if its UID is still UID, once etcd says member
               HEX does not lead and every other voter is healthy; the Kubernetes API, as
               expand-claim)
-  backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination>
+  backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination> [<lineage>]
               [--keep=N] [--keep-for=DURATION] [--max-bandwidth=BYTES] [--work-dir=DIR]
               [--termination-log=FILE]
       destination: --s3-endpoint=URL --bucket=B [--prefix=P] [--region=R]
                    --credentials-dir=DIR [--ca-file=FILE]   or   --dir=DIR
-  stream-backup --endpoints=URL[,URL] --cluster=NAME <destination> [--interval=30s]
+      lineage: [--cluster-id=HEX] [--namespace=NS] [--cluster-uid=UID]
+               [--restored-lineage=HEX --restored-revision=N --restored-time=RFC3339]
+  stream-backup --endpoints=URL[,URL] --cluster=NAME <destination> [<lineage>] [--interval=30s]
               [--max-chunk-bytes=4194304] [--max-bandwidth=BYTES] [--work-dir=DIR]
-              [--metrics-addr=:9480]   (runs until stopped)
+              [--metrics-addr=:9480] [--writer=POD]   (runs until stopped)
+  lineages    <destination> [--json]   (the lineages stored there, and which latest restores)
       common: --cacert=FILE --cert=FILE --key=FILE --timeout=30s
   install --to=PATH
   launch --join-state=FILE --name=POD --data-dir=DIR --etcd=PATH
@@ -101,6 +104,8 @@ func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return runRestartPod(ctx, claims, rest, stdout, stderr)
 	case "stream-backup":
 		return runStreamBackup(ctx, rest, stdout, stderr)
+	case "lineages":
+		return runLineages(ctx, rest, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, stderr)
 	case "ready":
@@ -346,7 +351,9 @@ func LaunchArgv(args []string) (argv []string, d launcher.Decision, restored str
 // restoreReport is what the launcher's restore restored, for its termination message.
 type restoreReport struct{ r backup.Restored }
 
-func (p *restoreReport) message() string { return joinstate.RestoredMessage(p.r.Revision, p.r.Object) }
+func (p *restoreReport) message() string {
+	return joinstate.RestoredMessage(joinstate.RestoredPoint{Revision: p.r.Revision, Time: p.r.Time, Lineage: p.r.Lineage, Object: p.r.Object})
+}
 
 // parseLaunch reads launch's arguments: the launcher's options, the file its refusal or its
 // restore is written to, and where the restore reports what it restored.
@@ -367,8 +374,9 @@ func parseLaunch(args []string) (launcher.Options, string, *restoreReport, error
 	o.Static = fs.Args()
 	report := &restoreReport{}
 	if from.Set() {
+		etcd := o.Etcd
 		o.Restore = func(rt launcher.RestoreTarget) (err error) {
-			report.r, err = restoreSnapshot(from, rt, os.Stderr)
+			report.r, err = restoreSnapshot(from, rt, etcd, os.Stderr)
 			return err
 		}
 	}

@@ -48,7 +48,7 @@ func TestStreamBackupStoresChangesUntilStopped(t *testing.T) {
 	done := make(chan int, 1)
 	metrics := fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
 	go func() {
-		done <- Run(ctx, []string{"stream-backup", "--endpoints=" + ep, "--cluster=e", "--dir=" + store,
+		done <- Run(ctx, []string{"stream-backup", "--endpoints=" + ep, "--cluster=e", "--dir=" + store, "--writer=e-stream-1",
 			"--work-dir=" + t.TempDir(), "--interval=100ms", "--max-chunk-bytes=65536", "--metrics-addr=" + metrics}, &stdout, &stderr)
 	}()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, Logger: zap.NewNop()})
@@ -64,8 +64,10 @@ func TestStreamBackupStoresChangesUntilStopped(t *testing.T) {
 		}
 		last = resp.Header.Revision
 	}
-	want := fmt.Sprintf("-%019d.delta", last)
-	for i := 0; !strings.Contains(stdout.String(), want); i++ {
+	lineage := ep2lineage(t, ep)
+	want := fmt.Sprintf("stored %s/lineages/%s/deltas/", store, lineage)
+	want2 := fmt.Sprintf("-%019d.", last)
+	for i := 0; !strings.Contains(stdout.String(), want) || !strings.Contains(stdout.String(), want2); i++ {
 		if i == 300 {
 			t.Fatalf("revision %d not stored in 30s: stdout %q, stderr %q", last, stdout.String(), stderr.String())
 		}
@@ -81,6 +83,7 @@ func TestStreamBackupStoresChangesUntilStopped(t *testing.T) {
 		fmt.Sprintf("etcdops_backup_stream_stored_revision{name=\"e\"} %d\n", last),
 		fmt.Sprintf("etcdops_backup_stream_watched_revision{name=\"e\"} %d\n", last),
 		"etcdops_backup_stream_failures_total{name=\"e\"} 0\n",
+		"etcdops_backup_stream_superseded{name=\"e\"} 0\n",
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
@@ -93,7 +96,7 @@ func TestStreamBackupStoresChangesUntilStopped(t *testing.T) {
 		if p, err = getProgress("http://" + metrics + backupresult.ProgressPath); err != nil {
 			t.Fatal(err)
 		}
-		if p.StoredRevision == last && p.Revision == last && p.Behind() < time.Second && !p.StoredTime.IsZero() && p.LastError == "" {
+		if p.StoredRevision == last && p.Revision == last && p.Behind() < time.Second && !p.StoredTime.IsZero() && p.LastError == "" && p.Lineage == lineage {
 			break
 		}
 		if i == 100 {
@@ -109,7 +112,7 @@ func TestStreamBackupStoresChangesUntilStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snaps, err := s.List(context.Background())
+	snaps, err := backup.LineageStore(s, lineage).List(context.Background())
 	if err != nil || len(snaps) != 1 {
 		t.Fatalf("snapshots %v %v: want the stream's first", snaps, err)
 	}
@@ -132,4 +135,71 @@ func getProgress(url string) (backupresult.Progress, error) {
 		return backupresult.Progress{}, err
 	}
 	return backupresult.DecodeProgress(b)
+}
+
+// A second stream of the cluster supersedes the first, which says so in its progress, its
+// metrics and its log, and stays up storing nothing until stopped.
+func TestStreamBackupSupersededStaysUp(t *testing.T) {
+	ep, _ := startSeed(t)
+	store := filepath.Join(t.TempDir(), "claim")
+	start := func(ctx context.Context, writer string, stdout, stderr io.Writer) (string, chan int) {
+		metrics := fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+		done := make(chan int, 1)
+		go func() {
+			done <- Run(ctx, []string{"stream-backup", "--endpoints=" + ep, "--cluster=e", "--dir=" + store, "--writer=" + writer,
+				"--work-dir=" + t.TempDir(), "--interval=100ms", "--metrics-addr=" + metrics}, stdout, stderr)
+		}()
+		return metrics, done
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out1, err1, out2, err2 lockedBuffer
+	metrics1, done1 := start(ctx, "e-stream-1", &out1, &err1)
+	for i := 0; !strings.Contains(out1.String(), "writes lineage"); i++ {
+		if i == 300 {
+			t.Fatalf("the first stream claimed nothing in 30s: %q %q", out1.String(), err1.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, done2 := start(ctx, "e-stream-2", &out2, &err2)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var p backupresult.Progress
+	for i := 0; p.SupersededBy == ""; i++ {
+		if i == 100 {
+			t.Fatalf("the first stream not superseded in 20s: progress %+v, stdout %q %q", p, out1.String(), out2.String())
+		}
+		if _, err := cli.Put(context.Background(), fmt.Sprintf("k%d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if p, err = getProgress("http://" + metrics1 + backupresult.ProgressPath); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(p.SupersededBy, "e-stream-2") || p.SupersededTime.IsZero() || !strings.Contains(out2.String(), "it supersedes e-stream-1") ||
+		!strings.Contains(err1.String(), "superseded by another writer of the lineage") {
+		t.Fatalf("progress %+v; the second stream said %q, the first %q", p, out2.String(), err1.String())
+	}
+	resp, err := http.Get("http://" + metrics1 + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "etcdops_backup_stream_superseded{name=\"e\"} 1\n") {
+		t.Fatalf("metrics of the superseded stream:\n%s", body)
+	}
+	select {
+	case code := <-done1:
+		t.Fatalf("the superseded stream exited %d", code)
+	case <-time.After(500 * time.Millisecond):
+	}
+	cancel()
+	if c1, c2 := <-done1, <-done2; c1 != ExitOK || c2 != ExitOK {
+		t.Fatalf("stopped: exits %d and %d", c1, c2)
+	}
 }

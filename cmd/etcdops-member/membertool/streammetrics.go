@@ -18,13 +18,14 @@ import (
 
 // streamMetrics are the continuous backup's recovery point, as series labelled with the
 // cluster's name: the newest change stored (revision and when), the newest change the watch
-// delivered, and the failures. Behind means watched above stored while the last store is
-// old (the EtcdBackupStreamBehind alert). The same, with how long the stream has not been
-// caught up, is served as JSON (backupresult.Progress) for the operator's status.
+// delivered, the failures, and whether another writer superseded this one. Behind means
+// watched above stored while the last store is old (the EtcdBackupStreamBehind alert). The
+// same, with how long the stream has not been caught up, is served as JSON
+// (backupresult.Progress) for the operator's status.
 type streamMetrics struct {
-	registry                  *prometheus.Registry
-	stored, storedAt, watched prometheus.Gauge
-	failures                  prometheus.Counter
+	registry                              *prometheus.Registry
+	stored, storedAt, watched, superseded prometheus.Gauge
+	failures                              prometheus.Counter
 
 	now      func() time.Time
 	mu       gosync.Mutex
@@ -46,8 +47,10 @@ func newStreamMetrics(cluster string, now func() time.Time) *streamMetrics {
 			Help: "Newest revision the watch delivered to this stream."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "etcdops_backup_stream_failures_total", ConstLabels: labels,
 			Help: "Failures the stream resumed from: a lost watch or leader, a store that failed, a compacted or broken chain."}),
+		superseded: prometheus.NewGauge(prometheus.GaugeOpts{Name: "etcdops_backup_stream_superseded", ConstLabels: labels,
+			Help: "1 once another writer claimed this stream's lineage: it stores nothing more."}),
 	}
-	m.registry.MustRegister(m.stored, m.storedAt, m.watched, m.failures)
+	m.registry.MustRegister(m.stored, m.storedAt, m.watched, m.failures, m.superseded)
 	// Until its first chunk, a stream counts from its start, not from 1970.
 	m.storedAt.Set(float64(start.Unix()))
 	return m
@@ -89,6 +92,19 @@ func (m *streamMetrics) failed(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.progress.LastError, m.progress.LastErrorTime = err.Error(), m.now()
+}
+
+func (m *streamMetrics) claimed(lineage string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.progress.Lineage = lineage
+}
+
+func (m *streamMetrics) supersededBy(by string) {
+	m.superseded.Set(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.progress.SupersededBy, m.progress.SupersededTime = by, m.now()
 }
 
 // current is the progress as of now.

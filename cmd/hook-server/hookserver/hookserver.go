@@ -47,6 +47,8 @@ type Options struct {
 	Now func() time.Time
 	// Dial connects to etcd members; nil dials TCP directly.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Events emits decisions' Events on their EtcdClusters; none when nil.
+	Events hooks.EventSink
 }
 
 // Server is one hook server. Serve it once; Close releases it at once.
@@ -86,6 +88,7 @@ func New(o Options) *Server {
 		ObserveTimeout: o.ObserveTimeout,
 		AuthToken:      o.AuthToken,
 		Ready:          s.ready.Load,
+		Events:         o.Events,
 	})
 	// A client that sends its headers, or its body, too slowly (a slow-loris) is cut off: the
 	// headers get HeaderTimeout, the whole request and the answer SyncTimeout and ten seconds
