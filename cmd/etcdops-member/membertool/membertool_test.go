@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -472,5 +473,42 @@ func TestReady(t *testing.T) {
 	}
 	if code, _, _ := run("ready", "--readyz=http://127.0.0.1:1/readyz", "--join-state="+joinFile, "--name=e-0"); code != ExitUsage {
 		t.Errorf("without --metrics: exit %d", code)
+	}
+}
+
+// TestReadyBeforeTheLearnerCheck: where etcd's /readyz has no non_learner check (before
+// v3.5.19), the probe reads etcd_server_is_learner from the metrics, and only then.
+func TestReadyBeforeTheLearnerCheck(t *testing.T) {
+	var learner atomic.Int32
+	var metricsRead atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/readyz":
+			if _, ok := r.URL.Query()["verbose"]; !ok {
+				t.Errorf("readyz asked without verbose: %s", r.URL)
+			}
+			fmt.Fprint(w, "[+]serializable_read ok\n[+]data_corruption ok\nok\n")
+		case "/metrics":
+			metricsRead.Add(1)
+			fmt.Fprintf(w, "# TYPE etcd_server_is_learner gauge\netcd_server_is_learner %d\n", learner.Load())
+		}
+	}))
+	defer srv.Close()
+	joinFile := filepath.Join(t.TempDir(), "join.json")
+	st := joinstate.State{Token: "t", ClusterState: "existing", Members: []joinstate.Member{{Name: "e-0", PeerURL: "http://e-0:2380"}}}
+	if err := os.WriteFile(joinFile, []byte(joinstate.Encode(st)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ready := func() (int, string) {
+		code, _, errOut := run("ready", "--readyz="+srv.URL+"/readyz?exclude=linearizable_read", "--metrics="+srv.URL+"/metrics",
+			"--join-state="+joinFile, "--name=e-0", "--timeout=2s")
+		return code, errOut
+	}
+	if code, errOut := ready(); code != ExitOK || metricsRead.Load() != 1 {
+		t.Fatalf("a voter: exit %d (%s), metrics read %d times", code, errOut, metricsRead.Load())
+	}
+	learner.Store(1)
+	if code, errOut := ready(); code != ExitRetryable || !strings.Contains(errOut, "learner") {
+		t.Fatalf("a learner by the metric: exit %d: %s; want not ready", code, errOut)
 	}
 }
