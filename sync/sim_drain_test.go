@@ -15,13 +15,13 @@ import (
 
 // simDrain is a node drain against the PodDisruptionBudget as rendered: the disruption
 // controller, which counts the selected pods that are Ready and not terminating against
-// minAvailable (a percentage of the StatefulSet's replicas) once per tick, and the eviction API, which refuses while the
-// budget's spec changed since the controller last counted (status.observedGeneration behind
-// metadata.generation) or when it allows no more disruptions, and otherwise deletes the pod
-// gracefully and counts one disruption more. Evictions come between an answer being applied
-// and the world moving on, when the controller has not seen the answer's effect yet. Installed
-// as the world's drain, it counts after every tick and, while draining, evicts a pod at random
-// in one step of three (simWorld.step).
+// minAvailable (a count, or "100%" of the StatefulSet's replicas) once per tick, and the
+// eviction API, which refuses while the budget's spec changed since the controller last
+// counted (status.observedGeneration behind metadata.generation) or when it allows no more
+// disruptions, and otherwise deletes the pod gracefully and counts one disruption more.
+// Evictions come between an answer being applied and the world moving on, when the controller
+// has not seen the answer's effect yet. Installed as the world's drain, it counts after every
+// tick and, while draining, evicts a pod at random in one step of three (simWorld.step).
 type simDrain struct {
 	w        *simWorld
 	rng      *rand.Rand

@@ -281,10 +281,10 @@ func TestScenariosWithLaggingCaches(t *testing.T) {
 // from their peers but not the hook (removed, they run on), lose their claim for good, or have
 // a second membership answer at their address, nodes fail to grow file systems on a mount (a
 // restarted pod stays Pending), a drain evicts pods as the budget allows, or every database
-// fragments, at random moments, each healed later. The last change grows the cluster after its data outgrew the claim
-// template's size: each new learner's volume must hold it. A fault may strike right after a pod was taken down on
-// purpose, so availability may dip; the data must survive every step, and the cluster must
-// converge once the fault heals.
+// fragments, at random moments, each healed later. The last change grows the cluster after
+// its data outgrew the claim template's size: each new learner's volume must hold it. A fault
+// may strike right after a pod was taken down on purpose, so availability may dip; the data
+// must survive every step, and the cluster must converge once the fault heals.
 func TestRandomSingleFaults(t *testing.T) {
 	var slow simSlowness
 	for seed := int64(1); seed <= 6; seed++ {

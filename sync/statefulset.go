@@ -74,8 +74,9 @@ func (t *podTemplateSpec) annotate(key, value string) {
 }
 
 // readinessProbe: etcd serves reads from its own data, no CORRUPT alarm stands, and the member
-// is no learner, by the mounted join state and by etcd (etcdops-member ready; $POD_NAME). Quorum is not asked for (a seed becomes ready while
-// the cluster forms), nor the absence of a NOSPACE alarm: reads still work then. A learner
+// is no learner, by the mounted join state and by etcd (etcdops-member ready; $POD_NAME).
+// Quorum is not asked for (a seed becomes ready while the cluster forms), nor the absence of a
+// NOSPACE alarm: reads still work then. A learner
 // refuses what clients send through the client Service (writes, linearizable reads, watches,
 // lease keep-alives: "rpc not supported for learner"), so it is not Ready, and the Service
 // routes to voters only; the disruption budget counts Ready pods against the voters' quorum
