@@ -94,6 +94,10 @@ type State struct {
 	Token string `json:"token"`
 	// ClusterState is "new" only until the cluster ID is first recorded; "existing" after.
 	ClusterState string `json:"clusterState"`
+	// ClusterID is the etcd cluster ID on record, in hex; "" before the cluster first
+	// answered. A volume written before launchers recorded the cluster token is taken as this
+	// cluster's only when its data is of this ID.
+	ClusterID string `json:"clusterID,omitempty"`
 	// Members are all current members, each as etcd's membership has it (the name is the
 	// pod's name, also for a member added but not yet started). Sorted by name.
 	Members []Member `json:"members"`
@@ -147,6 +151,10 @@ type Member struct {
 	// member's data belongs to the lost quorum, and starting on it could form that quorum
 	// again beside the recovered cluster. It waits until it is added back anew.
 	Fenced bool `json:"fenced,omitempty"`
+	// Learner is true while the membership has the member as a learner. Its pod is not Ready
+	// then: a learner refuses what clients send through the client Service, and a member that
+	// has just joined does not know it is a learner until it applies its own addition.
+	Learner bool `json:"learner,omitempty"`
 }
 
 // Find returns the member named name.

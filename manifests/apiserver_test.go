@@ -477,6 +477,7 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		ClusterID:      "cdf818194e3a8c32",
 		CurrentVersion: "v3.6.16",
 		V2LogIndex:     4096,
+		ForkSeenSince:  &since,
 		Conditions: []metav1.Condition{
 			{Type: v1alpha1.ConditionAvailable, Status: metav1.ConditionTrue, ObservedGeneration: 1, LastTransitionTime: since, Reason: "QuorumHealthy", Message: "3 of 3 voters healthy"},
 			{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, ObservedGeneration: 1, LastTransitionTime: since, Reason: "PromoteLearner", Message: "promoting status-2"},
@@ -502,7 +503,7 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		RestoredLineage:  "8e9e05c52164694d",
 		Ledger: []v1alpha1.LedgerRecord{
 			{Name: "status-0", ID: "8e9e05c52164694d", Incarnation: 0, Established: true},
-			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true},
+			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true, PastIDs: []string{"2a1b3c4d5e6f7081", "3b2c4d5e6f708192"}},
 			{Name: "status-2", ID: "fd422379fda50e48", Incarnation: 1},
 		},
 		TLS: &v1alpha1.TLSStatus{Client: "http+https", Peer: "https", ServerSecret: "status-server", PeerSecret: "status-peer",

@@ -11,7 +11,7 @@ import (
 // clear) and mounted files a minute or more late (bit 6); each byte after it is one thing
 // happening to a simulated cluster (a sync and a tick, a fault, a fault healed, a spec change,
 // TLS on or off, a new CA, a child deleted, an observation of etcd that cannot be trusted,
-// status lost).
+// Jobs that act late).
 // Every sync must plan without panicking and pass the invariant check (a violation is fatal
 // here, not a hold), the same observation must plan to the same bytes, and the simulator's
 // world checks (no second learner, no member Jobs at once, data kept by a quorum of voters, no
@@ -46,17 +46,24 @@ func FuzzPlanner(f *testing.F) {
 			switch b % 20 {
 			case 6, 7, 8, 16:
 				if p := pick(); p != nil {
-					switch b % 20 {
-					case 6:
+					switch {
+					case b%20 == 6:
 						p.crash = true
-					case 7:
+					case b%20 == 7 && b >= 128:
+						w.deafen(p) // removed, it runs on (sim_fork_test.go)
+					case b%20 == 7:
 						p.down = true
-					case 8:
+					case b%20 == 8 && b >= 128 && w.storage():
+						// Its node goes: the replacement's volume does not attach until healed.
+						ord := p.ord
+						p.terminating, w.attaching[ord] = true, true
+						healers = append(healers, func() { delete(w.attaching, ord) })
+					case b%20 == 8:
 						p.blind = true
 					default:
 						p.slow = true
 					}
-					healers = append(healers, func() { p.crash, p.down, p.blind, p.slow = false, false, false, false })
+					healers = append(healers, func() { p.crash, p.down, p.blind, p.slow, p.deaf = false, false, false, false, false })
 				}
 			case 9:
 				for _, h := range healers {
@@ -88,6 +95,9 @@ func FuzzPlanner(f *testing.F) {
 				w.hideJobs = true
 			case 18:
 				w.failJobs = 1
+			case 19:
+				// Jobs act late from now on (sim_latency_test.go).
+				w.latency = &simLatency{fixed: int(b) / 20 % 4}
 			default:
 				w.step()
 			}

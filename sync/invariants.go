@@ -320,7 +320,7 @@ func ownPods(obs *Observed) []int {
 // until etcd lists the survivor alone or the force has been out of the join ConfigMap long
 // enough that no pod can still read it.
 func checkRecoveryStep(v *view, next *v1alpha1.RecoveryStatus) (forcing bool, err error) {
-	prev := v.obs.Cluster.Status.Recovery
+	prev := v.safe.recovery
 	if next == nil || next == prev {
 		return false, nil
 	}

@@ -323,7 +323,7 @@ func TestPlannerHoldsOnPartialInput(t *testing.T) {
 		want   Action // Type and Reason substring
 	}{
 		{
-			"a learner whose pod is still Pending is not stuck, however long it waits",
+			"a learner whose pod is still Pending is not stuck, however long it waits: it is held as a pod that cannot start",
 			func(w *simWorld) {
 				w.cluster.Spec.Size = ptrTo(int32(4))
 				for range 3 {
@@ -334,7 +334,7 @@ func TestPlannerHoldsOnPartialInput(t *testing.T) {
 				w.now = w.now.Add(stuckAfter + time.Minute)
 			},
 			func(obs *Observed) { obs.Pods[3].Status.Phase = corev1.PodPending },
-			Action{Type: Wait, Reason: "learner etcd-3 catching up (its pod is Pending)"},
+			Action{Type: Hold, Reason: "learner etcd-3 cannot start (Pending since "},
 		},
 		{
 			"no pod recreated in a hold while another is terminating",

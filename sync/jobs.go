@@ -54,8 +54,8 @@ type memberJob struct {
 	member string // pod name the change is about; for move-leader the new leader
 	// peerURL: add-learner, update-peer-url.
 	peerURL string
-	// id: promote, remove, move-leader, update-peer-url, defragment, and disarm of one
-	// member's alarm.
+	// id: promote, remove, move-leader, update-peer-url, defragment, restart-pod (the member on
+	// the pod, if any), and disarm of one member's alarm.
 	id uint64
 	// alarm: disarm.
 	alarm     string
@@ -73,18 +73,25 @@ type memberJob struct {
 	podUID string
 	// scratch: backup, the bound of its scratch volume (scratchLimit).
 	scratch string
+	// create: expand-claim creates the claim when it is missing, as the StatefulSet would.
+	create bool
 }
 
 // args is the member tool's command line (docs/architecture.md).
 func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbExpandClaim {
 		// It talks to the Kubernetes API, not to etcd.
-		return []string{toolName, j.verb, "--member=" + j.member, "--namespace=" + c.Namespace, "--claim=" + j.claim, "--size=" + j.size}
-	}
-	if j.verb == verbRestartPod {
-		return []string{toolName, j.verb, "--member=" + j.member, "--namespace=" + c.Namespace, "--uid=" + j.podUID}
+		args := []string{toolName, j.verb, "--member=" + j.member, "--namespace=" + c.Namespace, "--claim=" + j.claim, "--size=" + j.size}
+		if j.create {
+			args = append(args, createClaimArgs(c)...)
+		}
+		return args
 	}
 	args := []string{toolName, j.verb, "--endpoints=" + strings.Join(j.endpoints, ","), "--member=" + j.member}
+	if j.verb == verbRestartPod {
+		// It deletes the pod through the Kubernetes API once etcd says the member may go.
+		args = append(args, "--namespace="+c.Namespace, "--uid="+j.podUID)
+	}
 	if j.peerURL != "" {
 		args = append(args, "--peer-url="+j.peerURL)
 	}
@@ -126,7 +133,7 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	container := object{"name": "member", "image": cfg.ToolImage, "command": j.args(c), "securityContext": containerSecurityContext(),
 		"resources": toolResources(c, role)}
 	// The member tool talks to etcd only, never to the Kubernetes API, but to patch a claim or
-	// delete a pod.
+	// delete a pod (restart-pod asks etcd first).
 	podSpec := object{
 		"restartPolicy":                "Never",
 		"containers":                   []any{container},
@@ -141,7 +148,7 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 		podSpec["serviceAccountName"] = ClaimsAccountName(c.Name)
 		podSpec["automountServiceAccountToken"] = true
 	}
-	if j.clientSecret != "" && !kube {
+	if j.clientSecret != "" && j.verb != verbExpandClaim {
 		container["volumeMounts"] = []volumeMount{{Name: "client-tls", MountPath: ClientTLSDir, ReadOnly: true}}
 		podSpec["volumes"] = []volume{{Name: "client-tls", Secret: &secretSource{SecretName: j.clientSecret}}}
 	}
@@ -170,14 +177,20 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	}
 	name += "-" + hash
 	meta := metadata(c, name, labels)
+	annotate := func(k, v string) {
+		if meta.Annotations == nil {
+			meta.Annotations = map[string]string{}
+		}
+		meta.Annotations[k] = v
+	}
 	if j.id != 0 {
-		meta.Annotations = map[string]string{AnnotationMemberID: fmt.Sprintf("%x", j.id)}
+		annotate(AnnotationMemberID, fmt.Sprintf("%x", j.id))
 	}
 	if j.size != "" {
-		meta.Annotations = map[string]string{AnnotationClaimSize: j.size}
+		annotate(AnnotationClaimSize, j.size)
 	}
 	if j.podUID != "" {
-		meta.Annotations = map[string]string{AnnotationPodUID: j.podUID}
+		annotate(AnnotationPodUID, j.podUID)
 	}
 	return child("batch/v1", "Job", meta, spec)
 }

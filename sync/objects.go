@@ -46,8 +46,9 @@ type servicePort struct {
 }
 
 type pdbSpec struct {
-	MaxUnavailable int           `json:"maxUnavailable"`
-	Selector       labelSelector `json:"selector"`
+	// MinAvailable is an int or a percentage.
+	MinAvailable any           `json:"minAvailable"`
+	Selector     labelSelector `json:"selector"`
 }
 
 type statefulSetSpec struct {

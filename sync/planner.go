@@ -9,6 +9,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
@@ -76,6 +77,8 @@ type step struct {
 	maintenance *v1alpha1.MaintenanceStatus
 	recovery    *v1alpha1.RecoveryStatus
 	backup      *v1alpha1.BackupStatus
+	// forkSeen is status.forkSeenSince after this sync: nil unless it saw a fork.
+	forkSeen *metav1.Time
 }
 
 // records takes the status records of from where s has none.
@@ -97,7 +100,7 @@ func plan(v *view) step {
 	progress := p.recoveryProgress()
 	p.recovery = progress
 	if progress == nil {
-		p.recovery = v.obs.Cluster.Status.Recovery
+		p.recovery = v.safe.recovery
 	}
 	// 6. The Job stage: a member Job outstanding is waited for.
 	p.stage = p.memberJobs()
@@ -373,6 +376,15 @@ func (p *planner) learner() (step, bool) {
 		// once promoted. One only the hook cannot reach is not recreated on that view (below).
 		return p.replacePod(l.ordinal, l.name, "learner "+l.name+" runs an outdated pod: recreating it from the current spec"), true
 	}
+	if id, ok := p.removedRunning(l.ordinal); ok && l.pod != nil && !isTerminating(l.pod) {
+		// The pod still runs the member it had before: the learner cannot start there.
+		return p.restartRemoved(l.ordinal, id, "learner "+l.name+" can start there"), true
+	}
+	if s, ok := p.joinVolume(l.ordinal, "learner "+l.name); ok && !l.unanswered() {
+		// Added before its claim was (an older hook, a claim lost since): the snapshot may not
+		// fit, so the claim grows while it waits.
+		return s, true
+	}
 	if p.leader != nil && isCaughtUp(l.Member, p.leader.Member) {
 		if !etcdstate.QuorumAfterPromotion(len(p.voters()), p.healthyVoters()) {
 			return p.wait(l.name, "learner "+l.name+" caught up, but promoting it now would leave the larger cluster without a healthy quorum", resyncHold), true
@@ -390,7 +402,7 @@ func (p *planner) learner() (step, bool) {
 		return p.blocked(l.name, reason, by), true
 	}
 	if l.pod != nil {
-		if why := podStartFailure(l.pod); why != "" {
+		if why := p.cannotStart(l.pod); why != "" {
 			reason := "learner " + l.name + " cannot start (" + why + "): it is kept until its pod can start; fix the spec or the nodes"
 			return p.blocked(l.name, reason, ReasonPodCannotStart), true
 		}
@@ -444,6 +456,9 @@ func (p *planner) podWithoutMember() (step, bool) {
 		case p.outdated(pod) && p.canReplace(free):
 			return p.replacePod(free, name, "pod "+name+" has no member: recreating it from the current spec before adding it back"), true
 		}
+		if id, ok := p.removedRunning(free); ok {
+			return p.restartRemoved(free, id, "its member can be added back there"), true
+		}
 		return p.addLearner(free, fmt.Sprintf("pod %s has no member: adding it back as a learner", name)), true
 	}
 	// Every ordinal below free has a member, so keep is at least free: the shrink never
@@ -453,6 +468,21 @@ func (p *planner) podWithoutMember() (step, bool) {
 		return step{}, false
 	}
 	return p.scaleTo(keep, PodName(p.c.Name, keep), fmt.Sprintf("pods from %s on hold no member: shrinking the StatefulSet to %d", PodName(p.c.Name, keep), keep)), true
+}
+
+// restartRemoved restarts the pod at ord, on which member id, removed from the cluster, still
+// runs (removedRunning): cut off from its peers, its etcd never heard of its removal, and the
+// member the pod is for can start only once that etcd stops. The pod is deleted by the UID
+// observed, through a restart-pod Job; no member of the cluster runs there, so no quorum is
+// touched and etcd is not asked first. Without a volume the Job's account is not rendered: a
+// person deletes the pod, which loses nothing either.
+func (p *planner) restartRemoved(ord int, id uint64, then string) step {
+	name := PodName(p.c.Name, ord)
+	why := fmt.Sprintf("pod %s still runs member %x, removed from the cluster: that etcd has not heard of its removal (cut off from its peers)", name, id)
+	if p.c.Spec.StorageSpec == nil {
+		return p.blocked(name, why+"; delete the pod (kubectl delete pod "+name+") so that "+then, ReasonRemovedMemberRunning)
+	}
+	return p.runJob(memberJob{verb: verbRestartPod, member: name, podUID: string(p.pods[ord].UID)}, RestartPod, why+": restarting the pod so that "+then)
 }
 
 // failedMember: a voter only the hook cannot reach, while its pod is Ready, is unknown, not failed: it
@@ -501,9 +531,10 @@ func (p *planner) failedMember() (step, bool) {
 				switch {
 				case m.pod == nil || isTerminating(m.pod):
 					s.action.Reason = "member " + m.name + " unhealthy: its pod is being recreated"
-				case podStartFailure(m.pod) != "":
-					// A replacement would fail the same way: the spec or the nodes must change.
-					s = p.blocked(m.name, "member "+m.name+" unhealthy: its pod cannot start ("+podStartFailure(m.pod)+")", ReasonPodCannotStart)
+				case p.cannotStart(m.pod) != "":
+					// A replacement would fail the same way: the spec, the nodes or the volume
+					// must change.
+					s = p.blocked(m.name, "member "+m.name+" unhealthy: its pod cannot start ("+p.cannotStart(m.pod)+")", ReasonPodCannotStart)
 				}
 				waiting = &s
 			}
@@ -537,9 +568,9 @@ func (p *planner) failureReason(m *member) string {
 	switch {
 	case hasAlarm(m.Member, "CORRUPT"):
 		return "CORRUPT alarm"
-	case m.pod == nil || isTerminating(m.pod) || podStartFailure(m.pod) != "":
+	case m.pod == nil || isTerminating(m.pod) || p.cannotStart(m.pod) != "":
 		// Its pod is being (re)created, with the same volume and identity; or it cannot start,
-		// and neither could a replacement.
+		// and neither could a replacement on the same claim: its data there is intact.
 		return ""
 	case strings.HasPrefix(launcherRefusal(m.pod), joinstate.DataLost):
 		// Its pod's own report: its claim no longer holds its data, and no wait brings it back.
@@ -642,8 +673,12 @@ func (p *planner) scaleOut() (step, bool) {
 	return p.addLearner(ord, reason), true
 }
 
+// addLearner adds the member at ord as a learner, once its claim holds the data (joinVolume).
 func (p *planner) addLearner(ord int, reason string) step {
 	name := PodName(p.c.Name, ord)
+	if s, ok := p.joinVolume(ord, name+" (to be added)"); ok {
+		return s
+	}
 	return p.runJob(memberJob{verb: verbAddLearner, member: name, peerURL: p.newMemberPeerURL(ord)}, AddLearner, reason)
 }
 

@@ -321,7 +321,7 @@ func (p *planner) quorumLostSince() time.Time {
 // the join ConfigMap has stopped telling it for fenceMountDelay. A withdrawal's clock
 // restarts whenever the ConfigMap is seen still telling it, with quorum or without.
 func (p *planner) recoveryProgress() *v1alpha1.RecoveryStatus {
-	prev := p.obs.Cluster.Status.Recovery
+	prev := p.safe.recovery
 	if prev == nil || prev.Phase == recoveryDone || prev.Phase == recoveryCancelled {
 		return nil
 	}

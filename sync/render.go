@@ -83,8 +83,9 @@ func clientService(c *v1alpha1.EtcdCluster, lb childLabels) Child {
 }
 
 // joinConfigMap renders the join state; clusterID is "" until etcd first answered, restored
-// until the seed of a restore reported what it restored (restoredAnnotation).
-func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.State, l ledger, clusterID, restored string) Child {
+// until the seed of a restore reported what it restored (restoredAnnotation); d are the copies
+// of status's safety state (durable.go).
+func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.State, l ledger, clusterID, restored string, d durable) Child {
 	meta := metadata(c, JoinConfigMapName(c.Name), lb.common)
 	meta.Annotations = map[string]string{AnnotationLedger: l.encode()}
 	if clusterID != "" {
@@ -96,6 +97,7 @@ func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.Stat
 	if restored != "" {
 		meta.Annotations[AnnotationRestored] = restored
 	}
+	d.annotate(meta.Annotations)
 	return Child{APIVersion: "v1", Kind: "ConfigMap", Name: meta.Name, Object: apiObject{
 		APIVersion: "v1", Kind: "ConfigMap", Metadata: meta,
 		Data: map[string]string{joinstate.ConfigMapKey: joinstate.Encode(state)},
@@ -104,15 +106,18 @@ func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.Stat
 
 // podDisruptionBudget lets voluntary disruptions take down only as many pods as the voters
 // can lose without losing quorum, and none while the operator's own step takes a member down
-// (disruption.go).
+// (disruption.go). It asks for a quorum of the voters' pods to stay Ready (minAvailable): a
+// pod is Ready only while its member is a voter (readinessProbe), so a learner, or a pod
+// without a member, counts neither for nor against it. Closed, it asks for every pod the
+// StatefulSet should have (100%), which leaves no disruption to allow.
 func podDisruptionBudget(c *v1alpha1.EtcdCluster, lb childLabels, voters int, disrupting bool) Child {
-	spare := max(0, voters-etcdstate.Quorum(voters))
+	var minAvailable any = etcdstate.Quorum(voters)
 	if disrupting {
-		spare = 0
+		minAvailable = "100%"
 	}
 	return child("policy/v1", "PodDisruptionBudget", metadata(c, PDBName(c.Name), lb.common), pdbSpec{
-		MaxUnavailable: spare,
-		Selector:       labelSelector{MatchLabels: lb.selector},
+		MinAvailable: minAvailable,
+		Selector:     labelSelector{MatchLabels: lb.selector},
 	})
 }
 

@@ -43,7 +43,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	     nospace=POLICY | defragment     (defragment: spec.maintenance.defragment, defaults)
 //	leader POD                           make POD's member the leader
 //	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|
-//	     node-lost|node-gone|cut-off|forked-cluster|forked-member|heal
+//	     node-lost|node-gone|cut-off|deaf|claim-lost|pretoken-foreign|forked-cluster|forked-member|heal
 //	                                     unreachable: the hook alone cannot reach it, etcd and
 //	                                     the kubelet see it healthy; slow: it keeps its raft role
 //	                                     but fails health checks; lost: its volume is gone for
@@ -58,7 +58,13 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     pod goes, and its replacement waits for its volume, etcd
 //	                                     not started, until healed; cut-off: its etcd runs on but
 //	                                     answers neither the hook nor its peers, its pod still
-//	                                     running; forked-*: a second membership answers at its
+//	                                     running; pretoken-foreign: its claim is swapped for
+//	                                     another etcd cluster's, of before the cluster token;
+//	                                     claim-lost: its claim and volume are gone, the
+//	                                     StatefulSet creates both again from its template; deaf:
+//	                                     its etcd is cut off from its peers but
+//	                                     answers the hook, and never hears of its removal;
+//	                                     forked-*: a second membership answers at its
 //	                                     address (sim_fork_test.go)
 //	mount-delay BASE STEP                mounted ConfigMaps reach pod 0 BASE late, each higher
 //	                                     ordinal STEP later still; a new pod mounts them fresh
@@ -102,6 +108,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     (sim_restore_test.go)
 //	bad-cert NAME WHY... | good-cert NAME   members would reject the Secret's certificate, or not
 //	pending POD DURATION | catch-up POD DURATION   slow nodes (sim_pending_test.go)
+//	job-latency N                        Jobs act N ticks after the sync that decided them
+//	                                     (sim_latency_test.go)
 //	stream up REV | behind D [ERR...] | down | superseded D WRITER...   the continuous backup's
 //	                                     progress as its pod serves it (sim_stream_test.go)
 //	volume-size S | no-expansion | offline-resize | remount-fails | node-resize-online | volumes
@@ -343,6 +351,20 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			// down while its volume is still attached to the node it left.
 			p.stuck, p.terminating = false, true
 			w.startDown[ord] = true
+		case "pretoken-foreign":
+			// Its claim is swapped for one of another etcd cluster, written by a launcher of
+			// before the cluster token: a marker, data, no token. The pod goes with its old
+			// claim, and its replacement mounts that one.
+			w.data[ord] = &simData{inc: 0, id: 0xdead, cluster: 0xbad}
+			p.running, p.terminating = false, true
+		case "claim-lost":
+			// Its claim and volume are gone for good: the pod goes, and the StatefulSet
+			// creates both again, the claim from its template (sim_volumes_test.go).
+			w.loseClaim(ord)
+		case "deaf":
+			// Its etcd is cut off from its peers, not from the hook: its member is down for
+			// the cluster, it answers the hook, and removed it never hears of it.
+			w.deafen(p)
 		case "cut-off":
 			// Its etcd runs on, paused or behind a partition: it answers neither the hook nor
 			// its peers, and its pod's last status (running) stands.
@@ -361,7 +383,7 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		case simForkCluster, simForkMember, simForkCopy:
 			w.fork(p, arg(1))
 		case "heal":
-			p.crash, p.down, p.blind, p.slow, p.stuck, p.forked, p.nodeLost = false, false, false, false, false, "", false
+			p.crash, p.down, p.blind, p.slow, p.stuck, p.forked, p.nodeLost, p.deaf = false, false, false, false, false, "", false, false
 			delete(w.startDown, ord)
 			delete(w.attaching, ord)
 			if m != nil {
@@ -548,6 +570,8 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w = w.recreated()
 	case "pending", "catch-up":
 		w.paceCommand(t, cmd, args)
+	case "job-latency":
+		w.latencyCommand(t, line, args)
 	case "mount-delay":
 		base, err1 := time.ParseDuration(arg(0))
 		step, err2 := time.ParseDuration(arg(1))
@@ -611,7 +635,7 @@ func (w *simWorld) newCluster() {
 		m.id = w.nextID
 		w.nextID++
 		if d := w.data[m.ord]; d != nil && d.id == old {
-			d.id = m.id
+			d.id, d.cluster = m.id, w.clusterID
 		}
 		if w.leader == old {
 			w.leader = m.id

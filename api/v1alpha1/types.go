@@ -449,12 +449,21 @@ type EtcdClusterStatus struct {
 	// +optional
 	CurrentVersion string `json:"currentVersion,omitempty"`
 	// V2LogIndex is the raft index up to which etcd v3.5 members may have written etcd v2
-	// requests to the raft log, recorded when the last v3.5 member left. etcd v3.7 cannot
-	// apply them, so the move to v3.7 waits until every member has taken a raft snapshot past
-	// it. Cleared once every member runs v3.7.
+	// requests to the raft log, recorded when the last v3.5 member left (or, with no record,
+	// the highest raft index seen when v3.7 is asked for). etcd v3.7 cannot apply them, so the
+	// move to v3.7 waits until every member has taken a raft snapshot past it. -1: the cluster
+	// was created on v3.6 or later and never ran v3.5. Cleared once every member runs v3.7.
+	// The join ConfigMap keeps a copy (annotation etcdops.dev/v2-log-index).
 	//
 	// +optional
 	V2LogIndex int64 `json:"v2LogIndex,omitempty"`
+	// ForkSeenSince is when the syncs began to see a second membership answer (EtcdForked). A
+	// sync that sees one holds; it is reported only from a sync at least 5 seconds after the
+	// first, so that one observation caught mid-election, or a pod IP reused while the caches
+	// lag, is not reported. Cleared by a sync that sees none.
+	//
+	// +optional
+	ForkSeenSince *metav1.Time `json:"forkSeenSince,omitempty"`
 	// Conditions: Available, Progressing, Degraded; BackedUp with spec.backup; VolumesExpanded
 	// once a volume grows (docs/operate.md, "Conditions").
 	//
@@ -498,7 +507,9 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	Maintenance *MaintenanceStatus `json:"maintenance,omitempty"`
-	// Recovery is the quorum recovery in progress, or the last one done.
+	// Recovery is the quorum recovery in progress, or the last one done. The join ConfigMap
+	// keeps a copy (annotation etcdops.dev/recovery); the later of the two is read. A phase
+	// the hook does not know stops every change.
 	//
 	// +optional
 	Recovery *RecoveryStatus `json:"recovery,omitempty"`
@@ -663,6 +674,13 @@ type LedgerRecord struct {
 	//
 	// +optional
 	Established bool `json:"established,omitempty"`
+	// PastIDs are the member IDs in hex the name carried before ID, oldest first, the last
+	// few kept: an answer under one of them at the name's pod is a member removed from the
+	// cluster that still runs there, not a second membership.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	PastIDs []string `json:"pastIDs,omitempty"`
 }
 
 // Phase summarises the cluster's state.

@@ -221,6 +221,26 @@ func (c storeClaims) Request(_ context.Context, namespace, name string, size res
 	return c.store.Update(pvc)
 }
 
+// Create creates the claim, unbound: the StatefulSet controller's provisioning binds it when
+// it creates the pod that uses it, as a class of volumeBindingMode WaitForFirstConsumer does.
+func (c storeClaims) Create(_ context.Context, claim *corev1.PersistentVolumeClaim) error {
+	if err := c.allowed("persistentvolumeclaims", "create"); err != nil {
+		return err
+	}
+	if claim.Namespace != c.store.Namespace {
+		return fmt.Errorf("%w: namespace %s", membertool.ErrClaimRefused, claim.Namespace)
+	}
+	if _, ok := c.store.Get("PersistentVolumeClaim", claim.Name); ok {
+		return fmt.Errorf("%w: persistentvolumeclaims %q already exists", membertool.ErrClaimExists, claim.Name)
+	}
+	pvc := claim.DeepCopy()
+	if pvc.Spec.StorageClassName == nil {
+		pvc.Spec.StorageClassName = ptr(DefaultStorageClass)
+	}
+	pvc.Status.Phase = corev1.ClaimPending
+	return c.store.Create(pvc)
+}
+
 // DeletePod deletes the pod under the UID precondition, as the API server does.
 func (c storeClaims) DeletePod(_ context.Context, namespace, name string, uid types.UID) error {
 	if err := c.allowed("pods", "delete"); err != nil {
