@@ -52,7 +52,8 @@ commands:
   restart-pod --member=POD --namespace=NS --uid=UID [--timeout=30s]
               (deletes the pod if its UID is still UID; the Kubernetes API, as expand-claim)
   backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination> [<lineage>]
-              [--keep=N] [--keep-for=DURATION] [--max-bandwidth=BYTES] [--work-dir=DIR]
+              [--keep=N] [--keep-for=DURATION] [--keep-hourly=N] [--keep-daily=N]
+              [--max-bandwidth=BYTES] [--work-dir=DIR]
               [--termination-log=FILE]
       destination: --s3-endpoint=URL --bucket=B [--prefix=P] [--region=R]
                    --credentials-dir=DIR [--ca-file=FILE]   or   --dir=DIR
