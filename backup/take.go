@@ -44,7 +44,10 @@ type TakeOptions struct {
 	BytesPerSecond int64
 	// SourceTimeout bounds asking one member about itself.
 	SourceTimeout time.Duration
-	Now           func() time.Time
+	// Survivor reads the snapshot from a member that has lost quorum (the survivor of a quorum
+	// recovery): its "no leader" does not refuse it. Endpoints are then the survivor's alone.
+	Survivor bool
+	Now      func() time.Time
 }
 
 // Origin is what a lineage's manifest says of the cluster beside its name and ID.
@@ -119,6 +122,9 @@ func askSource(ctx context.Context, o TakeOptions, ep string) (membership.Snapsh
 	defer op.Close()
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(o.SourceTimeout, 5*time.Second))
 	defer cancel()
+	if o.Survivor {
+		return op.SurvivorSnapshotSource(ctx)
+	}
 	return op.SnapshotSource(ctx)
 }
 

@@ -30,10 +30,12 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var keep, hourly, daily int
 	var keepFor time.Duration
 	var bandwidth int64
+	var survivor bool
 	var lf lineageFlags
 	lf.register(fs)
 	fs.StringVar(&cluster, "cluster", "", "cluster name, which names the snapshots")
 	fs.StringVar(&workDir, "work-dir", os.TempDir(), "directory the snapshot is verified in")
+	fs.BoolVar(&survivor, "survivor", false, "read from the survivor of a quorum recovery, which sees no leader (one endpoint)")
 	fs.StringVar(&termLog, "termination-log", "/dev/termination-log", "file the result is written to for the planner")
 	fs.IntVar(&keep, "keep", 0, "snapshots to keep, newest first; 0: no bound")
 	fs.DurationVar(&keepFor, "keep-for", 0, "how long snapshots are kept; 0: no bound")
@@ -50,6 +52,8 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		err = errors.New("--endpoints, --member and --cluster are required")
 	case !dest.Set():
 		err = errors.New("a destination is required: --s3-endpoint or --dir")
+	case survivor && strings.Contains(f.endpoints, ","):
+		err = errors.New("--survivor reads from one member: give its endpoint alone")
 	case keep < 0 || keepFor < 0 || hourly < 0 || daily < 0 || bandwidth < 0:
 		err = errors.New("--keep, --keep-for, --keep-hourly, --keep-daily and --max-bandwidth must not be negative")
 	}
@@ -92,6 +96,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		WorkDir:        workDir,
 		Retention:      backup.Retention{Keep: keep, KeepFor: keepFor, Hourly: hourly, Daily: daily},
 		BytesPerSecond: bandwidth,
+		Survivor:       survivor,
 		Now:            time.Now,
 	})
 	switch {

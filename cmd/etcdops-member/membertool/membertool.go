@@ -53,12 +53,15 @@ commands:
               (deletes the pod if its UID is still UID; the Kubernetes API, as expand-claim)
   backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination> [<lineage>]
               [--keep=N] [--keep-for=DURATION] [--keep-hourly=N] [--keep-daily=N]
-              [--max-bandwidth=BYTES] [--work-dir=DIR]
+              [--max-bandwidth=BYTES] [--work-dir=DIR] [--survivor]
               [--termination-log=FILE]
       destination: --s3-endpoint=URL --bucket=B [--prefix=P] [--region=R]
                    --credentials-dir=DIR [--ca-file=FILE]   or   --dir=DIR
       lineage: [--cluster-id=HEX] [--namespace=NS] [--cluster-uid=UID]
                [--restored-lineage=HEX --restored-revision=N --restored-time=RFC3339]
+  drill       --endpoints=URL[,URL] --cluster=NAME --cluster-id=HEX <destination> --etcd=PATH
+              [--max-bandwidth=BYTES] [--work-dir=DIR] [--termination-log=FILE]
+              (restores the newest backup and compares it with the live cluster)
   stream-backup --endpoints=URL[,URL] --cluster=NAME <destination> [<lineage>] [--interval=30s]
               [--max-chunk-bytes=4194304] [--max-bandwidth=BYTES] [--work-dir=DIR]
               [--metrics-addr=:9480] [--writer=POD]   (runs until stopped)
@@ -99,6 +102,8 @@ func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return runRestartPod(ctx, claims, rest, stdout, stderr)
 	case "stream-backup":
 		return runStreamBackup(ctx, rest, stdout, stderr)
+	case "drill":
+		return runDrill(ctx, rest, stdout, stderr)
 	case "lineages":
 		return runLineages(ctx, rest, stdout, stderr)
 	case "probe":
