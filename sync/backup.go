@@ -51,22 +51,31 @@ const (
 	backupCAKey          = "ca.crt"
 )
 
-// backupTrigger is why a backup is due: a schedule time, or an on-demand request.
+// backupTrigger is why a backup is due: a schedule time, an on-demand request, or a risky
+// step it guards (guard.go).
 type backupTrigger struct {
 	scheduled time.Time
 	request   string
+	guard     *v1alpha1.StepGuard
 }
 
-// label is the trigger as a label value: the schedule time, or a hash of the request.
+// label is the trigger as a label value: the schedule time, a hash of the request, or of the
+// guarded step and when its snapshot was asked for.
 func (t backupTrigger) label() string {
-	if t.request != "" {
+	switch {
+	case t.guard != nil:
+		return guardLabel(t.guard)
+	case t.request != "":
 		return "request-" + shortHash(t.request)
 	}
 	return "scheduled-" + t.scheduled.UTC().Format("20060102T150405Z")
 }
 
 func (t backupTrigger) String() string {
-	if t.request != "" {
+	switch {
+	case t.guard != nil:
+		return "before " + t.guard.Step
+	case t.request != "":
 		return fmt.Sprintf("requested (%s=%s)", v1alpha1.AnnotationBackupNow, t.request)
 	}
 	return "scheduled for " + t.scheduled.UTC().Format(time.RFC3339)
@@ -133,6 +142,19 @@ func (p *planner) backupDue() (step, bool) {
 		// would lose its count of attempts. One backup at a time.
 		return step{}, false
 	}
+	s := p.backupStep(t)
+	if t.request != "" {
+		s.backup.LastRequest = t.request
+	} else {
+		at := metav1.NewTime(t.scheduled)
+		s.backup.LastScheduleTime = &at
+	}
+	return s, true
+}
+
+// backupStep starts a backup Job for trigger t, with status.backup as this sync leaves it so
+// far in the step, to be changed by the caller.
+func (p *planner) backupStep(t backupTrigger) step {
 	// The endpoints are every voter's, highest ordinal first, so that the Job stays the same
 	// while the membership does; the member tool asks each and reads from a healthy
 	// follower before the leader.
@@ -151,15 +173,13 @@ func (p *planner) backupDue() (step, bool) {
 	}
 	s := p.base(Action{Type: TakeBackup, Member: name, Reason: "backup " + t.String() + ": snapshot from a follower, " + name + " preferred"}, resyncSoon)
 	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), lineage: p.lineageArgs(), clientSecret: p.tls.clientSecret}
-	rec := (&backupRecord{st: p.stage.backup, prev: p.obs.Cluster.Status.Backup}).changed()
-	if t.request != "" {
-		rec.LastRequest = t.request
-	} else {
-		at := metav1.NewTime(t.scheduled)
-		rec.LastScheduleTime = &at
-	}
-	s.backup = rec
-	return s, true
+	s.backup = p.backupRecord().changed()
+	return s
+}
+
+// backupRecord is status.backup as the Job stage left it, to be changed.
+func (p *planner) backupRecord() *backupRecord {
+	return &backupRecord{st: p.stage.backup, prev: p.obs.Cluster.Status.Backup}
 }
 
 // backupRecord is status.backup as this sync leaves it so far: st is nil until something is
@@ -198,13 +218,16 @@ func (p *planner) backupJob(j *batchv1.Job, rec *backupRecord) (s step, keep boo
 		b := rec.changed()
 		b.LastSuccessfulTime = &metav1.Time{Time: at}
 		b.LastSuccessful = &v1alpha1.BackupRecord{Object: r.Object, Revision: r.Revision, Size: r.Size, SHA256: r.SHA256, Member: p.memberNameOf(r.MemberID), Time: metav1.NewTime(at)}
+		guarded(b, j, nil)
 	case jobFailed:
 		r, _ := p.backupResult(j, corev1.PodFailed)
 		reason := r.Error
 		if reason == "" {
 			reason = jobFailureMessage(j)
 		}
-		rec.changed().LastFailure = &v1alpha1.BackupFailure{Job: j.Name, Reason: reason, Time: metav1.NewTime(at)}
+		b := rec.changed()
+		b.LastFailure = &v1alpha1.BackupFailure{Job: j.Name, Reason: reason, Time: metav1.NewTime(at)}
+		guarded(b, j, b.LastFailure)
 	}
 	return step{}, false
 }
@@ -212,21 +235,9 @@ func (p *planner) backupJob(j *batchv1.Job, rec *backupRecord) (s step, keep boo
 // backupResult reads the report of a pod of Job j that ended in phase (a succeeded Job has
 // one; the failed pods of a failed Job each tell why).
 func (p *planner) backupResult(j *batchv1.Job, phase corev1.PodPhase) (backupresult.Result, bool) {
-	var pods []*corev1.Pod
-	for i := range p.obs.Pods {
-		pod := &p.obs.Pods[i]
-		if pod.Labels[LabelBackupOf] == p.c.Name && pod.Labels[batchv1.JobNameLabel] == j.Name && pod.Status.Phase == phase {
-			pods = append(pods, pod)
-		}
-	}
-	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(b.Name, a.Name) })
-	for _, pod := range pods {
-		for _, cs := range pod.Status.ContainerStatuses {
-			if t := cs.State.Terminated; t != nil && t.Message != "" {
-				if r, err := backupresult.Decode(t.Message); err == nil {
-					return r, true
-				}
-			}
+	for _, msg := range p.jobReports(j, phase) {
+		if r, err := backupresult.Decode(msg); err == nil {
+			return r, true
 		}
 	}
 	return backupresult.Result{}, false
@@ -332,6 +343,7 @@ func backupPod(c *v1alpha1.EtcdCluster, j memberJob, labels, podLabels map[strin
 // backupResync is when the next schedule time falls, if sooner than resync: Metacontroller
 // resyncs on its own only every resyncPeriodSeconds.
 func (v *view) backupResync(resync float64) float64 {
+	resync = v.drillResync(resync)
 	b := v.c.Spec.Backup
 	if b == nil || b.Suspend || v.schedule == nil {
 		return resync
@@ -367,6 +379,7 @@ func (v *view) backupCondition(st *v1alpha1.EtcdClusterStatus) {
 	}
 	v.streamCondition(st, &cond)
 	setConditionValue(st, v.obs, cond)
+	v.drillCondition(st)
 }
 
 // overdue: not suspended, and two schedule times have passed since last.

@@ -65,6 +65,10 @@ type memberJob struct {
 	// (view.lineageArgs).
 	backupFor string
 	lineage   []string
+	// survivor: a backup from the survivor of a quorum recovery, which sees no leader.
+	survivor bool
+	// clusterID and image: drill, the lineage it restores and the etcd image it runs.
+	clusterID, image string
 	// clientSecret is the client certificate the tool presents; "" while no member serves TLS.
 	clientSecret string
 	// claim and size: expand-claim, the claim and the storage it is to ask for.
@@ -99,6 +103,14 @@ func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbBackup {
 		args = append(args, backupArgs(c)...)
 		args = append(args, j.lineage...)
+		if j.survivor {
+			args = append(args, "--survivor")
+		}
+	}
+	if j.verb == verbDrill {
+		// The Job runs the etcd image, the member tool copied in beside it (drillPod).
+		args[0] = toolPath
+		args = append(args, drillArgs(c, j.clusterID)...)
 	}
 	if j.clientSecret != "" {
 		args = append(args, "--cacert="+ClientTLSDir+"/ca.crt", "--cert="+ClientTLSDir+"/tls.crt", "--key="+ClientTLSDir+"/tls.key")
@@ -148,8 +160,11 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 			"spec":     podSpec,
 		},
 	}
-	if j.verb == verbBackup {
+	switch j.verb {
+	case verbBackup:
 		backupPod(c, j, labels, podLabels, spec, podSpec, container)
+	case verbDrill:
+		drillPod(cfg, c, j, labels, podLabels, spec, podSpec, container)
 	}
 	hash := shortHash([]any{labels, j.id, spec})
 	name := fmt.Sprintf("%s-%s-%s", c.Name, j.verb, j.member)

@@ -291,6 +291,12 @@ func TestRandomSingleFaults(t *testing.T) {
 			// one that grows them on the node a minute after the volume.
 			w.volumes.offline, w.volumes.nodeOnline = seed%4 == 1, seed == 3
 			w.faulty = true
+			if seed%3 == 2 {
+				// Seeds 2 and 5 back up hourly and drill daily: risky steps wait for their snapshots,
+				// and the storage refuses for a while among the faults.
+				w.cluster.Spec.Backup = simBackupSpec("@hourly")
+				w.cluster.Spec.Backup.Verify = &v1alpha1.BackupVerify{Schedule: "@daily"}
+			}
 			changes := []func(){
 				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },
 				func() { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} },
@@ -332,6 +338,10 @@ func TestRandomSingleFaults(t *testing.T) {
 				func() { // the claims' class stops allowing expansion for a while
 					w.volumes.noExpansion = true
 					heal = append(heal, func() { w.volumes.noExpansion = false })
+				},
+				func() { // the backups' storage refuses for a while (sim_guard_test.go)
+					w.destination.refuses = true
+					heal = append(heal, func() { w.destination.refuses = false })
 				},
 			}, w.slowFaults(&heal)...)
 			for _, change := range changes {

@@ -38,6 +38,7 @@ const (
 	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
 	ReasonTLSSecretMissing         = "TLSSecretMissing"
 	ReasonTLSCertificate           = "TLSCertificateInvalid"
+	ReasonStepSnapshotFailed       = "StepSnapshotFailed"
 	ReasonBlocked                  = "Blocked"
 )
 
@@ -76,6 +77,8 @@ func stepDeadline(t ActionType) time.Duration {
 		return replaceDeadline
 	case AddLearner, PromoteLearner, RemoveMember, MoveLeader, Compact, Defragment, DisarmAlarm, TakeBackup, UpdatePeerURL, ExpandVolume:
 		return jobDeadline * time.Second
+	case RestoreDrill:
+		return drillDeadline * time.Second
 	case ScaleStatefulSet, Bootstrap:
 		return stuckAfter
 	}

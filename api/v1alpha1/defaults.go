@@ -82,6 +82,14 @@ func Defaulted(c EtcdCluster) EtcdCluster {
 			q := resource.MustParse(DefaultBackupMaxBandwidth)
 			b.MaxBandwidth = &q
 		}
+		g := RiskyStepSnapshots{}
+		if b.BeforeRiskySteps != nil {
+			g = *b.BeforeRiskySteps
+		}
+		if g.MaxAge == nil {
+			g.MaxAge = &metav1.Duration{Duration: DefaultRiskyStepMaxAge}
+		}
+		b.BeforeRiskySteps = &g
 		if b.Continuous != nil {
 			c := *b.Continuous
 			if c.Interval == nil {

@@ -405,8 +405,9 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	V2LogIndex int64 `json:"v2LogIndex,omitempty"`
-	// Conditions: Available, Progressing, Degraded; BackedUp with spec.backup; VolumesExpanded
-	// once a volume grows (docs/operate.md, "Conditions").
+	// Conditions: Available, Progressing, Degraded; BackedUp with spec.backup; BackupVerified
+	// with spec.backup.verify; VolumesExpanded once a volume grows (docs/operate.md,
+	// "Conditions").
 	//
 	// +listType=map
 	// +listMapKey=type
@@ -720,8 +721,8 @@ type VolumeStatus struct {
 type Action struct {
 	// Type: Steady, Wait, Hold, Bootstrap, AddLearner, PromoteLearner, RemoveMember,
 	// MoveLeader, ReplacePod, ScaleStatefulSet, Teardown, Compact, Defragment, DisarmAlarm,
-	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod (docs/operate.md,
-	// "Actions").
+	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod, RestoreDrill
+	// (docs/operate.md, "Actions").
 	//
 	// +optional
 	Type string `json:"type"`
