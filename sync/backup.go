@@ -275,6 +275,12 @@ func backupArgs(c *v1alpha1.EtcdCluster) []string {
 		if r.KeepFor != nil {
 			args = append(args, "--keep-for="+r.KeepFor.Duration.String())
 		}
+		if r.KeepHourly != nil {
+			args = append(args, fmt.Sprintf("--keep-hourly=%d", *r.KeepHourly))
+		}
+		if r.KeepDaily != nil {
+			args = append(args, fmt.Sprintf("--keep-daily=%d", *r.KeepDaily))
+		}
 	}
 	if q := b.MaxBandwidth; q != nil {
 		args = append(args, fmt.Sprintf("--max-bandwidth=%d", q.Value()))
@@ -415,6 +421,9 @@ func recordRestoredRevision(obs *Observed, c *v1alpha1.EtcdCluster, st *v1alpha1
 		st.RestoredRevision, st.RestoredLineage = p.Revision, p.Lineage
 		if !p.Time.IsZero() {
 			st.RestoredTime = &metav1.MicroTime{Time: p.Time}
+		}
+		if p.Took > 0 {
+			st.RestoreDuration = &metav1.Duration{Duration: p.Took}
 		}
 	}
 }

@@ -141,6 +141,7 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		// The seed reports the revision it restored once; status keeps it.
 		RestoredRevision: prev.RestoredRevision,
 		RestoredTime:     prev.RestoredTime,
+		RestoreDuration:  prev.RestoreDuration,
 		RestoredLineage:  prev.RestoredLineage,
 		Client:           prev.Client,
 	}

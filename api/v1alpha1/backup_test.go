@@ -118,10 +118,14 @@ func TestDefaultedBackup(t *testing.T) {
 	if d.Spec.Backup.MaxBandwidth == nil || d.Spec.Backup.MaxBandwidth.String() != DefaultBackupMaxBandwidth || d.Spec.Bootstrap.FromBackup.Name != LatestBackup {
 		t.Fatalf("defaults: %+v %+v", d.Spec.Backup, d.Spec.Bootstrap.FromBackup)
 	}
-	if g := d.Spec.Backup.BeforeRiskySteps; g == nil || g.MaxAge == nil || g.MaxAge.Duration != DefaultRiskyStepMaxAge {
+	if d.Spec.Backup.BeforeRiskySteps != nil {
+		t.Fatalf("beforeRiskySteps unset defaults to %+v: the planner's own default applies, as the API server leaves it unset", d.Spec.Backup.BeforeRiskySteps)
+	}
+	c.Spec.Backup.BeforeRiskySteps = &RiskyStepSnapshots{}
+	if g := Defaulted(c).Spec.Backup.BeforeRiskySteps; g == nil || g.MaxAge == nil || g.MaxAge.Duration != DefaultRiskyStepMaxAge {
 		t.Fatalf("beforeRiskySteps defaults: %+v", g)
 	}
-	if c.Spec.Backup.MaxBandwidth != nil || c.Spec.Backup.BeforeRiskySteps != nil || c.Spec.Bootstrap.FromBackup.Name != "" {
+	if c.Spec.Backup.MaxBandwidth != nil || c.Spec.Backup.BeforeRiskySteps.MaxAge != nil || c.Spec.Bootstrap.FromBackup.Name != "" {
 		t.Fatal("Defaulted changed its argument")
 	}
 	c.Spec.Backup.Continuous = &ContinuousBackup{}

@@ -82,14 +82,9 @@ func Defaulted(c EtcdCluster) EtcdCluster {
 			q := resource.MustParse(DefaultBackupMaxBandwidth)
 			b.MaxBandwidth = &q
 		}
-		g := RiskyStepSnapshots{}
-		if b.BeforeRiskySteps != nil {
-			g = *b.BeforeRiskySteps
+		if b.BeforeRiskySteps != nil && b.BeforeRiskySteps.MaxAge == nil {
+			b.BeforeRiskySteps = &RiskyStepSnapshots{MaxAge: &metav1.Duration{Duration: DefaultRiskyStepMaxAge}}
 		}
-		if g.MaxAge == nil {
-			g.MaxAge = &metav1.Duration{Duration: DefaultRiskyStepMaxAge}
-		}
-		b.BeforeRiskySteps = &g
 		if b.Continuous != nil {
 			c := *b.Continuous
 			if c.Interval == nil {

@@ -475,6 +475,11 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	RestoredTime *metav1.MicroTime `json:"restoredTime,omitempty"`
+	// RestoreDuration is how long the seed's restore took: fetching and checking the snapshot,
+	// restoring it and replaying the changes after it. Unset when the seed does not say.
+	//
+	// +optional
+	RestoreDuration *metav1.Duration `json:"restoreDuration,omitempty"`
 	// RestoredLineage is the lineage the seed restored from: the etcd cluster ID (hex) of
 	// the cluster that stored it, or "legacy".
 	//

@@ -12,6 +12,7 @@ import (
 
 	"etcdops.dev/etcdops/backupresult"
 	"etcdops.dev/etcdops/internal/etcdbin"
+	"etcdops.dev/etcdops/joinstate"
 )
 
 // The drill command restores the newest backup with the etcd binary it is given, reports the
@@ -65,5 +66,41 @@ func TestDrillReportsToTheTerminationLog(t *testing.T) {
 
 	if code, _, errOut := run("drill", "--endpoints="+ep, "--cluster=e", "--dir="+store); code != ExitUsage || !strings.Contains(errOut, "--cluster-id") {
 		t.Fatalf("drill without --cluster-id: exit %d, %s", code, errOut)
+	}
+}
+
+// A seed whose restore fails says why in its termination message, for the planner, and exits
+// for the kubelet to start it again; one that restores says how long it took.
+func TestLaunchReportsItsRestore(t *testing.T) {
+	dir := t.TempDir()
+	store := filepath.Join(dir, "claim")
+	termLog := filepath.Join(dir, "termination-log")
+	joinFile := filepath.Join(dir, "join-state.json")
+	state := joinstate.State{Token: "ns/e/uid-2", ClusterState: joinstate.StateNew,
+		Members: []joinstate.Member{{Name: "e-0", PeerURL: "http://127.0.0.1:2380", Incarnation: 0}},
+		Restore: &joinstate.Restore{Member: "e-0", Backup: "latest"}}
+	if err := os.WriteFile(joinFile, []byte(joinstate.Encode(state)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	launch := []string{"launch", "--join-state=" + joinFile, "--name=e-0", "--data-dir=" + filepath.Join(dir, "volume", "data"), "--etcd=/usr/local/bin/etcd",
+		"--termination-log=" + termLog, "--restore-dir=" + store, "--"}
+	if code, _, errOut := run(launch...); code != ExitRetryable {
+		t.Fatalf("launch with nothing to restore: exit %d: %s", code, errOut)
+	}
+	if msg, _ := os.ReadFile(termLog); !strings.HasPrefix(string(msg), joinstate.RestoreFailed) || !strings.Contains(string(msg), "no snapshot") {
+		t.Fatalf("termination message of a failed restore: %q", msg)
+	}
+
+	ep, _ := startSeed(t)
+	if code, _, errOut := run("backup", "--endpoints="+ep, "--member=e-0", "--cluster=e", "--dir="+store, "--work-dir="+t.TempDir(),
+		"--termination-log="+filepath.Join(dir, "backup-log")); code != ExitOK {
+		t.Fatalf("backup: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := run(launch...); code != ExitOK {
+		t.Fatalf("launch with a snapshot to restore: exit %d: %s", code, errOut)
+	}
+	msg, _ := os.ReadFile(termLog)
+	if p, ok := joinstate.ParseRestored(string(msg)); !ok || p.Took <= 0 {
+		t.Fatalf("termination message after the restore %q: %+v", msg, p)
 	}
 }

@@ -346,11 +346,28 @@ func LaunchArgv(args []string) (argv []string, d launcher.Decision, restored str
 	return argv, d, restored, err
 }
 
-// restoreReport is what the launcher's restore restored, for its termination message.
-type restoreReport struct{ r backup.Restored }
+// restoreReport is what the launcher's restore restored, and how long it took, or why it
+// failed, for its termination message.
+type restoreReport struct {
+	r      backup.Restored
+	took   time.Duration
+	failed error
+}
 
 func (p *restoreReport) message() string {
-	return joinstate.RestoredMessage(joinstate.RestoredPoint{Revision: p.r.Revision, Time: p.r.Time, Lineage: p.r.Lineage, Object: p.r.Object})
+	return joinstate.RestoredMessage(joinstate.RestoredPoint{Revision: p.r.Revision, Time: p.r.Time, Lineage: p.r.Lineage, Object: p.r.Object, Took: p.took})
+}
+
+// maxTerminationMessage is what the kubelet keeps of a termination message.
+const maxTerminationMessage = 4096
+
+// failure is the termination message of a restore that failed: the planner reports it.
+func (p *restoreReport) failure() string {
+	msg := joinstate.RestoreFailed + p.failed.Error()
+	if len(msg) > maxTerminationMessage {
+		msg = msg[:maxTerminationMessage-3] + "..."
+	}
+	return msg
 }
 
 // parseLaunch reads launch's arguments: the launcher's options, the file its refusal or its
@@ -374,7 +391,9 @@ func parseLaunch(args []string) (launcher.Options, string, *restoreReport, error
 	if from.Set() {
 		etcd := o.Etcd
 		o.Restore = func(rt launcher.RestoreTarget) (err error) {
+			start := time.Now()
 			report.r, err = restoreSnapshot(from, rt, etcd, os.Stderr)
+			report.took, report.failed = time.Since(start), err
 			return err
 		}
 	}
@@ -394,6 +413,12 @@ func runLaunch(args []string, stderr io.Writer) int {
 		return ExitUsage
 	case err != nil:
 		fmt.Fprintf(stderr, "launch: %v\n", err)
+		if report != nil && report.failed != nil {
+			// The planner reads why the restore failed from the container's status.
+			if err := os.WriteFile(termLog, []byte(report.failure()), 0o644); err != nil {
+				fmt.Fprintf(stderr, "launch: termination log: %v\n", err)
+			}
+		}
 		return ExitRetryable
 	}
 	switch d.Kind {
