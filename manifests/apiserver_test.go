@@ -495,7 +495,7 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 			LastFailure:    &v1alpha1.BackupFailure{Job: "status-backup-status-2-0123456789", Reason: "no member can give a snapshot", Time: since},
 			Continuous: &v1alpha1.ContinuousBackupStatus{StoredRevision: 4711, StoredTime: &since, BehindSince: &since, Message: "changes wait unstored",
 				SupersededBy: "status-backup-stream-7d9c-x2 (writer 1f2e3d4c5b6a7988, since 2026-12-01T09:00:00Z)"},
-			LastDrillScheduleTime: &since,
+			LastDrillScheduleTime: &since, LastDrillRequest: "after-the-fix",
 			LastDrill: &v1alpha1.DrillRecord{Job: "status-drill-status-2-0123456789", Time: since, Result: v1alpha1.DrillMismatch,
 				Message: `key "/registry/a": its value differs`, Lineage: "8e9e05c52164694d", Snapshot: "s3://b/ns/status/lineages/8e9e05c52164694d/status-20261201T090000Z-r42.db",
 				RestoredRevision: 4711, Revision: 4711, Keys: 1523, Digest: "9f86d081884c7d65", RestoreDuration: &metav1.Duration{Duration: 12 * time.Second}},

@@ -59,19 +59,45 @@ func (v *view) drillSchedule() cron.Schedule {
 	return sched
 }
 
-// dueDrill is the latest schedule time of spec.backup.verify since the last one a drill was
-// started for (the cluster's creation before any), if one has fallen. Missed times are not
-// made up: one drill catches up.
-func (v *view) dueDrill() (time.Time, bool) {
+// drillTrigger is why a drill is due: a schedule time, or an on-demand request.
+type drillTrigger struct {
+	scheduled time.Time
+	request   string
+}
+
+// label is the trigger as a label value: the schedule time, or a hash of the request.
+func (t drillTrigger) label() string {
+	if t.request != "" {
+		return "request-" + shortHash(t.request)
+	}
+	return "scheduled-" + t.scheduled.UTC().Format("20060102T150405Z")
+}
+
+func (t drillTrigger) String() string {
+	if t.request != "" {
+		return fmt.Sprintf("requested (%s=%s)", v1alpha1.AnnotationDrillNow, t.request)
+	}
+	return "scheduled for " + t.scheduled.UTC().Format(time.RFC3339)
+}
+
+// dueDrill is the drill due now, if any: a request the last status has not taken, or the
+// latest schedule time of spec.backup.verify since the last one a drill was started for (the
+// cluster's creation before any). Missed times are not made up: one drill catches up.
+func (v *view) dueDrill() (drillTrigger, bool) {
 	sched := v.drillSchedule()
 	if sched == nil {
-		return time.Time{}, false
+		return drillTrigger{}, false
+	}
+	last := v.obs.Cluster.Status.Backup
+	if req := v.c.Annotations[v1alpha1.AnnotationDrillNow]; req != "" && (last == nil || last.LastDrillRequest != req) {
+		return drillTrigger{request: req}, true
 	}
 	from := v.c.CreationTimestamp.Time
-	if last := v.obs.Cluster.Status.Backup; last != nil && last.LastDrillScheduleTime != nil {
+	if last != nil && last.LastDrillScheduleTime != nil {
 		from = last.LastDrillScheduleTime.Time
 	}
-	return latestTick(sched.Next, from, v.obs.Now)
+	t, ok := latestTick(sched.Next, from, v.obs.Now)
+	return drillTrigger{scheduled: t}, ok
 }
 
 // stored: something of the cluster's lineage is stored for a drill to restore.
@@ -84,7 +110,7 @@ func (v *view) stored() bool {
 // names the lineage) and something is stored. Before that the schedule time stays due: the
 // first drill runs once the first backup is in.
 func (p *planner) drillDue() (step, bool) {
-	at, ok := p.dueDrill()
+	t, ok := p.dueDrill()
 	id := p.knownClusterID()
 	if !ok || id == "" || !p.stored() {
 		return step{}, false
@@ -107,14 +133,17 @@ func (p *planner) drillDue() (step, bool) {
 			break
 		}
 	}
-	label := "scheduled-" + at.UTC().Format("20060102T150405Z")
-	s := p.base(Action{Type: RestoreDrill, Member: name, Reason: fmt.Sprintf("restore drill scheduled for %s: the newest backup of lineage %s restored and compared with %s",
-		at.UTC().Format(time.RFC3339), id, name)}, resyncSoon)
-	s.job = &memberJob{verb: verbDrill, member: voters[len(voters)-1].name, endpoints: eps, backupFor: label, clusterID: id,
+	s := p.base(Action{Type: RestoreDrill, Member: name, Reason: fmt.Sprintf("restore drill %s: the newest backup of lineage %s restored and compared with %s",
+		t, id, name)}, resyncSoon)
+	s.job = &memberJob{verb: verbDrill, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), clusterID: id,
 		image: p.spec.template.Spec.Containers[0].Image, clientSecret: p.tls.clientSecret}
-	rec := (&backupRecord{st: p.stage.backup, prev: p.obs.Cluster.Status.Backup}).changed()
-	t := metav1.NewTime(at)
-	rec.LastDrillScheduleTime = &t
+	rec := p.backupRecord().changed()
+	if t.request != "" {
+		rec.LastDrillRequest = t.request
+	} else {
+		at := metav1.NewTime(t.scheduled)
+		rec.LastDrillScheduleTime = &at
+	}
 	s.backup = rec
 	return s, true
 }

@@ -97,6 +97,11 @@ const (
 // the whole key space.
 const MinDrillInterval = time.Hour
 
+// AnnotationDrillNow on an EtcdCluster with spec.backup.verify asks for one restore drill now;
+// its value names the request, so setting a new value asks again
+// (status.backup.lastDrillRequest records the last one taken).
+const AnnotationDrillNow = "etcdops.dev/drill-now"
+
 // AnnotationProceedWithoutSnapshot on an EtcdCluster lets the risky step it names (the step
 // in status.backup.guard.step, e.g. "upgrade-v3.7.3") go ahead without the snapshot that
 // would guard it: for a backup that keeps failing while the step cannot wait.
@@ -331,6 +336,10 @@ type BackupStatus struct {
 	//
 	// +optional
 	LastDrillScheduleTime *metav1.Time `json:"lastDrillScheduleTime,omitempty"`
+	// LastDrillRequest is the value of the etcdops.dev/drill-now annotation last taken.
+	//
+	// +optional
+	LastDrillRequest string `json:"lastDrillRequest,omitempty"`
 	// LastDrill is the last restore drill that finished.
 	//
 	// +optional
