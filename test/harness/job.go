@@ -42,10 +42,10 @@ type Jobs struct {
 	// write into a restored copy.
 	drillSeam func(ctx context.Context, restored *clientv3.Client) error
 	running   map[string]bool // Job name → an attempt is running
-	attempts map[string]int
-	retryAt  map[string]time.Time
-	finished map[string]time.Time
-	seq      int
+	attempts  map[string]int
+	retryAt   map[string]time.Time
+	finished  map[string]time.Time
+	seq       int
 }
 
 // NewJobs returns the Job controller.
