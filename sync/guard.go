@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -188,15 +189,18 @@ func (p *planner) guardBackup(rec *backupRecord, g *v1alpha1.StepGuard, survivor
 	return s
 }
 
-// guardNote names, in the reason of a step of the risky step a guard is open for (ahead, as
-// riskyStep names it; a quorum recovery's own steps), the snapshot that guards it, so that
-// status.history says it too.
-func guardNote(s step, b *v1alpha1.BackupStatus, ahead string) step {
-	if b == nil || b.Guard == nil || b.Guard.Done != nil || !isStep(s.action.Type) || s.action.Type == TakeBackup || s.action.Type == RestoreDrill {
+// guardNote names, in the reason of decided step s, when it is a step of the risky step a
+// guard is open for (the one riskyStep names ahead; a quorum recovery's own steps), the
+// snapshot that guards it, so that status.history says it too. recorded holds what the phases
+// that decided nothing recorded.
+func (p *planner) guardNote(s, recorded step) step {
+	b := cmp.Or(s.backup, recorded.backup, p.stage.backup, p.obs.Cluster.Status.Backup)
+	if p.c.Spec.Backup == nil || b == nil || b.Guard == nil || b.Guard.Done != nil || !isStep(s.action.Type) || s.action.Type == TakeBackup || s.action.Type == RestoreDrill {
 		return s
 	}
 	g := b.Guard
-	if recovery := strings.HasPrefix(g.Step, "recovery-"); recovery && s.action.Type != RecoverQuorum || !recovery && g.Step != ahead {
+	recovery := strings.HasPrefix(g.Step, "recovery-")
+	if ahead, _ := p.riskyStep(); recovery && s.action.Type != RecoverQuorum || !recovery && g.Step != ahead {
 		return s
 	}
 	switch {

@@ -1,7 +1,6 @@
 package sync
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -112,8 +111,7 @@ func (p *planner) decideStep() step {
 	}
 	// Nothing is outstanding here but a backup, which p.stage.keep holds.
 	s, recorded := p.change()
-	ahead, _ := p.riskyStep()
-	s = guardNote(s, cmp.Or(s.backup, recorded.backup, p.stage.backup, p.obs.Cluster.Status.Backup), ahead)
+	s = p.guardNote(s, recorded)
 	if j := p.stage.exhausted; j != nil && (s.job != nil && s.job.verb == j.Labels[LabelAction] && s.job.member == j.Labels[LabelMember] || slices.Contains(s.keep, j)) {
 		s = p.exhaustedHold(j)
 		s.keep = []*batchv1.Job{j}
