@@ -225,3 +225,28 @@ func TestDrillPartlyWhenNothingReachesARevisionServed(t *testing.T) {
 	}
 	t.Logf("%s", r.Message)
 }
+
+// TestDrillReadsTheLiveClusterAtItsBound: the live side is read at BytesPerSecond, as a backup
+// reads its snapshot: 400 KiB of values at 100 KiB a second take at least three seconds beyond
+// the first second's burst.
+func TestDrillReadsTheLiveClusterAtItsBound(t *testing.T) {
+	d := drilledCluster(t, 1, false)
+	value := strings.Repeat("v", 4<<10)
+	for i := range 100 {
+		if _, err := d.cli.Put(context.Background(), fmt.Sprintf("big/%03d", i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Take(context.Background(), takeOptions(t, d.s, d.eps, time.Now)); err != nil {
+		t.Fatal(err)
+	}
+	o := d.options(t)
+	o.BytesPerSecond, o.PageKeys = 100<<10, 10
+	start := time.Now()
+	r := Drill(context.Background(), o)
+	took := time.Since(start) - time.Duration(r.RestoreSeconds*float64(time.Second))
+	if r.Outcome != backupresult.DrillPassed || took < 3*time.Second {
+		t.Fatalf("drill of 400 KiB at 100 KiB/s compared in %s: %+v", took, r)
+	}
+	t.Logf("compared in %s", took)
+}
