@@ -28,20 +28,26 @@ const (
 
 // The seed of a cluster bootstrapped from a snapshot says which revision it restored the
 // same way: it ends its container once with a termination message of Restored and the
-// revision, and starts etcd on the restored data when the container restarts.
-const Restored = "launch restored: revision "
+// revision, and starts etcd on the restored data when the container restarts. A restore that
+// fails ends the container with RestoreFailed and the reason; the kubelet starts it again.
+const (
+	Restored      = "launch restored: revision "
+	RestoreFailed = "launch restore failed: "
+)
 
 // RestoredPoint is what a seed restored: the revision, when it was stored (zero when the
-// backup does not say), the lineage and the snapshot object it came from.
+// backup does not say), the lineage and the snapshot object it came from, and how long the
+// restore took (zero when not said).
 type RestoredPoint struct {
 	Revision int64
 	Time     time.Time
 	Lineage  string
 	Object   string
+	Took     time.Duration
 }
 
 // RestoredMessage is the seed's termination message after it restored p:
-// "launch restored: revision R [at TIME] [of lineage L] from OBJECT".
+// "launch restored: revision R [at TIME] [of lineage L] [in DURATION] from OBJECT".
 func RestoredMessage(p RestoredPoint) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s%d", Restored, p.Revision)
@@ -50,6 +56,9 @@ func RestoredMessage(p RestoredPoint) string {
 	}
 	if p.Lineage != "" {
 		b.WriteString(" of lineage " + p.Lineage)
+	}
+	if p.Took > 0 {
+		b.WriteString(" in " + p.Took.Round(time.Millisecond).String())
 	}
 	b.WriteString(" from " + p.Object)
 	return b.String()
@@ -77,6 +86,13 @@ func ParseRestored(msg string) (RestoredPoint, bool) {
 	}
 	if l, ok := strings.CutPrefix(rest, "of lineage "); ok {
 		p.Lineage, rest, _ = strings.Cut(l, " ")
+	}
+	if in, ok := strings.CutPrefix(rest, "in "); ok {
+		var d string
+		d, rest, _ = strings.Cut(in, " ")
+		if p.Took, err = time.ParseDuration(d); err != nil {
+			return RestoredPoint{}, false
+		}
 	}
 	p.Object, _ = strings.CutPrefix(rest, "from ")
 	return p, true

@@ -50,7 +50,7 @@ const (
 	backupCADir          = "/etc/etcdops/backup/ca"
 	backupClaimDir       = "/var/lib/etcdops/backup"
 	backupCAKey          = "ca.crt"
-	// volumeBackupWork is the scratch volume of a backup Job and of the stream.
+	// volumeBackupWork is the scratch volume of a backup Job, a drill and the stream.
 	volumeBackupWork = "backup-work"
 )
 
@@ -80,22 +80,37 @@ func (v *view) largestDB() int64 {
 	return n
 }
 
-// backupTrigger is why a backup is due: a schedule time, or an on-demand request.
+// backupTrigger is why a backup is due: a schedule time, an on-demand request, a risky step
+// it guards (guard.go), or one whose pod was evicted for outgrowing its scratch volume, taken
+// again (retry, its label).
 type backupTrigger struct {
 	scheduled time.Time
 	request   string
+	guard     *v1alpha1.StepGuard
+	retry     string
 }
 
-// label is the trigger as a label value: the schedule time, or a hash of the request.
+// label is the trigger as a label value: the schedule time, a hash of the request, or of the
+// guarded step and when its snapshot was asked for.
 func (t backupTrigger) label() string {
-	if t.request != "" {
+	switch {
+	case t.retry != "":
+		return t.retry
+	case t.guard != nil:
+		return guardLabel(t.guard)
+	case t.request != "":
 		return "request-" + shortHash(t.request)
 	}
 	return "scheduled-" + t.scheduled.UTC().Format("20060102T150405Z")
 }
 
 func (t backupTrigger) String() string {
-	if t.request != "" {
+	switch {
+	case t.retry != "":
+		return "taken again: the database outgrew the scratch volume of the last one"
+	case t.guard != nil:
+		return "before " + t.guard.Step
+	case t.request != "":
 		return fmt.Sprintf("requested (%s=%s)", v1alpha1.AnnotationBackupNow, t.request)
 	}
 	return "scheduled for " + t.scheduled.UTC().Format(time.RFC3339)
@@ -163,6 +178,23 @@ func (p *planner) backupDue() (step, bool) {
 		// would lose its count of attempts. One backup at a time.
 		return step{}, false
 	}
+	if retry {
+		// The schedule time or request is recorded already: only the Job is new.
+		return p.backupStep(backupTrigger{retry: p.stage.backupRetry}), true
+	}
+	s := p.backupStep(t)
+	if t.request != "" {
+		s.backup.LastRequest = t.request
+	} else {
+		at := metav1.NewTime(t.scheduled)
+		s.backup.LastScheduleTime = &at
+	}
+	return s, true
+}
+
+// backupStep starts a backup Job for trigger t, with status.backup as this sync leaves it so
+// far in the step, to be changed by the caller.
+func (p *planner) backupStep(t backupTrigger) step {
 	// The endpoints are every voter's, highest ordinal first, so that the Job stays the same
 	// while the membership does; the member tool asks each and reads from a healthy
 	// follower before the leader.
@@ -180,23 +212,19 @@ func (p *planner) backupDue() (step, bool) {
 		}
 	}
 	scratch := scratchLimit(p.largestDB())
-	if retry {
-		// The schedule time or request is recorded already: only the Job is new.
-		s := p.base(Action{Type: TakeBackup, Member: name, Reason: "backup taken again: the database outgrew the scratch volume of the last one; now bounded to " + scratch + ", snapshot from a follower, " + name + " preferred"}, resyncSoon)
-		s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: p.stage.backupRetry, lineage: p.lineageArgs(), clientSecret: p.tls.clientSecret, scratch: scratch}
-		return s, true
+	reason := "backup " + t.String() + ": snapshot from a follower, " + name + " preferred"
+	if t.retry != "" {
+		reason = "backup " + t.String() + "; now bounded to " + scratch + ", snapshot from a follower, " + name + " preferred"
 	}
-	s := p.base(Action{Type: TakeBackup, Member: name, Reason: "backup " + t.String() + ": snapshot from a follower, " + name + " preferred"}, resyncSoon)
+	s := p.base(Action{Type: TakeBackup, Member: name, Reason: reason}, resyncSoon)
 	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), lineage: p.lineageArgs(), clientSecret: p.tls.clientSecret, scratch: scratch}
-	rec := (&backupRecord{st: p.stage.backup, prev: p.obs.Cluster.Status.Backup}).changed()
-	if t.request != "" {
-		rec.LastRequest = t.request
-	} else {
-		at := metav1.NewTime(t.scheduled)
-		rec.LastScheduleTime = &at
-	}
-	s.backup = rec
-	return s, true
+	s.backup = p.backupRecord().changed()
+	return s
+}
+
+// backupRecord is status.backup as the Job stage left it, to be changed.
+func (p *planner) backupRecord() *backupRecord {
+	return &backupRecord{st: p.stage.backup, prev: p.obs.Cluster.Status.Backup}
 }
 
 // backupRecord is status.backup as this sync leaves it so far: st is nil until something is
@@ -235,6 +263,7 @@ func (p *planner) backupJob(j *batchv1.Job, rec *backupRecord) (s step, keep boo
 		b := rec.changed()
 		b.LastSuccessfulTime = &metav1.Time{Time: at}
 		b.LastSuccessful = &v1alpha1.BackupRecord{Object: r.Object, Revision: r.Revision, Size: r.Size, SHA256: r.SHA256, Member: p.memberNameOf(r.MemberID), Time: metav1.NewTime(at)}
+		guarded(b, j, nil)
 	case jobFailed:
 		r, _ := p.backupResult(j, corev1.PodFailed)
 		reason := r.Error
@@ -244,7 +273,9 @@ func (p *planner) backupJob(j *batchv1.Job, rec *backupRecord) (s step, keep boo
 		if pod := p.evictedPod(j); pod != nil {
 			reason = "its pod was evicted: " + strings.TrimSpace(pod.Status.Message)
 		}
-		rec.changed().LastFailure = &v1alpha1.BackupFailure{Job: j.Name, Reason: reason, Time: metav1.NewTime(at)}
+		b := rec.changed()
+		b.LastFailure = &v1alpha1.BackupFailure{Job: j.Name, Reason: reason, Time: metav1.NewTime(at)}
+		guarded(b, j, b.LastFailure)
 	}
 	return step{}, false
 }
@@ -292,21 +323,9 @@ func (p *planner) outgrewScratch(j *batchv1.Job) bool {
 // backupResult reads the report of a pod of Job j that ended in phase (a succeeded Job has
 // one; the failed pods of a failed Job each tell why).
 func (p *planner) backupResult(j *batchv1.Job, phase corev1.PodPhase) (backupresult.Result, bool) {
-	var pods []*corev1.Pod
-	for i := range p.obs.Pods {
-		pod := &p.obs.Pods[i]
-		if pod.Labels[LabelBackupOf] == p.c.Name && pod.Labels[batchv1.JobNameLabel] == j.Name && pod.Status.Phase == phase {
-			pods = append(pods, pod)
-		}
-	}
-	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(b.Name, a.Name) })
-	for _, pod := range pods {
-		for _, cs := range pod.Status.ContainerStatuses {
-			if t := cs.State.Terminated; t != nil && t.Message != "" {
-				if r, err := backupresult.Decode(t.Message); err == nil {
-					return r, true
-				}
-			}
+	for _, msg := range p.jobReports(j, phase) {
+		if r, err := backupresult.Decode(msg); err == nil {
+			return r, true
 		}
 	}
 	return backupresult.Result{}, false
@@ -343,6 +362,12 @@ func backupArgs(c *v1alpha1.EtcdCluster) []string {
 		}
 		if r.KeepFor != nil {
 			args = append(args, "--keep-for="+r.KeepFor.Duration.String())
+		}
+		if r.KeepHourly != nil {
+			args = append(args, fmt.Sprintf("--keep-hourly=%d", *r.KeepHourly))
+		}
+		if r.KeepDaily != nil {
+			args = append(args, fmt.Sprintf("--keep-daily=%d", *r.KeepDaily))
 		}
 	}
 	if q := b.MaxBandwidth; q != nil {
@@ -412,6 +437,7 @@ func backupPod(c *v1alpha1.EtcdCluster, j memberJob, labels, podLabels map[strin
 // backupResync is when the next schedule time falls, if sooner than resync: Metacontroller
 // resyncs on its own only every resyncPeriodSeconds.
 func (v *view) backupResync(resync float64) float64 {
+	resync = v.drillResync(resync)
 	b := v.c.Spec.Backup
 	if b == nil || b.Suspend || v.schedule == nil {
 		return resync
@@ -447,6 +473,7 @@ func (v *view) backupCondition(st *v1alpha1.EtcdClusterStatus) {
 	}
 	v.streamCondition(st, &cond)
 	setConditionValue(st, v.obs, cond)
+	v.drillCondition(st)
 }
 
 // overdue: not suspended, and two schedule times have passed since last.
@@ -482,6 +509,9 @@ func recordRestoredRevision(obs *Observed, c *v1alpha1.EtcdCluster, st *v1alpha1
 		st.RestoredRevision, st.RestoredLineage = p.Revision, p.Lineage
 		if !p.Time.IsZero() {
 			st.RestoredTime = &metav1.MicroTime{Time: p.Time}
+		}
+		if p.Took > 0 {
+			st.RestoreDuration = &metav1.Duration{Duration: p.Took}
 		}
 	}
 }

@@ -65,13 +65,17 @@ type memberJob struct {
 	// (view.lineageArgs).
 	backupFor string
 	lineage   []string
+	// survivor: a backup from the survivor of a quorum recovery, which sees no leader.
+	survivor bool
+	// clusterID and image: drill, the lineage it restores and the etcd image it runs.
+	clusterID, image string
 	// clientSecret is the client certificate the tool presents; "" while no member serves TLS.
 	clientSecret string
 	// claim and size: expand-claim, the claim and the storage it is to ask for.
 	claim, size string
 	// podUID: restart-pod, the UID of the pod it deletes (the member's, as observed).
 	podUID string
-	// scratch: backup, the bound of its scratch volume (scratchLimit).
+	// scratch: backup and drill, the bound of its scratch volume (scratchLimit).
 	scratch string
 	// create: expand-claim creates the claim when it is missing, as the StatefulSet would.
 	create bool
@@ -108,6 +112,14 @@ func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbBackup {
 		args = append(args, backupArgs(c)...)
 		args = append(args, j.lineage...)
+		if j.survivor {
+			args = append(args, "--survivor")
+		}
+	}
+	if j.verb == verbDrill {
+		// The Job runs the etcd image, the member tool copied in beside it (drillPod).
+		args[0] = toolPath
+		args = append(args, drillArgs(c, j.clusterID)...)
 	}
 	if j.clientSecret != "" {
 		args = append(args, "--cacert="+ClientTLSDir+"/ca.crt", "--cert="+ClientTLSDir+"/tls.crt", "--key="+ClientTLSDir+"/tls.key")
@@ -127,8 +139,11 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	}
 
 	role := v1alpha1.ToolMemberJob
-	if j.verb == verbBackup {
+	switch j.verb {
+	case verbBackup:
 		role = v1alpha1.ToolBackup
+	case verbDrill:
+		role = v1alpha1.ToolDrill
 	}
 	container := object{"name": "member", "image": cfg.ToolImage, "command": j.args(c), "securityContext": containerSecurityContext(),
 		"resources": toolResources(c, role)}
@@ -165,8 +180,11 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 			"spec":     podSpec,
 		},
 	}
-	if j.verb == verbBackup {
+	switch j.verb {
+	case verbBackup:
 		backupPod(c, j, labels, podLabels, spec, podSpec, container)
+	case verbDrill:
+		drillPod(cfg, c, j, labels, podLabels, spec, podSpec, container)
 	}
 	hash := shortHash([]any{labels, j.id, spec})
 	name := fmt.Sprintf("%s-%s-%s", c.Name, j.verb, j.member)

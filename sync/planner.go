@@ -117,6 +117,7 @@ func (p *planner) decideStep() step {
 	}
 	// Nothing is outstanding here but a backup, which p.stage.keep holds.
 	s, recorded := p.change()
+	s = p.guardNote(s, recorded)
 	if j := p.stage.exhausted; j != nil && (s.job != nil && s.job.verb == j.Labels[LabelAction] && s.job.member == j.Labels[LabelMember] || slices.Contains(s.keep, j)) {
 		s = p.exhaustedHold(j)
 		s.keep = []*batchv1.Job{j}
@@ -144,13 +145,15 @@ func (p *planner) change() (decided, recorded step) {
 		p.failedMember,     // 16 planner.go: a failed voter: remove it to replace it
 	}
 	normal := []func() (step, bool){
-		p.configDrift,   // 17 planner.go: a pod on an outdated template: roll it
-		p.scaleOut,      // 18 planner.go: fewer members than the size: add a learner
-		p.scaleIn,       // 19 planner.go: more members than the size: remove the highest
-		p.upgrade,       // 20 planner.go: an etcd version to roll out
-		p.expandVolumes, // 21 volumes.go: a claim smaller than volumeSizeRequest: expand it; then restart pods for offline resizes
-		p.defragment,    // 22 maintenance.go: scheduled defragmentation
-		p.tlsWaiting,    // 23 tls.go: a TLS change waiting for its Secrets or its pods
+		p.stepSnapshot,  // 17 guard.go: a risky step ahead (a roll, a scale-in, a minor upgrade): a fresh snapshot first
+		p.configDrift,   // 18 planner.go: a pod on an outdated template: roll it
+		p.scaleOut,      // 19 planner.go: fewer members than the size: add a learner
+		p.scaleIn,       // 20 planner.go: more members than the size: remove the highest
+		p.upgrade,       // 21 planner.go: an etcd version to roll out
+		p.expandVolumes, // 22 volumes.go: a claim smaller than volumeSizeRequest: expand it; then restart pods for offline resizes
+		p.defragment,    // 23 maintenance.go: scheduled defragmentation
+		p.drillDue,      // 24 drill.go: a restore drill that is due
+		p.tlsWaiting,    // 25 tls.go: a TLS change waiting for its Secrets or its pods
 	}
 	for _, phase := range fixes {
 		s, ok := phase()
@@ -197,15 +200,20 @@ func (p *planner) memberJobs() jobStage {
 	}
 	for _, j := range p.jobs {
 		verb, who := j.Labels[LabelAction], j.Labels[LabelMember]
-		if verb == verbBackup {
-			// A backup's outcome goes into status.backup, not into a retry (backup.go). One
-			// outstanding is kept, and waited for only by what a fix does not need.
-			if s, keep := p.backupJob(j, backup); keep {
+		if verb == verbBackup || verb == verbDrill {
+			// A backup's or a drill's outcome goes into status.backup, not into a retry
+			// (backup.go, drill.go). One outstanding is kept, and waited for only by what a fix
+			// does not need.
+			jobOf := p.backupJob
+			if verb == verbDrill {
+				jobOf = p.drillJob
+			}
+			if s, keep := jobOf(j, backup); keep {
 				js.keep = append(js.keep, j)
 				if js.backupWait == nil {
 					js.backupWait = &s
 				}
-			} else if p.outgrewScratch(j) {
+			} else if verb == verbBackup && p.outgrewScratch(j) {
 				js.backupRetry = j.Labels[LabelBackupFor]
 			}
 			continue

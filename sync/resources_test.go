@@ -105,6 +105,14 @@ func TestEveryPodPassesAQuota(t *testing.T) {
 		}
 		maps.Copy(pods, renderedPods(t, map[string]string{"Job/" + j.Name: string(b)}))
 	}
+	// A restore drill runs etcd's image, the member tool copied in.
+	drill := memberJob{verb: verbDrill, member: "etcd-1", endpoints: []string{"http://etcd-0.etcd.default.svc:2379"}, clusterID: "c1",
+		image: "registry.example.test/etcd:v3.6.16", scratch: scratchLimit(2 * (700 << 20))}.render(simConfig, &c)
+	b, err := json.Marshal(drill.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(pods, renderedPods(t, map[string]string{"Job/" + drill.Name: string(b)}))
 
 	for key, spec := range pods {
 		for _, problem := range quotaRefusals(spec) {
@@ -115,6 +123,9 @@ func TestEveryPodPassesAQuota(t *testing.T) {
 			secrets = append(secrets, r.Name)
 		}
 		want := []string{"tool-registry"}
+		if strings.Contains(key, "-drill-") {
+			want = []string{"etcd-registry", "tool-registry"}
+		}
 		if strings.HasPrefix(key, "StatefulSet/") {
 			want = []string{"etcd-registry", "tool-registry"}
 			etcd, install := spec.Containers[0], spec.InitContainers[0]
@@ -125,9 +136,13 @@ func TestEveryPodPassesAQuota(t *testing.T) {
 		if !slices.Equal(secrets, want) {
 			t.Errorf("%s: imagePullSecrets %v, want %v", key, secrets, want)
 		}
+		bound := "2Gi" // twice 700Mi, rounded up
+		if strings.Contains(key, "-drill-") {
+			bound = "4Gi" // a snapshot and its restored copy
+		}
 		for _, v := range spec.Volumes {
-			if v.Name == volumeBackupWork && (v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.String() != "2Gi") {
-				t.Errorf("%s: scratch volume %+v, want an emptyDir bounded to 2Gi (twice 700Mi, rounded up)", key, v.VolumeSource)
+			if v.Name == volumeBackupWork && (v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.String() != bound) {
+				t.Errorf("%s: scratch volume %+v, want an emptyDir bounded to %s", key, v.VolumeSource, bound)
 			}
 		}
 	}

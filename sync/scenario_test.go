@@ -83,7 +83,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	bad-image VERSION                    pods of that etcd version cannot pull their image
 //	allow-quorum-loss                    the story breaks quorum on purpose
 //	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
-//	slow-backups N                       backup Jobs run N ticks before they finish
+//	slow-backups N                       backup and drill Jobs run N ticks before they finish
 //	foreign-children                     a ConfigMap, Service, budget and StatefulSet of names
 //	                                     this hook does not render (sim_foreign_test.go)
 //	foreign-job NAME running|done        a Job without a member Job's labels
@@ -97,6 +97,11 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	age DURATION                         time passes without anything happening
 //	backup SCHEDULE | suspend | resume   spec.backup to an S3 bucket on that schedule
 //	                                     (@hourly, @every 30m, */3 * * * *)
+//	backup verify SCHEDULE | max-age D   spec.backup.verify's restore drills; beforeRiskySteps.maxAge
+//	storage refuses|alters|heals         the backups' destination refuses every store and fetch;
+//	                                     holds backups that restore to other keys (sim_guard_test.go)
+//	backups                              the BackedUp and BackupVerified conditions, the risky
+//	                                     step's guard and the last drill
 //	restore NAME [in-place] [time=T] [lineage=L]   spec.bootstrap.fromBackup: the snapshot a new
 //	                                     world starts from, with the old one's backups; in-place:
 //	                                     set on the world as it is; time, lineage: as in the spec
@@ -535,12 +540,30 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			w.cluster.Spec.Backup.Continuous = &v1alpha1.ContinuousBackup{}
 		case "discontinue":
 			w.cluster.Spec.Backup.Continuous = nil
+		case "verify":
+			w.cluster.Spec.Backup.Verify = &v1alpha1.BackupVerify{Schedule: strings.Join(args[1:], " ")}
+		case "max-age":
+			d, err := time.ParseDuration(arg(1))
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			w.cluster.Spec.Backup.BeforeRiskySteps = &v1alpha1.RiskyStepSnapshots{MaxAge: &metav1.Duration{Duration: d}}
 		default:
 			w.cluster.Spec.Backup = &v1alpha1.BackupSpec{Schedule: strings.Join(args, " "), Destination: v1alpha1.BackupDestination{
 				S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
 		}
 	case "stream":
 		w.streamCommand(t, line, args)
+	case "storage":
+		w.storageCommand(t, line, args)
+	case "backups":
+		st := w.cluster.Status
+		for _, c := range st.Conditions {
+			if c.Type == v1alpha1.ConditionBackedUp || c.Type == v1alpha1.ConditionBackupVerified {
+				fmt.Fprintf(out, "%s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+		out.WriteString(backupLine(st))
 	case "restore":
 		from := &v1alpha1.FromBackup{Name: arg(0), BackupDestination: v1alpha1.BackupDestination{
 			S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
@@ -784,6 +807,12 @@ func decisionText(t *testing.T, d Decision) string {
 		}
 		if f := r.LastFailure; f != nil {
 			fmt.Fprintf(&b, " failure=%q", f.Reason)
+		}
+		if g := r.Guard; g != nil {
+			fmt.Fprintf(&b, " guard=%s:%s", g.Step, g.Snapshot)
+		}
+		if d := r.LastDrill; d != nil {
+			fmt.Fprintf(&b, " drill=%s", d.Result)
 		}
 		if c := r.Continuous; c != nil {
 			fmt.Fprintf(&b, " stored=%d", c.StoredRevision)

@@ -15,11 +15,15 @@ import (
 // starts.
 
 // outgrows: backup Job j's snapshot, the database file of the largest healthy member, does
-// not fit its scratch volume: the kubelet evicts its pod (each of the Job's tries) and the Job
-// fails.
+// not fit its scratch volume (a drill's: the snapshot and the copy restored from it): the
+// kubelet evicts its pod (each of the Job's tries) and the Job fails.
 func (w *simWorld) outgrows(j *simJob) bool {
+	copies := int64(1)
+	if j.verb == verbDrill {
+		copies = 2
+	}
 	for _, m := range w.members {
-		if j.scratch > 0 && w.healthy(m) && m.file > j.scratch {
+		if j.scratch > 0 && w.healthy(m) && copies*m.file > j.scratch {
 			return true
 		}
 	}

@@ -297,6 +297,12 @@ func TestRandomSingleFaults(t *testing.T) {
 			// Jobs act up to 30 s after the sync that decided them (sim_latency_test.go).
 			w.randomLatency(rng, 3)
 			w.faulty = true
+			if seed%3 == 2 {
+				// Seeds 2 and 5 back up hourly and drill daily: risky steps wait for their snapshots,
+				// and the storage refuses for a while among the faults.
+				w.cluster.Spec.Backup = simBackupSpec("@hourly")
+				w.cluster.Spec.Backup.Verify = &v1alpha1.BackupVerify{Schedule: "@daily"}
+			}
 			changes := []func(){
 				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },
 				func() { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} },
@@ -376,6 +382,10 @@ func TestRandomSingleFaults(t *testing.T) {
 				func() { // the claims' class stops allowing expansion for a while
 					w.volumes.noExpansion = true
 					heal = append(heal, func() { w.volumes.noExpansion = false })
+				},
+				func() { // the backups' storage refuses for a while (sim_guard_test.go)
+					w.destination.refuses = true
+					heal = append(heal, func() { w.destination.refuses = false })
 				},
 			}, w.slowFaults(&heal)...)
 			for _, change := range changes {

@@ -181,6 +181,10 @@ type simJob struct {
 	create bool
 	// delay is how many more ticks the Job waits before it acts (sim_latency_test.go).
 	delay int
+	// survivor: a backup from the survivor of a quorum recovery; drill: a drill's report
+	// (sim_guard_test.go).
+	survivor bool
+	drill    backupresult.Drill
 }
 
 type simStats struct {
@@ -258,6 +262,8 @@ type simWorld struct {
 	log    []string
 	// backups are the snapshots backup Jobs stored, oldest first; a restore reads the last.
 	backups []simBackup
+	// destination is how the backups' destination behaves (sim_guard_test.go).
+	destination simStorage
 	// stream is the continuous backup's progress, as its pod serves it (sim_stream_test.go).
 	stream simStream
 	// secrets are the TLS Secrets that exist, each with a digest of its CA bundle;
@@ -808,6 +814,7 @@ func (w *simWorld) newJob(b []byte) *simJob {
 		}
 		sj.create = sj.create || a == "--create"
 		sj.clientCert = sj.clientCert || strings.HasPrefix(a, "--cert=")
+		sj.survivor = sj.survivor || a == "--survivor"
 	}
 	if w.failJobs > 0 {
 		w.failJobs--
@@ -861,6 +868,9 @@ func (w *simWorld) runJob(j *simJob) {
 		if j.state == jobRunning {
 			j.state = jobSucceeded
 		}
+		return
+	}
+	if (j.verb == verbBackup || j.verb == verbDrill) && w.readOnlyJob(j, fail) {
 		return
 	}
 	if j.failNow || !w.hasQuorum() || !w.jobReaches(j) {
@@ -1558,6 +1568,9 @@ func (w *simWorld) backupPods(jobs []batchv1.Job) []corev1.Pod {
 	var out []corev1.Pod
 	for _, j := range jobs {
 		sj := w.jobs[j.Name]
+		if j.Labels[LabelAction] == verbDrill && sj != nil && sj.state != jobRunning {
+			out = append(out, w.drillPod(j, sj))
+		}
 		if j.Labels[LabelAction] != verbBackup || sj == nil || sj.state == jobRunning {
 			continue
 		}
@@ -1565,6 +1578,9 @@ func (w *simWorld) backupPods(jobs []batchv1.Job) []corev1.Pod {
 		pod.Name, pod.Namespace = j.Name+"-x1", w.cluster.Namespace
 		pod.Labels = map[string]string{LabelBackupOf: w.cluster.Name, batchv1.JobNameLabel: j.Name}
 		r := backupresult.Result{Error: "no member could give a snapshot"}
+		if w.destination.refuses {
+			r.Error = "s3://backups/default/etcd/: Access Denied"
+		}
 		pod.Status.Phase = corev1.PodFailed
 		if sj.evicted {
 			pod.Status.Reason = "Evicted"

@@ -42,6 +42,7 @@ const (
 	ReasonLearnerOverdue           = "LearnerOverdue"
 	ReasonTLSSecretMissing         = "TLSSecretMissing"
 	ReasonTLSCertificate           = "TLSCertificateInvalid"
+	ReasonStepSnapshotFailed       = "StepSnapshotFailed"
 	ReasonBlocked                  = "Blocked"
 )
 
@@ -80,6 +81,8 @@ func stepDeadline(t ActionType) time.Duration {
 		return replaceDeadline
 	case AddLearner, PromoteLearner, RemoveMember, MoveLeader, Compact, Defragment, DisarmAlarm, TakeBackup, UpdatePeerURL, ExpandVolume:
 		return jobDeadline * time.Second
+	case RestoreDrill:
+		return drillDeadline * time.Second
 	case ScaleStatefulSet, Bootstrap:
 		return stuckAfter
 	}
@@ -142,6 +145,7 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		// The seed reports the revision it restored once; status keeps it.
 		RestoredRevision: prev.RestoredRevision,
 		RestoredTime:     prev.RestoredTime,
+		RestoreDuration:  prev.RestoreDuration,
 		RestoredLineage:  prev.RestoredLineage,
 		Client:           prev.Client,
 	}

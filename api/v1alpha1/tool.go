@@ -21,6 +21,10 @@ const (
 	// ToolStream: the continuous backup. It holds up to spec.backup.continuous.maxChunkSize
 	// of changes before it stores them, and takes a snapshot when a chain starts afresh.
 	ToolStream
+	// ToolDrill: a restore drill. It restores the newest backup into its scratch volume and
+	// serves the copy with an etcd server in the same container, whose index of every key is
+	// held in memory, while it reads both copies page by page.
+	ToolDrill
 )
 
 // MinToolMemory is the least memory spec.tool.resources may bound: etcdops-member's resident
@@ -41,6 +45,9 @@ var (
 	toolDefaults = map[ToolRole]corev1.ResourceRequirements{
 		ToolMemberJob: resources("10m", "32Mi", "500m", "128Mi"),
 		ToolBackup:    resources("100m", "64Mi", "1", "256Mi"),
+		// Not measured like the others: etcd's own memory on the restored copy grows with the
+		// key space, so the limit leaves it a gibibyte; spec.tool.resources sets another.
+		ToolDrill: resources("100m", "128Mi", "1", "1Gi"),
 	}
 	// streamBase is the stream's memory without the chunks it holds.
 	streamBase = resource.MustParse("64Mi")

@@ -13,7 +13,7 @@ import (
 // resources replace every default and are a copy.
 func TestToolResourcesPassAQuota(t *testing.T) {
 	spec := valid().Spec
-	for _, role := range []ToolRole{ToolMemberJob, ToolBackup, ToolStream} {
+	for _, role := range []ToolRole{ToolMemberJob, ToolBackup, ToolStream, ToolDrill} {
 		r := ToolResources(spec, role)
 		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 			req, limit := r.Requests[name], r.Limits[name]
@@ -44,7 +44,7 @@ func TestToolResourcesPassAQuota(t *testing.T) {
 
 	mine := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
 	spec.Tool = &ToolSpec{Resources: &mine}
-	for _, role := range []ToolRole{ToolMemberJob, ToolBackup, ToolStream} {
+	for _, role := range []ToolRole{ToolMemberJob, ToolBackup, ToolStream, ToolDrill} {
 		r := ToolResources(spec, role)
 		if len(r.Requests) != 0 || len(r.Limits) != 1 || r.Limits.Memory().String() != "1Gi" {
 			t.Errorf("role %d with spec.tool.resources: %v, want the user's alone", role, r)

@@ -464,8 +464,9 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	ForkSeenSince *metav1.Time `json:"forkSeenSince,omitempty"`
-	// Conditions: Available, Progressing, Degraded; BackedUp with spec.backup; VolumesExpanded
-	// once a volume grows (docs/operate.md, "Conditions").
+	// Conditions: Available, Progressing, Degraded; BackedUp with spec.backup; BackupVerified
+	// with spec.backup.verify; VolumesExpanded once a volume grows (docs/operate.md,
+	// "Conditions").
 	//
 	// +listType=map
 	// +listMapKey=type
@@ -535,6 +536,11 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	RestoredTime *metav1.MicroTime `json:"restoredTime,omitempty"`
+	// RestoreDuration is how long the seed's restore took: fetching and checking the snapshot,
+	// restoring it and replaying the changes after it. Unset when the seed does not say.
+	//
+	// +optional
+	RestoreDuration *metav1.Duration `json:"restoreDuration,omitempty"`
 	// RestoredLineage is the lineage the seed restored from: the etcd cluster ID (hex) of
 	// the cluster that stored it, or "legacy".
 	//
@@ -788,8 +794,8 @@ type VolumeStatus struct {
 type Action struct {
 	// Type: Steady, Wait, Hold, Bootstrap, AddLearner, PromoteLearner, RemoveMember,
 	// MoveLeader, ReplacePod, ScaleStatefulSet, Teardown, Compact, Defragment, DisarmAlarm,
-	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod (docs/operate.md,
-	// "Actions").
+	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod, RestoreDrill
+	// (docs/operate.md, "Actions").
 	//
 	// +optional
 	Type string `json:"type"`

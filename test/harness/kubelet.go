@@ -399,19 +399,29 @@ func (k *Kubelet) imageEtcd(image string, args []string) []string {
 	if !slices.ContainsFunc(args[:end], func(a string) bool { return strings.HasPrefix(a, "--restore-") }) {
 		return args
 	}
-	var bin string
-	var err error
+	return withImageEtcd(args[:end], args[end:], image, k.etcdBinaryFor, k.Logf)
+}
+
+// etcdBinaryFor is the etcd binary that stands here for an image's: the real binary of the
+// image's release with EtcdBinary, else that of the release the embedded members link.
+func (k *Kubelet) etcdBinaryFor(image string) (string, error) {
 	if k.EtcdBinary != nil {
-		bin, err = k.EtcdBinary(image)
-	} else {
-		bin, err = etcdbin.Path("v" + version.Version)
+		return k.EtcdBinary(image)
 	}
+	return etcdbin.Path("v" + version.Version)
+}
+
+// withImageEtcd is flags, with its --etcd= pointed at the binary that stands for image's, then
+// rest as it is. One that cannot be built leaves the flag as it is, and what runs it then fails,
+// naming the binary it did not find.
+func withImageEtcd(flags, rest []string, image string, binaryFor func(string) (string, error), logf func(string, ...any)) []string {
+	bin, err := binaryFor(image)
 	if err != nil {
-		k.Logf("image %s: no etcd binary for launch's --etcd: %v", image, err)
-		return args
+		logf("image %s: no etcd binary for --etcd: %v", image, err)
+		return append(slices.Clone(flags), rest...)
 	}
-	out := slices.Clone(args)
-	for i, a := range out[:end] {
+	out := append(slices.Clone(flags), rest...)
+	for i, a := range out[:len(flags)] {
 		if strings.HasPrefix(a, "--etcd=") {
 			out[i] = "--etcd=" + bin
 		}

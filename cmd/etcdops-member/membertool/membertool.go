@@ -57,12 +57,16 @@ commands:
               HEX does not lead and every other voter is healthy; the Kubernetes API, as
               expand-claim)
   backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination> [<lineage>]
-              [--keep=N] [--keep-for=DURATION] [--max-bandwidth=BYTES] [--work-dir=DIR]
+              [--keep=N] [--keep-for=DURATION] [--keep-hourly=N] [--keep-daily=N]
+              [--max-bandwidth=BYTES] [--work-dir=DIR] [--survivor]
               [--termination-log=FILE]
       destination: --s3-endpoint=URL --bucket=B [--prefix=P] [--region=R]
                    --credentials-dir=DIR [--ca-file=FILE]   or   --dir=DIR
       lineage: [--cluster-id=HEX] [--namespace=NS] [--cluster-uid=UID]
                [--restored-lineage=HEX --restored-revision=N --restored-time=RFC3339]
+  drill       --endpoints=URL[,URL] --cluster=NAME --cluster-id=HEX <destination> --etcd=PATH
+              [--max-bandwidth=BYTES] [--work-dir=DIR] [--termination-log=FILE]
+              (restores the newest backup and compares it with the live cluster)
   stream-backup --endpoints=URL[,URL] --cluster=NAME <destination> [<lineage>] [--interval=30s]
               [--max-chunk-bytes=4194304] [--max-bandwidth=BYTES] [--work-dir=DIR]
               [--metrics-addr=:9480] [--writer=POD]   (runs until stopped)
@@ -105,6 +109,8 @@ func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return runRestartPod(ctx, claims, rest, stdout, stderr)
 	case "stream-backup":
 		return runStreamBackup(ctx, rest, stdout, stderr)
+	case "drill":
+		return runDrill(ctx, rest, stdout, stderr)
 	case "lineages":
 		return runLineages(ctx, rest, stdout, stderr)
 	case "probe":
@@ -349,11 +355,28 @@ func LaunchArgv(args []string) (argv []string, d launcher.Decision, restored str
 	return argv, d, restored, err
 }
 
-// restoreReport is what the launcher's restore restored, for its termination message.
-type restoreReport struct{ r backup.Restored }
+// restoreReport is what the launcher's restore restored, and how long it took, or why it
+// failed, for its termination message.
+type restoreReport struct {
+	r      backup.Restored
+	took   time.Duration
+	failed error
+}
 
 func (p *restoreReport) message() string {
-	return joinstate.RestoredMessage(joinstate.RestoredPoint{Revision: p.r.Revision, Time: p.r.Time, Lineage: p.r.Lineage, Object: p.r.Object})
+	return joinstate.RestoredMessage(joinstate.RestoredPoint{Revision: p.r.Revision, Time: p.r.Time, Lineage: p.r.Lineage, Object: p.r.Object, Took: p.took})
+}
+
+// maxTerminationMessage is what the kubelet keeps of a termination message.
+const maxTerminationMessage = 4096
+
+// failure is the termination message of a restore that failed: the planner reports it.
+func (p *restoreReport) failure() string {
+	msg := joinstate.RestoreFailed + p.failed.Error()
+	if len(msg) > maxTerminationMessage {
+		msg = msg[:maxTerminationMessage-3] + "..."
+	}
+	return msg
 }
 
 // parseLaunch reads launch's arguments: the launcher's options, the file its refusal or its
@@ -377,7 +400,9 @@ func parseLaunch(args []string) (launcher.Options, string, *restoreReport, error
 	if from.Set() {
 		etcd := o.Etcd
 		o.Restore = func(rt launcher.RestoreTarget) (err error) {
+			start := time.Now()
 			report.r, err = restoreSnapshot(from, rt, etcd, os.Stderr)
+			report.took, report.failed = time.Since(start), err
 			return err
 		}
 	}
@@ -397,6 +422,12 @@ func runLaunch(args []string, stderr io.Writer) int {
 		return ExitUsage
 	case err != nil:
 		fmt.Fprintf(stderr, "launch: %v\n", err)
+		if report != nil && report.failed != nil {
+			// The planner reads why the restore failed from the container's status.
+			if err := os.WriteFile(termLog, []byte(report.failure()), 0o644); err != nil {
+				fmt.Fprintf(stderr, "launch: termination log: %v\n", err)
+			}
+		}
 		return ExitRetryable
 	}
 	switch d.Kind {
