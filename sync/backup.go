@@ -173,7 +173,7 @@ func latestTick(next func(time.Time) time.Time, from, now time.Time) (time.Time,
 func (p *planner) backupDue() (step, bool) {
 	t, ok := p.dueBackup()
 	retry := !ok && p.stage.backupRetry != ""
-	if !ok && !retry || p.stage.retry != "" || p.stage.exhausted != nil || p.stage.backupWait != nil {
+	if !ok && !retry || p.stage.retry != (stepKey{}) || p.stage.exhausted != nil || p.stage.backupWait != nil {
 		// A failed step due for its retry, or out of retries, goes first: a backup in between
 		// would lose its count of attempts. One backup at a time.
 		return step{}, false

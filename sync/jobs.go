@@ -81,6 +81,16 @@ type memberJob struct {
 	create bool
 }
 
+// stepKey names a step: its verb, and the member it acts on ("" for one of the whole
+// cluster). A member Job carries it in its labels (LabelAction, LabelMember), so the Jobs of
+// one step, its attempts, share it.
+type stepKey struct{ verb, member string }
+
+func (j memberJob) key() stepKey { return stepKey{j.verb, j.member} }
+
+// keyOf is the step an observed member Job is of.
+func keyOf(j *batchv1.Job) stepKey { return stepKey{j.Labels[LabelAction], j.Labels[LabelMember]} }
+
 // args is the member tool's command line (docs/architecture.md).
 func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbExpandClaim {

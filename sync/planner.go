@@ -33,16 +33,16 @@ type jobStage struct {
 	// keep are observed Jobs returned unchanged: the one in flight, or one whose outcome is
 	// still to be seen or waited out.
 	keep []*batchv1.Job
-	// failures counts failed Jobs of the step named retry, dropped after their backoff; the
-	// same step, planned again, runs as the next attempt.
+	// failures counts failed Jobs of the step retry, dropped after their backoff; the same
+	// step, planned again, runs as the next attempt.
 	failures int
-	retry    string
+	retry    stepKey
 	// exhausted is a failed Job at its attempt limit. It blocks only its own step: when the
 	// phases decide anything else (its member is gone, the spec changed), it is dropped.
 	exhausted *batchv1.Job
-	// done are the steps (verb/member) whose Jobs succeeded and are dropped in this sync:
-	// maintenance that leaves nothing in the membership to show for it reads them here.
-	done []string
+	// done are the steps whose Jobs succeeded and are dropped in this sync: maintenance that
+	// leaves nothing in the membership to show for it reads them here.
+	done []stepKey
 	// backup is status.backup with the outcomes of finished backup Jobs recorded; nil when
 	// none finished.
 	backup *v1alpha1.BackupStatus
@@ -118,7 +118,7 @@ func (p *planner) decideStep() step {
 	// Nothing is outstanding here but a backup, which p.stage.keep holds.
 	s, recorded := p.change()
 	s = p.guardNote(s, recorded)
-	if j := p.stage.exhausted; j != nil && (s.job != nil && s.job.verb == j.Labels[LabelAction] && s.job.member == j.Labels[LabelMember] || slices.Contains(s.keep, j)) {
+	if j := p.stage.exhausted; j != nil && (s.job != nil && s.job.key() == keyOf(j) || slices.Contains(s.keep, j)) {
 		s = p.exhaustedHold(j)
 		s.keep = []*batchv1.Job{j}
 	}
@@ -225,7 +225,7 @@ func (p *planner) memberJobs() jobStage {
 			s = p.wait(who, fmt.Sprintf("%s %s: Job %s running", verb, who, j.Name), resyncSoon)
 		case jobSucceeded:
 			if p.effectShows(j) {
-				js.done = append(js.done, verb+"/"+who)
+				js.done = append(js.done, keyOf(j))
 				continue
 			}
 			s = p.wait(who, fmt.Sprintf("%s %s: Job %s done, membership does not show it yet", verb, who, j.Name), resyncSoon)
@@ -245,7 +245,7 @@ func (p *planner) memberJobs() jobStage {
 				s.degraded, s.degradedBy = s.action.Reason, ReasonJobFailing
 				break
 			}
-			js.failures, js.retry = failures, verb+"/"+who
+			js.failures, js.retry = failures, keyOf(j)
 			continue
 		}
 		js.keep = append(js.keep, j)
@@ -795,7 +795,7 @@ func (p *planner) runJob(j memberJob, t ActionType, reason string) step {
 // runs again under a new name rather than being answered by the completed Job forever.
 func (p *planner) attemptFor(j memberJob) int {
 	n := 0
-	if p.stage.retry == j.verb+"/"+j.member {
+	if p.stage.retry == j.key() {
 		n = p.stage.failures
 	} else if a := p.obs.Cluster.Status.Action; a != nil && a.Member == j.member && a.Type == actionOfVerb(j.verb).String() {
 		n = int(p.obs.Cluster.Status.JobFailures)
@@ -810,7 +810,7 @@ func (p *planner) attemptFor(j memberJob) int {
 func (p *planner) jobsOf(j memberJob) []*batchv1.Job {
 	var out []*batchv1.Job
 	for _, o := range p.jobs {
-		if o.Labels[LabelAction] == j.verb && o.Labels[LabelMember] == j.member {
+		if keyOf(o) == j.key() {
 			out = append(out, o)
 		}
 	}

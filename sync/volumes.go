@@ -472,7 +472,7 @@ func (p *planner) joinVolume(ord int, who string) (step, bool) {
 	switch {
 	case vol.claim == nil:
 		tmpl := p.claimTemplate().VolumeSizeRequest
-		if tmpl.Cmp(want) >= 0 || !p.claimsObserved() || slices.Contains(p.stage.done, verbExpandClaim+"/"+name) {
+		if tmpl.Cmp(want) >= 0 || !p.claimsObserved() || slices.Contains(p.stage.done, stepKey{verbExpandClaim, name}) {
 			// The StatefulSet creates it at the size asked; or the claims were not sent; or
 			// the Job that created it is done and the claim is not observed yet.
 			return step{}, false
