@@ -75,7 +75,8 @@ func (v *view) streamBehindAfter() time.Duration {
 // keeps what was recorded and says why in the message; the record goes with
 // spec.backup.continuous. BehindSince is set once, when the stream falls behind, so that a
 // stream that stays behind does not change status at every sync.
-func (v *view) streamStatus(st *v1alpha1.EtcdClusterStatus) {
+func (v *view) streamStatus(a *answer) {
+	st := &a.st
 	on := v.c.Spec.Backup != nil && v.c.Spec.Backup.Continuous != nil
 	if !on && (st.Backup == nil || st.Backup.Continuous == nil) {
 		return

@@ -600,6 +600,9 @@ func checkTLSStep(v *view, s step, exposed []int) error {
 	return nil
 }
 
+// tlsRecord records status.tls.
+func (v *view) tlsRecord(a *answer) { a.st.TLS = v.tlsStatus() }
+
 // tlsStatus reports the stage rendered now and how far its roll got.
 func (v *view) tlsStatus() *v1alpha1.TLSStatus {
 	d := v.tls.desired

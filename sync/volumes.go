@@ -333,7 +333,8 @@ func (v *view) volumeStatus(ord int) *v1alpha1.VolumeStatus {
 // asks for the spec's size and has it; False, saying which claims wait for what, while they
 // grow or when a class refuses; Unknown when members have no claim in sight (the customize
 // hook's claims did not arrive).
-func (v *view) volumesCondition(st *v1alpha1.EtcdClusterStatus) {
+func (v *view) volumesCondition(a *answer) {
+	st := &a.st
 	spec := v.c.Spec.StorageSpec
 	if spec == nil {
 		return
