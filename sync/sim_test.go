@@ -549,7 +549,7 @@ func (w *simWorld) observe() Observed {
 // the pods as observed), or serves only https while the hook has no client certificate.
 func (w *simWorld) snapshot(pods []corev1.Pod) etcdstate.Snapshot {
 	asked := map[int]bool{}
-	for _, ep := range Endpoints(simConfig, &w.cluster, pods) {
+	for _, ep := range memberEndpoints(simConfig, &w.cluster, pods) {
 		ord, _ := Ordinal(w.cluster.Name, ep.Member)
 		if p := w.pods[ord]; p != nil && w.servesClient(p, ep.TLS) {
 			asked[ord] = true

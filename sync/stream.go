@@ -36,9 +36,9 @@ const (
 // BackupStreamName is the continuous backup's Deployment and the Service before its pod.
 func BackupStreamName(cluster string) string { return cluster + "-backup-stream" }
 
-// ProgressURL is where the hook reads the continuous backup's progress; "" when the cluster
+// progressURL is where the hook reads the continuous backup's progress; "" when the cluster
 // has none or its Deployment is not observed yet (there is nothing to ask).
-func ProgressURL(cfg Config, c *v1alpha1.EtcdCluster, observed Children) string {
+func progressURL(cfg Config, c *v1alpha1.EtcdCluster, observed Children) string {
 	if b := c.Spec.Backup; b == nil || b.Continuous == nil {
 		return ""
 	}

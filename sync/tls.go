@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
-	"etcdops.dev/etcdops/etcdstate"
 )
 
 // TLS on a running cluster.
@@ -329,7 +328,7 @@ func (t *tlsView) trust(v *view) string {
 	return hex.EncodeToString(h.Sum(nil))[:10]
 }
 
-// certProblem is the first problem CertificateProblems found with one of the Secrets.
+// certProblem is the first problem CertificateCheck found with one of the Secrets.
 func (v *view) certProblem(names ...string) string {
 	for _, n := range names {
 		if p := v.obs.CertProblems[n]; n != "" && p != "" {
@@ -679,35 +678,6 @@ func SecretNames(c *v1alpha1.EtcdCluster) []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-// ClientSecretName is the Secret holding the client certificate the hook presents: spec's, or
-// the one status keeps while a member still serves TLS after it left the spec.
-func ClientSecretName(c *v1alpha1.EtcdCluster) string {
-	_, _, client := secretsInUse(c)
-	return client
-}
-
-// CADigests digests the CA bundle of each of the cluster's Secrets (those in its namespace);
-// a Secret without one maps to "". The planner sees only these digests, never a key.
-func CADigests(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) map[string]string {
-	out := map[string]string{}
-	for _, s := range secrets {
-		if s.Namespace != c.Namespace && s.Namespace != "" {
-			continue
-		}
-		out[s.Name] = ""
-		if ca := s.Data[secretCAKey]; len(ca) > 0 {
-			sum := sha256.Sum256(ca)
-			out[s.Name] = hex.EncodeToString(sum[:])
-		}
-	}
-	return out
-}
-
-// AnyTLS reports whether some endpoint must be dialled over TLS.
-func AnyTLS(eps []etcdstate.Endpoint) bool {
-	return slices.ContainsFunc(eps, func(e etcdstate.Endpoint) bool { return e.TLS })
 }
 
 // checkTLSChange refuses a spec that names another Secret than the one the running pods use
