@@ -124,3 +124,26 @@ const maxOrdinal = 2 * int(v1alpha1.MaxSize)
 func podAddress(ip netip.Addr) bool {
 	return ip.IsValid() && !ip.IsUnspecified() && !ip.IsMulticast() && !ip.IsLinkLocalUnicast() && !ip.IsLinkLocalMulticast() && !ip.IsInterfaceLocalMulticast() && ip.Zone() == ""
 }
+
+// SecretNames are the Secrets the sync hook needs to see (customize asks Metacontroller for
+// them): those spec.tls names and those status.tls keeps while a change still uses them.
+func SecretNames(c *v1alpha1.EtcdCluster) []string {
+	var names []string
+	add := func(n string) {
+		if n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	if t := c.Spec.TLS; t != nil {
+		add(t.ServerSecret)
+		add(t.PeerSecret)
+		add(t.ClientSecret)
+	}
+	if t := c.Status.TLS; t != nil {
+		add(t.ServerSecret)
+		add(t.PeerSecret)
+		add(t.ClientSecret)
+	}
+	slices.Sort(names)
+	return names
+}
