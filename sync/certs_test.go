@@ -104,7 +104,7 @@ func TestCertificateProblems(t *testing.T) {
 }
 
 // BenchmarkCertificateChecks: what the checks of a TLS cluster's three Secrets cost a sync,
-// done every time and remembered.
+// done every time (the hook's BenchmarkCertificateMemo: remembered).
 func BenchmarkCertificateChecks(b *testing.B) {
 	ca := newTestCA(b)
 	c := &v1alpha1.EtcdCluster{}

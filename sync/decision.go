@@ -13,7 +13,10 @@ import (
 // "internal:" reason, so the cluster is left alone and the bug is visible in status.
 func (v *view) decision(s step) Decision {
 	if err := checkInvariants(v, s); err != nil {
+		// The phase of a sync that must change nothing (an invalid spec, a pause) stays.
+		phase := s.phase
 		s = v.hold("internal: "+err.Error(), "internal: "+err.Error())
+		s.phase = phase
 	}
 	// The Job is rendered once: its name, a hash of all of it, also goes into status.history.
 	var job *Child
@@ -40,15 +43,6 @@ func (v *view) decision(s step) Decision {
 		Action:             s.action,
 		ResyncAfterSeconds: a.resync,
 	}
-}
-
-// answer is the status and the resync of a decided step, as the status table fills them in.
-type answer struct {
-	step   step
-	job    *Child // the step's rendered Job, if any
-	ledger ledger // the ledger the join ConfigMap carries after the step
-	st     v1alpha1.EtcdClusterStatus
-	resync float64
 }
 
 // answer fills in the status and the resync of step s in the order of this table, the one

@@ -304,11 +304,3 @@ func (p *planner) defragmenting(m *member) bool {
 	r := p.obs.Cluster.Status.Maintenance
 	return r != nil && r.Phase == phaseDefragmenting && r.Member == m.name
 }
-
-func memberNames(ms []*member) string {
-	names := make([]string, len(ms))
-	for i, m := range ms {
-		names[i] = m.name
-	}
-	return strings.Join(names, ", ")
-}

@@ -45,6 +45,9 @@ type step struct {
 	backup      *v1alpha1.BackupStatus
 	// forkSeen is status.forkSeenSince after this sync: nil unless it saw a fork.
 	forkSeen *metav1.Time
+	// phase, when set, is the cluster's phase whatever the view says: a sync that must change
+	// nothing says why (an invalid spec, a pause).
+	phase v1alpha1.Phase
 }
 
 // records takes the status records of from where s has none.

@@ -14,6 +14,13 @@ import (
 // client and peer ports, its Secrets, and the URLs and schemes the hook, the member Jobs and
 // its peers use (tls.go moves a cluster from one to another).
 
+// AnnotationTrust on the pod template is a digest of the ca.crt of every Secret the pods
+// mount: the CAs etcd loaded when it started.
+const AnnotationTrust = "etcdops.dev/trust"
+
+// CA bundle key of a kubernetes.io/tls Secret, as cert-manager writes it.
+const secretCAKey = "ca.crt"
+
 // clientMode is what a member serves on its client port.
 type clientMode int
 
@@ -161,7 +168,7 @@ func (v *view) unreachableBy(self *member, url string) string {
 	return ""
 }
 
-// memberClientTLS: whether m is asked over https, as the hook asks it (Endpoints).
+// memberClientTLS: whether m is asked over https, as the hook asks it (memberEndpoints).
 func (v *view) memberClientTLS(m *member) bool { return asksTLS(v.c, m.pod) }
 
 // asksTLS: a member whose pod is p is asked over https: the pod serves TLS, and only TLS or
@@ -178,28 +185,6 @@ func asksTLS(c *v1alpha1.EtcdCluster, p *corev1.Pod) bool {
 	return s.client.servesTLS() && (prefer || !s.client.servesPlain())
 }
 
-// jobTLS: whether member Jobs reach the voters over https. A client connection uses one scheme
-// for all its endpoints; while the client port rolls, every voter serves the scheme of the
-// stage before or after, so the one the spec asks for is taken when all serve it.
-func (v *view) jobTLS() bool {
-	prefer := v.tls.want.client.servesTLS()
-	serves := func(secure bool) bool {
-		for _, m := range v.voters() {
-			if m.pod == nil {
-				continue
-			}
-			if s, ok := podServing(m.pod); ok && (secure && !s.client.servesTLS() || !secure && !s.client.servesPlain()) {
-				return false
-			}
-		}
-		return true
-	}
-	if serves(prefer) {
-		return prefer
-	}
-	return !prefer
-}
-
 // peerURLOf and clientURLOf are a member's URLs with the given scheme.
 func peerURLOf(c *v1alpha1.EtcdCluster, pod, clusterDomain string, secure bool) string {
 	return memberURL(c, pod, clusterDomain, secure, PeerPort)
@@ -212,4 +197,14 @@ func clientURLOf(c *v1alpha1.EtcdCluster, pod, clusterDomain string, secure bool
 // stsServing reads an observed StatefulSet's template.
 func stsServing(s *appsv1.StatefulSet) (serving, bool) {
 	return servingOf(s.Spec.Template.Annotations, &s.Spec.Template.Spec)
+}
+
+// PeerURL is the peer URL of the member at pod name once the spec's TLS is rolled out.
+func PeerURL(c *v1alpha1.EtcdCluster, pod, clusterDomain string) string {
+	return peerURLOf(c, pod, clusterDomain, wantedServing(c).peer == peerTLS)
+}
+
+// ClientURL is the client URL of the member at pod name once the spec's TLS is rolled out.
+func ClientURL(c *v1alpha1.EtcdCluster, pod, clusterDomain string) string {
+	return clientURLOf(c, pod, clusterDomain, wantedServing(c).client == clientTLS)
 }

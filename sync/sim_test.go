@@ -545,7 +545,7 @@ func (w *simWorld) observe() Observed {
 
 // snapshot is what the membership observer would read: nothing when no voter can answer the
 // hook. A blind pod's member is healthy for etcd and the kubelet, but does not answer the hook;
-// nor does one whose pod does not serve the scheme the hook asks it over (sync.Endpoints, from
+// nor does one whose pod does not serve the scheme the hook asks it over (memberEndpoints, from
 // the pods as observed), or serves only https while the hook has no client certificate.
 func (w *simWorld) snapshot(pods []corev1.Pod) etcdstate.Snapshot {
 	asked := map[int]bool{}

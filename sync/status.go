@@ -442,6 +442,15 @@ func (v *view) replaced(ord int) bool {
 	return p != nil && !isTerminating(p) && !v.outdated(p) && (m == nil || m.IsLearner || m.Healthy && isReady(p))
 }
 
+// answer is the status and the resync of a decided step, as the status table fills them in.
+type answer struct {
+	step   step
+	job    *Child // the step's rendered Job, if any
+	ledger ledger // the ledger the join ConfigMap carries after the step
+	st     v1alpha1.EtcdClusterStatus
+	resync float64
+}
+
 // stepStatus reports a step over a view: membership as etcd has it, the history of steps, and
 // the three conditions.
 func (v *view) stepStatus(a *answer) {
@@ -514,6 +523,9 @@ func degradedCondition(s step, h health) (degraded bool, reason, msg string) {
 // to its first full size, Unavailable when etcd did not answer or no quorum of voters may be
 // healthy, Degraded as the Degraded condition says, Running otherwise.
 func (v *view) phase(s step, h health) v1alpha1.Phase {
+	if s.phase != "" {
+		return s.phase
+	}
 	// answered: etcd answered at all; the phase follows what it said, trusted or not.
 	answered := v.obs.Etcd.Asked && len(v.members) > 0
 	voters, healthy := len(v.voters()), v.healthyVoters()

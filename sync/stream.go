@@ -20,7 +20,7 @@ import (
 // Its strategy is Recreate, so that a changed template never runs two pods at once.
 //
 // The recovery point in status comes from the stream: a Service of the same name selects its
-// pod, the hook reads the stream's progress through it (ProgressURL) under a short deadline,
+// pod, the hook reads the stream's progress through it (progressURL) under a short deadline,
 // and the planner records it in status.backup.continuous (streamStatus). Progress that could
 // not be read changes nothing but the BackedUp condition, which says so.
 

@@ -43,13 +43,6 @@ import (
 // bundles it trusts (AnnotationTrust), so a changed ca.crt rolls the pods and a renewed leaf
 // certificate does not.
 
-// AnnotationTrust on the pod template is a digest of the ca.crt of every Secret the pods
-// mount: the CAs etcd loaded when it started.
-const AnnotationTrust = "etcdops.dev/trust"
-
-// CA bundle key of a kubernetes.io/tls Secret, as cert-manager writes it.
-const secretCAKey = "ca.crt"
-
 // tlsView is the TLS side of one observation.
 type tlsView struct {
 	// want is the spec's end state; running the observed StatefulSet's template (nil when
@@ -488,4 +481,26 @@ func checkTLSChange(obs *Observed, c *v1alpha1.EtcdCluster) error {
 		return nil
 	}
 	return &v1alpha1.InvalidSpecError{Problems: p}
+}
+
+// jobTLS: whether member Jobs reach the voters over https. A client connection uses one scheme
+// for all its endpoints; while the client port rolls, every voter serves the scheme of the
+// stage before or after, so the one the spec asks for is taken when all serve it.
+func (v *view) jobTLS() bool {
+	prefer := v.tls.want.client.servesTLS()
+	serves := func(secure bool) bool {
+		for _, m := range v.voters() {
+			if m.pod == nil {
+				continue
+			}
+			if s, ok := podServing(m.pod); ok && (secure && !s.client.servesTLS() || !secure && !s.client.servesPlain()) {
+				return false
+			}
+		}
+		return true
+	}
+	if serves(prefer) {
+		return prefer
+	}
+	return !prefer
 }
