@@ -250,68 +250,6 @@ func linkResolves(t *testing.T, from, link string) bool {
 	return false
 }
 
-// TestRunbookReferencesResolve: every link into runbooks.md from the docs leads to a heading,
-// and so does every reference by title that the code and the docs make, "(docs/runbooks.md,
-// <title>)" or `"<title>" in docs/runbooks.md`: renaming a runbook must not strand them.
-func TestRunbookReferencesResolve(t *testing.T) {
-	secs := sections(readDoc(t, "runbooks.md"))
-	titles := map[string]bool{}
-	for _, s := range secs {
-		titles[strings.ToLower(s.title)] = true
-	}
-	byTitle := []*regexp.Regexp{
-		regexp.MustCompile(`\(docs/runbooks\.md, ([^)"]+)\)`),
-		regexp.MustCompile("\"([^\"]+)\" in `docs/runbooks\\.md`"),
-	}
-	links, refs := 0, 0
-	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		// This package's own files describe the forms; they refer to no runbook.
-		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || d.Name() == "fuzz" || path == filepath.Join("..", "..", "test", "runbooks")) {
-			return filepath.SkipDir
-		}
-		ext := filepath.Ext(path)
-		if d.IsDir() || ext != ".go" && ext != ".md" && ext != ".yaml" {
-			return nil
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		text := string(data)
-		if ext == ".md" {
-			for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
-				if target, anchor, ok := strings.Cut(m[1], "#"); ok && strings.HasSuffix(target, "runbooks.md") {
-					links++
-					if !linkResolves(t, "runbooks.md", "#"+anchor) {
-						t.Errorf("%s links %s, which is no heading of docs/runbooks.md", path, m[1])
-					}
-				}
-			}
-		}
-		// Wrapped comments and YAML fold lines: join them before looking for a title.
-		flat := strings.Join(strings.Fields(strings.NewReplacer("//", " ", "#", " ").Replace(text)), " ")
-		for _, re := range byTitle {
-			for _, m := range re.FindAllStringSubmatch(flat, -1) {
-				refs++
-				if !titles[strings.ToLower(strings.TrimSpace(m[1]))] {
-					t.Errorf("%s refers to runbook %q, which is no heading of docs/runbooks.md", path, m[1])
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d links and %d references by title to docs/runbooks.md", links, refs)
-	if links == 0 || refs < 5 {
-		t.Errorf("found %d links and %d references by title to docs/runbooks.md: the search no longer finds them", links, refs)
-	}
-}
-
 // TestTeardownReasonsMatchThePlanner: the reasons the stuck-deleting runbook lists are the
 // ones the finalize hook reports (sync/plan.go; N stands for a count).
 func TestTeardownReasonsMatchThePlanner(t *testing.T) {
