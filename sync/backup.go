@@ -685,5 +685,5 @@ func restoreInPlace(obs *Observed, c *v1alpha1.EtcdCluster) error {
 		}
 	}
 	return errors.New("spec.bootstrap.fromBackup is set on a cluster that already runs: a restore creates a new cluster and is never applied in place, and spec.bootstrap is fixed at creation; " +
-		"nothing changes while it is set. To keep this cluster's data, snapshot it and restore it into a new EtcdCluster; to start over from the snapshot, delete this EtcdCluster and its claims and create it again (docs/runbooks.md, restore over an existing cluster)")
+		"nothing changes while it is set. To keep this cluster's data, snapshot it and restore it into a new EtcdCluster; to start over from the snapshot, delete this EtcdCluster and its claims and create it again (docs/runbooks-backup.md, restore over an existing cluster)")
 }

@@ -460,7 +460,7 @@ type ContinuousBackupStatus struct {
 	// +optional
 	Message string `json:"message,omitempty"`
 	// SupersededBy, set while the stream the operator runs finds its lineage claimed by
-	// another writer after it, names that writer: this stream stores nothing (docs/runbooks.md,
+	// another writer after it, names that writer: this stream stores nothing (docs/runbooks-backup.md,
 	// a superseded continuous backup).
 	//
 	// +optional

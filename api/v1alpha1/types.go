@@ -65,7 +65,7 @@ type EtcdCluster struct {
 // EtcdClusterSpec is the desired state of an etcd cluster.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.storageSpec) == has(oldSelf.storageSpec)",message="storageSpec cannot be added or removed after creation: the StatefulSet's volume claim templates are immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is fixed at creation: a restore makes a new cluster and is never applied to a running one in place (docs/runbooks.md, restore over an existing cluster)"
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is fixed at creation: a restore makes a new cluster and is never applied to a running one in place (docs/runbooks-backup.md, restore over an existing cluster)"
 type EtcdClusterSpec struct {
 	// Size is the number of voting members, 1 to 9. Even sizes are allowed but flagged in
 	// status: they tolerate no more failures than the odd size below them.

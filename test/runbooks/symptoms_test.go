@@ -179,8 +179,8 @@ func alertNames(t *testing.T) []string {
 // TestEveryReasonAndAlertHasARunbook: every reason the operator reports for a condition that
 // asks for a look (every Reason constant of the planner that operate.md does not list as a
 // healthy one, and every such reason operate.md lists) and every alert shipped in
-// manifests/monitoring is named in docs/runbooks.md, in the symptoms table or a runbook: a
-// new reason or alert cannot go undocumented.
+// manifests/monitoring is named in docs/runbooks.md's symptoms table or a runbook of
+// docs/runbooks-*.md: a new reason or alert cannot go undocumented.
 func TestEveryReasonAndAlertHasARunbook(t *testing.T) {
 	bad, good := conditionReasons(t)
 	want := slices.Clone(bad)
@@ -190,21 +190,23 @@ func TestEveryReasonAndAlertHasARunbook(t *testing.T) {
 		}
 	}
 	want = append(want, alertNames(t)...)
-	named := proseCodeSpans(readDoc(t, "runbooks.md"))
+	var named []string
+	for _, p := range runbookPages(t) {
+		named = append(named, proseCodeSpans(readDoc(t, p))...)
+	}
 	slices.Sort(want)
 	for _, w := range slices.Compact(want) {
 		if !slices.Contains(named, w) {
-			t.Errorf("%s is not named in docs/runbooks.md: add it to the symptoms table, with the runbook that says what to do", w)
+			t.Errorf("%s is not named in the runbooks: add it to the symptoms table of docs/runbooks.md, with the runbook that says what to do", w)
 		}
 	}
 }
 
-// TestSymptomsTableCoversEveryRunbook: the symptoms table links every runbook (each
-// second-level section but the table itself and "First look"), and each of its links leads
-// to a heading that exists.
+// TestSymptomsTableCoversEveryRunbook: the symptoms table of runbooks.md links every runbook
+// (each second-level section of the runbooks-*.md pages), and each of its links leads to a
+// heading that exists.
 func TestSymptomsTableCoversEveryRunbook(t *testing.T) {
-	secs := sections(readDoc(t, "runbooks.md"))
-	table := find(t, secs, "Symptoms")
+	table := find(t, sections(readDoc(t, "runbooks.md")), "Symptoms")
 	links := map[string]bool{}
 	for _, line := range strings.Split(table.body, "\n") {
 		if !strings.HasPrefix(line, "|") {
@@ -217,9 +219,11 @@ func TestSymptomsTableCoversEveryRunbook(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range secs {
-		if s.level == 2 && s.title != "Symptoms" && s.title != "First look" && !links["#"+s.anchor] {
-			t.Errorf("runbook %q (#%s) is not in the symptoms table", s.title, s.anchor)
+	for _, page := range runbookPages(t)[1:] {
+		for _, s := range sections(readDoc(t, page)) {
+			if s.level == 2 && !links[page+"#"+s.anchor] {
+				t.Errorf("runbook %q (%s#%s) is not in the symptoms table", s.title, page, s.anchor)
+			}
 		}
 	}
 }
@@ -257,7 +261,7 @@ func TestTeardownReasonsMatchThePlanner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec := find(t, sections(readDoc(t, "runbooks.md")), "A cluster stuck deleting")
+	sec := find(t, runbookSections(t), "A cluster stuck deleting")
 	n := 0
 	for _, line := range strings.Split(sec.body, "\n") {
 		cells := strings.Split(line, "|")
