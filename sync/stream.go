@@ -29,7 +29,7 @@ const (
 	// pod behind the cluster's Services and disruption budget.)
 	LabelBackupStreamOf = "etcdops.dev/backup-stream-of"
 	verbStreamBackup    = "stream-backup"
-	// StreamMetricsPort serves the stream's metrics (docs/backup.md, recovery point).
+	// StreamMetricsPort serves the stream's metrics (docs/backup-continuous.md, recovery point).
 	StreamMetricsPort = 9480
 )
 

@@ -531,7 +531,7 @@ type EtcdClusterStatus struct {
 	// +optional
 	RestoredRevision int64 `json:"restoredRevision,omitempty"`
 	// RestoredTime is when the revision restored was stored: the snapshot taken, or the
-	// change received by the continuous backup (docs/backup.md, restore to a time). Unset
+	// change received by the continuous backup (docs/backup-continuous.md, restore to a time). Unset
 	// when the backup does not say.
 	//
 	// +optional
