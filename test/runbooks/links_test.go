@@ -25,6 +25,8 @@ var (
 	// titleRef is a reference by title, "(docs/<page>.md, <title>)", the title quoted or not
 	// (a Go string escapes the quotes).
 	titleRef = regexp.MustCompile(`\((docs/[\w-]+\.md), \\?"?([^)"\\]+)\\?"?\)`)
+	// titleIn is the other way prose refers by title: "<title>" in `docs/<page>.md`.
+	titleIn = regexp.MustCompile("\"([^\"]+)\" in `(docs/[\\w-]+\\.md)`")
 )
 
 // repoFiles calls fn with the path and text of every file of the repository that can name a
@@ -172,6 +174,12 @@ func TestDocLinksResolve(t *testing.T) {
 			titles++
 			if !hasTitle(t, filepath.Join(repoRoot, m[1]), m[2]) {
 				t.Errorf("%s refers to %q in %s, which is no heading of it", path, m[2], m[1])
+			}
+		}
+		for _, m := range titleIn.FindAllStringSubmatch(flat, -1) {
+			titles++
+			if !hasTitle(t, filepath.Join(repoRoot, m[2]), m[1]) {
+				t.Errorf("%s refers to %q in %s, which is no heading of it", path, m[1], m[2])
 			}
 		}
 	})

@@ -98,14 +98,14 @@ func plannerReasons(t *testing.T) []string {
 	return out
 }
 
-// conditionReasons reads docs/operate.md's conditions table and the Degraded=True table (the
+// conditionReasons reads docs/conditions.md's conditions table and the Degraded=True table (the
 // planner's tests hold them to the code): the reasons of a condition in a state that asks
 // for a look (bad), and those of a healthy one (good). Healthy: Available, BackedUp and
 // VolumesExpanded True, Degraded False, Progressing True, and Steady.
 func conditionReasons(t *testing.T) (bad, good []string) {
 	t.Helper()
 	table := ""
-	for _, line := range strings.Split(readDoc(t, "operate.md"), "\n") {
+	for _, line := range strings.Split(readDoc(t, "conditions.md"), "\n") {
 		switch {
 		case strings.HasPrefix(line, "| condition | status | reasons |"):
 			table = "conditions"
@@ -133,7 +133,7 @@ func conditionReasons(t *testing.T) (bad, good []string) {
 		}
 	}
 	if len(bad) < 20 || len(good) < 5 {
-		t.Fatalf("docs/operate.md's condition tables were not found (%d reasons to look at, %d healthy)", len(bad), len(good))
+		t.Fatalf("docs/conditions.md's condition tables were not found (%d reasons to look at, %d healthy)", len(bad), len(good))
 	}
 	return bad, good
 }
@@ -177,8 +177,8 @@ func alertNames(t *testing.T) []string {
 }
 
 // TestEveryReasonAndAlertHasARunbook: every reason the operator reports for a condition that
-// asks for a look (every Reason constant of the planner that operate.md does not list as a
-// healthy one, and every such reason operate.md lists) and every alert shipped in
+// asks for a look (every Reason constant of the planner that conditions.md does not list as
+// a healthy one, and every such reason conditions.md lists) and every alert shipped in
 // manifests/monitoring is named in docs/runbooks.md's symptoms table or a runbook of
 // docs/runbooks-*.md: a new reason or alert cannot go undocumented.
 func TestEveryReasonAndAlertHasARunbook(t *testing.T) {
