@@ -223,3 +223,28 @@ func TestDocPagesAreShort(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestKeptAnchorsResolve: every anchor the split pages had (testdata/kept-anchors.txt) is
+// still a heading of the same page, the index it became: links people have kept from before
+// the split still lead to the section, or to a line that says where it went.
+func TestKeptAnchorsResolve(t *testing.T) {
+	data, err := os.ReadFile("testdata/kept-anchors.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := anchorsOf{}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		n++
+		file, anchor, _ := strings.Cut(line, "#")
+		if got, ok := anchors.get(filepath.Join(repoRoot, file)); !ok || !got[anchor] {
+			t.Errorf("%s: a kept link no longer leads anywhere: keep the heading in %s, with a line saying where its section went", line, file)
+		}
+	}
+	if n < 100 {
+		t.Errorf("testdata/kept-anchors.txt lists %d anchors", n)
+	}
+}
