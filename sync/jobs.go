@@ -81,7 +81,7 @@ type memberJob struct {
 	create bool
 }
 
-// args is the member tool's command line (docs/architecture.md).
+// args is the member tool's command line (docs/architecture-member.md).
 func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbExpandClaim {
 		// It talks to the Kubernetes API, not to etcd.
