@@ -46,13 +46,14 @@ func startCluster(t testing.TB, n int) []*member {
 	return ms
 }
 
-// startMember runs m on its data dir (a new member, or one restored there) and waits until
-// it serves.
+// startMember runs m, alone in its cluster, on its data dir (a new member, or one restored
+// there) and waits until it serves; its client URL may change (etcdtest.StartAlone).
 func startMember(t testing.TB, m *member, state, initial, token string) {
 	t.Helper()
 	cfg := m.config()
 	cfg.ClusterState, cfg.InitialCluster, cfg.InitialClusterToken = state, initial, token
-	m.etcd = etcdtest.Start(t, cfg)
+	m.etcd = etcdtest.StartAlone(t, cfg)
+	m.clientURL = cfg.ListenClientUrls[0]
 }
 
 func stopMember(m *member) {

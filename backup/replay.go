@@ -64,8 +64,8 @@ func applyChanges(ctx context.Context, cli *clientv3.Client, o RestoreOptions, l
 		if err != nil {
 			return fmt.Errorf("changes %s refused: %w", o.Store.Where(d.Name), err)
 		}
-		// Chunks of two writers may overlap (one writer per lineage, docs/backup.md): the
-		// revisions they share must be the same changes.
+		// Chunks of two writers may overlap (one writer per lineage,
+		// docs/backup-continuous.md): the revisions they share must be the same changes.
 		if err := agree(o.Store, prev, prevEvents, d, events); err != nil {
 			return err
 		}

@@ -131,13 +131,13 @@ func Decide(in Input) Decision {
 	v := in.Volume
 	if v.Token != "" && v.Token != in.Join.Token {
 		if v.HasData {
-			return Decision{Kind: Refuse, Reason: fmt.Sprintf("%s%s, not of this cluster %s: neither started on nor wiped (docs/runbooks.md, a volume of another cluster)",
+			return Decision{Kind: Refuse, Reason: fmt.Sprintf("%s%s, not of this cluster %s: neither started on nor wiped (docs/runbooks-cluster.md, a volume of another cluster)",
 				joinstate.ForeignCluster, v.Token, in.Join.Token)}
 		}
 		v = Volume{}
 	}
 	if v.HasData && v.Token == "" && v.ClusterID != "" && in.Join.ClusterID != "" && v.ClusterID != in.Join.ClusterID {
-		return Decision{Kind: Refuse, Reason: fmt.Sprintf("%s%s (its etcd cluster ID; written before launchers recorded cluster tokens), not of this cluster, etcd cluster %s: neither started on nor wiped (docs/runbooks.md, a volume of another cluster)",
+		return Decision{Kind: Refuse, Reason: fmt.Sprintf("%s%s (its etcd cluster ID; written before launchers recorded cluster tokens), not of this cluster, etcd cluster %s: neither started on nor wiped (docs/runbooks-cluster.md, a volume of another cluster)",
 			joinstate.ForeignCluster, v.ClusterID, in.Join.ClusterID)}
 	}
 	if v.HasMarker && v.Incarnation > me.Incarnation {
@@ -176,7 +176,7 @@ func Decide(in Input) Decision {
 			return d
 		case v.Restored != in.Join.Token || stale:
 			return Decision{Kind: Refuse, Reason: fmt.Sprintf("the cluster is to start from snapshot %s, but data dir %s holds data it was not restored to: "+
-				"a restore starts only on an empty volume; delete the old cluster's volume claims first (docs/runbooks.md, restore over an existing cluster)", r.Backup, in.DataDir)}
+				"a restore starts only on an empty volume; delete the old cluster's volume claims first (docs/runbooks-backup.md, restore over an existing cluster)", r.Backup, in.DataDir)}
 		}
 	}
 	if RecoveryPending(in.Join, in.Name, v) && v.HasData && !stale {

@@ -730,7 +730,7 @@ func TestSamplesValidateInGo(t *testing.T) {
 // The YAML shown in the operator's docs parses, and every object of a kind with a Go type
 // here decodes strictly into it.
 func TestDocsYAML(t *testing.T) {
-	for _, file := range []string{"../docs/install.md", "../docs/operate.md", "../docs/runbooks.md", "../docs/backup.md", "../docs/security.md"} {
+	for _, file := range docPages(t) {
 		data, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)

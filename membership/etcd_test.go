@@ -57,6 +57,15 @@ type clusterOptions struct {
 
 var freePort = etcdtest.FreePort
 
+// slowTest skips, under -short (the inner loop, CONTRIBUTING.md), a test that takes seconds
+// more than the package's others: a member down, hung or lost, waited out.
+func slowTest(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: a slow test; the default run has it")
+	}
+}
+
 // newTestCluster starts n voters as a brand-new cluster, with client TLS when pki is set.
 func newTestCluster(t testing.TB, n int, pki *testPKI) *testCluster {
 	t.Helper()

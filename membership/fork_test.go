@@ -41,6 +41,7 @@ func TestObserveTwoClustersUnderOneName(t *testing.T) {
 // it. Seen beside the real members it answers under an ID their member list lacks, and a
 // second leader reports itself: inconsistent, and named.
 func TestObserveForcedCopyOfARemovedMember(t *testing.T) {
+	slowTest(t)
 	c := newTestCluster(t, 3, nil)
 	leader := c.leader()
 	var gone *testMember

@@ -90,6 +90,7 @@ func withPeerURL(ms []etcdstate.Member, peerURL string) []etcdstate.Member {
 // The Operator knows m-0 alone, as its proxy; the member list advertises the proxies, so the
 // calls to other members (the leader for a leader move) go through theirs.
 func TestLostAnswers(t *testing.T) {
+	slowTest(t)
 	c, op, direct := proxiedCluster(t, 3)
 	via := c.members[0]
 	ctx := opContext(t)

@@ -122,6 +122,7 @@ func TestDisarmCorrupt(t *testing.T) {
 // lose its answer when the victim stops on applying it, and the retry then finds the work
 // already done (correct, and what the member Job accepts, but not the outcome asserted here).
 func TestRemoveCorruptMember(t *testing.T) {
+	slowTest(t)
 	c := newTestCluster(t, 3, nil)
 	ctx := opContext(t)
 	op := dialTest(t, c, c.members[0], c.members[1])

@@ -60,6 +60,7 @@ func TestObserveHealthyCluster(t *testing.T) {
 }
 
 func TestObserveOneMemberDown(t *testing.T) {
+	slowTest(t)
 	c := newTestCluster(t, 3, nil)
 	leader := c.leader()
 	var down *testMember
@@ -89,6 +90,7 @@ func TestObserveOneMemberDown(t *testing.T) {
 }
 
 func TestObserveQuorumLost(t *testing.T) {
+	slowTest(t)
 	c := newTestCluster(t, 3, nil)
 	survivor := c.members[0]
 	c.stop(c.members[1])
@@ -276,6 +278,7 @@ func TestObserveHungMemberKeepsDeadline(t *testing.T) {
 }
 
 func TestObserveHungMemberAmongAnsweringOnes(t *testing.T) {
+	slowTest(t)
 	c := newTestCluster(t, 3, nil)
 	c.leader()
 	hung := c.members[2]
@@ -319,6 +322,7 @@ func TestObserveHungMemberAmongAnsweringOnes(t *testing.T) {
 // members are real; the slow read is the one fake, the member's client wrapped so that its
 // reads wait, because no etcd setting slows serializable reads and not Status.
 func TestObserveSlowHealthReadIsUnknown(t *testing.T) {
+	slowTest(t)
 	c := newTestCluster(t, 3, nil)
 	c.leader()
 	slow := c.members[2]
@@ -465,6 +469,7 @@ func allAlarmed(snap etcdstate.Snapshot) bool {
 }
 
 func TestObservingDoesNotWriteToTheRaftLog(t *testing.T) {
+	slowTest(t)
 	c := newTestCluster(t, 3, nil)
 	leader := c.leader()
 	o := newTestObserver(t)
@@ -595,6 +600,7 @@ func (p *pausableProxy) pipe(src, dst net.Conn) {
 }
 
 func TestObserveSeesAHungMemberAgainAsSoonAsItAnswers(t *testing.T) {
+	slowTest(t)
 	c := newTestCluster(t, 3, nil)
 	c.leader()
 	flaky := c.members[2]

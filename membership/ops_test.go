@@ -90,6 +90,7 @@ func promoteWhenReady(t *testing.T, op *Operator, m *testMember, id uint64) {
 // The whole grow-and-shrink loop under etcd's default strict checks, which make the
 // removal wait until the new member has been connected long enough: retryable, not refused.
 func TestGrowAndShrinkOneMemberCluster(t *testing.T) {
+	slowTest(t)
 	c := startTestCluster(t, clusterOptions{members: 1, strict: true})
 	seed := c.members[0]
 	op := dialTest(t, c, seed)
@@ -141,6 +142,7 @@ func TestLearnerRules(t *testing.T) {
 }
 
 func TestRemoveKeepsQuorum(t *testing.T) {
+	slowTest(t)
 	c := newTestCluster(t, 3, nil)
 	up, down := c.members[0], c.members[2]
 	op := dialTest(t, c, c.members[:2]...)
@@ -212,6 +214,7 @@ func TestTransientErrors(t *testing.T) {
 // TestCheckRestart: a member may be taken down only while it does not lead and every other
 // voter answers; a member no longer in the cluster may always be.
 func TestCheckRestart(t *testing.T) {
+	slowTest(t)
 	c := newTestCluster(t, 3, nil)
 	leader := c.leader()
 	var followers []*testMember

@@ -61,7 +61,7 @@ const scratchFloor = 1 << 30
 // twice the database, for one that grows between the observation and the read, rounded up to
 // a power of two and at least 1Gi, so that the bound (and with it a backup Job's name and the
 // stream's template) stays the same while the database grows within it. The kubelet evicts a
-// pod whose scratch outgrows it (docs/backup.md, "Scratch space").
+// pod whose scratch outgrows it (docs/backup-setup.md, "Scratch space").
 func scratchLimit(db int64) string {
 	n := int64(scratchFloor)
 	for n/2 < db && n <= math.MaxInt64/2 {
@@ -641,7 +641,7 @@ func fromBackup(c *v1alpha1.EtcdCluster) *v1alpha1.FromBackup {
 // container's restarts, a seed pod recreated meanwhile mounts it again) and never after: a
 // Secret rotated or deleted, or a claim held by another pod, cannot keep a new or
 // rescheduled pod from starting. The seed, created with the source, is rolled to the template
-// without it like any pod on an outdated template (docs/backup.md, "The restore source"),
+// without it like any pod on an outdated template (docs/backup-restore.md, "The restore source"),
 // except a lone member without a volume: rolling it would lose its data, and a new pod of it
 // would have none to start on, with the source mounted or not, so its template keeps the
 // source until it has company.
@@ -703,5 +703,5 @@ func restoreInPlace(obs *Observed, c *v1alpha1.EtcdCluster) error {
 		}
 	}
 	return errors.New("spec.bootstrap.fromBackup is set on a cluster that already runs: a restore creates a new cluster and is never applied in place, and spec.bootstrap is fixed at creation; " +
-		"nothing changes while it is set. To keep this cluster's data, snapshot it and restore it into a new EtcdCluster; to start over from the snapshot, delete this EtcdCluster and its claims and create it again (docs/runbooks.md, restore over an existing cluster)")
+		"nothing changes while it is set. To keep this cluster's data, snapshot it and restore it into a new EtcdCluster; to start over from the snapshot, delete this EtcdCluster and its claims and create it again (docs/runbooks-backup.md, restore over an existing cluster)")
 }

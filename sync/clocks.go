@@ -148,11 +148,11 @@ func (v *view) recordClocks(ms *v1alpha1.MemberStatus, m *member) {
 func (v *view) learnerOverdue() string {
 	for _, l := range v.learners() {
 		if since, ok := v.runningSince(l); ok && v.obs.Now.Sub(since) >= stuckAfter {
-			return fmt.Sprintf("learner %s has run since %s and has not caught up with the leader (docs/runbooks.md, a learner that never catches up)",
+			return fmt.Sprintf("learner %s has run since %s and has not caught up with the leader (docs/runbooks-members.md, a learner that never catches up)",
 				l.name, since.UTC().Format(time.RFC3339))
 		}
 		if at, ok := v.givenUpOn(l.name); ok {
-			return fmt.Sprintf("learner %s was given up on as stuck at %s and added again; it has not caught up since (docs/runbooks.md, a learner that never catches up)",
+			return fmt.Sprintf("learner %s was given up on as stuck at %s and added again; it has not caught up since (docs/runbooks-members.md, a learner that never catches up)",
 				l.name, at.UTC().Format(time.RFC3339))
 		}
 	}

@@ -18,10 +18,10 @@ import (
 	"etcdops.dev/etcdops/api/v1alpha1"
 )
 
-// documentedReasons reads docs/operate.md's closed lists of condition reasons: for each
+// documentedReasons reads docs/conditions.md's closed lists of condition reasons: for each
 // condition type and status, the reasons the tables allow.
 var documentedReasons = gosync.OnceValues(func() (map[string][]string, error) {
-	data, err := os.ReadFile("../docs/operate.md")
+	data, err := os.ReadFile("../docs/conditions.md")
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func TestConditionReasonsMatchTheDocs(t *testing.T) {
 		t.Fatalf("status.go has %d blocks of Reason constants, want 2 (Degraded=True, the others)", len(blocks))
 	}
 	if got := docs["Degraded=True"]; !slices.Equal(got, blocks[0]) {
-		t.Errorf("docs/operate.md lists the Degraded reasons\n  %q\nstatus.go has\n  %q", got, blocks[0])
+		t.Errorf("docs/conditions.md lists the Degraded reasons\n  %q\nstatus.go has\n  %q", got, blocks[0])
 	}
 	var documented []string
 	for key, rs := range docs {
@@ -114,12 +114,12 @@ func TestConditionReasonsMatchTheDocs(t *testing.T) {
 	}
 	for _, r := range blocks[1] {
 		if !slices.Contains(documented, r) {
-			t.Errorf("reason %s is in status.go but not in the conditions table of docs/operate.md", r)
+			t.Errorf("reason %s is in status.go but not in the conditions table of docs/conditions.md", r)
 		}
 	}
 	for _, want := range []string{"Available=True", "Available=False", "Available=Unknown", "Progressing=True", "Progressing=False", "Degraded=False"} {
 		if len(docs[want]) == 0 {
-			t.Errorf("docs/operate.md lists no reason for %s", want)
+			t.Errorf("docs/conditions.md lists no reason for %s", want)
 		}
 	}
 }
@@ -141,7 +141,7 @@ func checkConditions(t testing.TB, gen int64, d Decision) {
 	for _, c := range d.Status.Conditions {
 		types = append(types, c.Type)
 		if !camelCase.MatchString(c.Reason) || !slices.Contains(docs[c.Type+"="+string(c.Status)], c.Reason) {
-			t.Fatalf("%s=%s with reason %q, which docs/operate.md does not list for it (action %v)", c.Type, c.Status, c.Reason, d.Action)
+			t.Fatalf("%s=%s with reason %q, which docs/conditions.md does not list for it (action %v)", c.Type, c.Status, c.Reason, d.Action)
 		}
 		if c.ObservedGeneration != gen || c.LastTransitionTime.IsZero() || c.Message == "" {
 			t.Fatalf("condition %s: observedGeneration %d (want %d), lastTransitionTime %v, message %q", c.Type, c.ObservedGeneration, gen, c.LastTransitionTime, c.Message)

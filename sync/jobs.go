@@ -93,7 +93,7 @@ func (j memberJob) key() stepKey { return stepKey{j.verb, j.member} }
 // keyOf is the step an observed member Job is of.
 func keyOf(j *batchv1.Job) stepKey { return stepKey{j.Labels[LabelAction], j.Labels[LabelMember]} }
 
-// args is the member tool's command line (docs/architecture.md).
+// args is the member tool's command line (docs/architecture-member.md).
 func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbExpandClaim {
 		// It talks to the Kubernetes API, not to etcd.

@@ -325,7 +325,7 @@ func unknownStateReason(v *view) (reason, degradedBy string) {
 	if r := v.safe.recovery; r != nil && !knownRecoveryPhase(r.Phase) {
 		// A newer hook's phase: what it allows next is not this build's to guess. Its fences
 		// and force stay as the join ConfigMap has them.
-		return fmt.Sprintf("status.recovery is in phase %q, which this hook does not know (written by a newer one?): nothing is changed until a hook that knows it, or a person, ends the recovery (docs/runbooks.md, a recovery phase this hook does not know)", r.Phase), ReasonRecoveryPhaseUnknown
+		return fmt.Sprintf("status.recovery is in phase %q, which this hook does not know (written by a newer one?): nothing is changed until a hook that knows it, or a person, ends the recovery (docs/runbooks-quorum.md, a recovery phase this hook does not know)", r.Phase), ReasonRecoveryPhaseUnknown
 	}
 	e := v.obs.Etcd
 	forked := slices.Clone(e.Forked)
@@ -342,7 +342,7 @@ func unknownStateReason(v *view) (reason, degradedBy string) {
 		return "etcd not reachable: " + e.Err + v.refusals(), ReasonEtcdUnreachable
 	case len(forked) > 0:
 		slices.Sort(forked)
-		return fmt.Sprintf("etcd answers as more than one membership (%s): %s; no membership change until a person resolves it (docs/runbooks.md, two memberships answer)",
+		return fmt.Sprintf("etcd answers as more than one membership (%s): %s; no membership change until a person resolves it (docs/runbooks-cluster.md, two memberships answer)",
 			strings.Join(slices.Compact(forked), ", "), strings.Join(conflicts, "; ")), ReasonEtcdForked
 	case e.Inconsistent != "":
 		return "etcd answers inconsistently: " + e.Inconsistent, ReasonEtcdInconsistent

@@ -205,7 +205,7 @@ func (w *simWorld) disarmOf(c Child) (verb, alarm string, id uint64) {
 // alarm of member 0 that only a person clears. Every step keeps the invariants and
 // checkAlarmDecision; the cluster converges once the world heals.
 func TestRandomAlarms(t *testing.T) {
-	for seed := int64(1); seed <= 6; seed++ {
+	for seed := int64(1); seed <= seeds(6); seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			w, _ := created(t, 3, seed%2 == 1)

@@ -128,7 +128,7 @@ func (d *simDrain) evictPod(p *simPod) {
 // the run (checkWorld), as does any other invariant broken; and the cluster converges once
 // the drain stops.
 func TestRandomDrains(t *testing.T) {
-	for seed := int64(1); seed <= 8; seed++ {
+	for seed := int64(1); seed <= seeds(8); seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			w, _ := created(t, 3, seed%2 == 1) // odd seeds with volumes, even ones without

@@ -100,7 +100,7 @@ func (w *simWorld) randomFork(rng *rand.Rand, heal *[]func()) {
 // or the join state, each names the pods, and each after the first says EtcdForked; once the
 // fork is gone the cluster converges.
 func TestForkHoldsEveryChange(t *testing.T) {
-	for seed := int64(1); seed <= 6; seed++ {
+	for seed := int64(1); seed <= seeds(6); seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			w, _ := created(t, 3, seed%2 == 1)

@@ -237,7 +237,7 @@ func TestRecoveryCountsAMissingPodAsRunning(t *testing.T) {
 // heals, the cluster converges to three healthy members.
 func TestRandomRecoveries(t *testing.T) {
 	forced := 0
-	for seed := int64(1); seed <= 12; seed++ {
+	for seed := int64(1); seed <= seeds(12); seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			w, _ := created(t, 3, true)

@@ -264,7 +264,7 @@ func TestQuorumLostHolds(t *testing.T) {
 // seeing the children as they were a sync earlier: every decision stays safe and the
 // scenarios still converge.
 func TestScenariosWithLaggingCaches(t *testing.T) {
-	for seed := int64(1); seed <= 2; seed++ {
+	for seed := int64(1); seed <= seeds(2); seed++ {
 		for _, sc := range simScenarios {
 			t.Run(sc.name, func(t *testing.T) {
 				simLag = rand.New(rand.NewSource(seed))

@@ -304,6 +304,15 @@ type simWorld struct {
 	latency *simLatency
 }
 
+// seeds is how many seeds a random run tries: n, or a third of it (two at least, so that
+// both halves of a seed%2 choice run) under -short, the inner loop (CONTRIBUTING.md).
+func seeds(n int64) int64 {
+	if testing.Short() {
+		return max(2, (n+2)/3)
+	}
+	return n
+}
+
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 	c := v1alpha1.EtcdCluster{}
 	c.APIVersion, c.Kind = v1alpha1.APIVersion, v1alpha1.Kind

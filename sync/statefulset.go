@@ -93,7 +93,7 @@ func readinessProbe() probe {
 
 // livenessProbe: etcd answers /livez (no alarm restarts it: a NOSPACE alarm must not become a
 // crash loop) or reports a defragmentation in flight, and no quorum recovery waits for this
-// member to restart (etcdops-member probe, docs/architecture.md). /livez is a read, which
+// member to restart (etcdops-member probe, docs/architecture-member.md). /livez is a read, which
 // waits while a defragmentation holds the backend: minutes on a large database, far beyond
 // the 80 s this probe's failures add up to. Restarting then would throw the work away, and the
 // Job's retry would start it over into the next restart. etcd's metrics answer meanwhile and

@@ -15,7 +15,7 @@ import (
 )
 
 // Reasons of the Degraded condition when it is True: why the cluster is not as it should be,
-// or why the operator cannot go on. A closed list; docs/operate.md explains each (a test
+// or why the operator cannot go on. A closed list; docs/conditions.md explains each (a test
 // checks that the table and this list agree).
 const (
 	ReasonInvalidSpec              = "InvalidSpec"

@@ -29,7 +29,7 @@ const (
 	// pod behind the cluster's Services and disruption budget.)
 	LabelBackupStreamOf = "etcdops.dev/backup-stream-of"
 	verbStreamBackup    = "stream-backup"
-	// StreamMetricsPort serves the stream's metrics (docs/backup.md, recovery point).
+	// StreamMetricsPort serves the stream's metrics (docs/backup-continuous.md, recovery point).
 	StreamMetricsPort = 9480
 )
 
@@ -142,7 +142,7 @@ func (v *view) streamCondition(st *v1alpha1.EtcdClusterStatus, cond *metav1.Cond
 	case cs.SupersededBy != "" && v.obs.BackupStream.Known:
 		cond.Status, cond.Reason = metav1.ConditionFalse, "StreamSuperseded"
 		cond.Message = fmt.Sprintf("the continuous backup's pod stores nothing: %s claimed its lineage after it (a second stream for this cluster); this pod stored changes up to revision %d. "+
-			"Stop the stream that should not run (docs/runbooks.md, a superseded continuous backup)", cs.SupersededBy, cs.StoredRevision)
+			"Stop the stream that should not run (docs/runbooks-backup.md, a superseded continuous backup)", cs.SupersededBy, cs.StoredRevision)
 	case cs.BehindSince != nil:
 		cond.Status, cond.Reason = metav1.ConditionFalse, "StreamBehind"
 		cond.Message = fmt.Sprintf("the continuous backup has not been caught up since %s (more than %s): changes are stored up to revision %d; %s",

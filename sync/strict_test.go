@@ -51,6 +51,9 @@ func checkTyped(t testing.TB, d Decision) {
 // then the same for a cluster with TLS, which no story covers. Between them they render
 // every child kind and every member Job.
 func TestSimulatedChildrenAreTyped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: TestScenarios runs the same scenarios; the default run decodes their children strictly")
+	}
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no scenario files: %v", err)

@@ -262,7 +262,7 @@ func TestTLSSecretSwapRefused(t *testing.T) {
 // invariants (the simulator's world checks included: no member advertises a peer URL a
 // running peer cannot reach), and each change converges once the faults heal.
 func TestRandomFaultsDuringTLSChanges(t *testing.T) {
-	for seed := int64(1); seed <= 6; seed++ {
+	for seed := int64(1); seed <= seeds(6); seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			simLag = rand.New(rand.NewSource(seed))

@@ -45,22 +45,22 @@ type BackupSpec struct {
 	// +optional
 	MaxBandwidth *resource.Quantity `json:"maxBandwidth,omitempty"`
 	// Continuous, when set, also stores every change between snapshots, so that a restore
-	// can reach any revision up to the newest stored change (docs/backup.md, point-in-time
-	// restore).
+	// can reach any revision up to the newest stored change (docs/backup-continuous.md,
+	// continuous backup and point-in-time restore).
 	//
 	// +optional
 	Continuous *ContinuousBackup `json:"continuous,omitempty"`
 	// Verify, when set, proves the backups by restoring them on a schedule: a restore drill
 	// restores the newest snapshot and its stored changes as a real restore does, into a
 	// scratch directory of a Job, and compares every key with the live cluster
-	// (docs/backup.md, restore drills).
+	// (docs/backup-drills.md, restore drills).
 	//
 	// +optional
 	Verify *BackupVerify `json:"verify,omitempty"`
 	// BeforeRiskySteps says how fresh a snapshot must be for a risky step to go ahead: a
 	// minor-version upgrade, a scale-in, a roll of every member and a forced quorum recovery
-	// are each preceded by a snapshot unless the newest is younger than maxAge (docs/backup.md,
-	// a snapshot before every risky step). Unset: maxAge 5m.
+	// are each preceded by a snapshot unless the newest is younger than maxAge
+	// (docs/backup-drills.md, a snapshot before every risky step). Unset: maxAge 5m.
 	//
 	// +optional
 	BeforeRiskySteps *RiskyStepSnapshots `json:"beforeRiskySteps,omitempty"`
@@ -208,7 +208,7 @@ type PVCDestination struct {
 // those within keep and keepFor (with both set, a snapshot beyond either goes); and, beyond
 // them, the newest snapshot of each of the keepHourly most recent hours and of the keepDaily
 // most recent days (UTC) that hold one. A snapshot no tier keeps goes, with its chain of
-// changes (docs/backup.md, retention).
+// changes (docs/backup-setup.md, status).
 type BackupRetention struct {
 	// Keep is how many snapshots are kept, newest first.
 	//
@@ -255,7 +255,7 @@ type FromBackup struct {
 	BackupDestination `json:",inline"`
 	// Lineage names the lineage restored from: the etcd cluster ID (hex) of the cluster that
 	// stored it, or "legacy" for what an older release stored directly below the prefix
-	// (docs/backup.md, lineages). Unset: with name latest, the lineage whose newest stored
+	// (docs/backup-restore.md, lineages: one history per cluster). Unset: with name latest, the lineage whose newest stored
 	// point is the newest by time; with a snapshot's name, the lineage that holds it.
 	//
 	// +kubebuilder:validation:Pattern=`^([0-9a-f]{1,16}|legacy)$`
@@ -280,7 +280,7 @@ type FromBackup struct {
 	Revision *int64 `json:"revision,omitempty"`
 	// Time (RFC 3339), instead of revision, restores the last revision of the lineage stored
 	// at or before it: a snapshot's time is when it was taken, a change's when the continuous
-	// backup received it (docs/backup.md, restore to a time). A time before the first or
+	// backup received it (docs/backup-continuous.md, restore to a time). A time before the first or
 	// after the newest point stored is refused, naming the range stored. Only with name
 	// latest.
 	//
@@ -460,8 +460,8 @@ type ContinuousBackupStatus struct {
 	// +optional
 	Message string `json:"message,omitempty"`
 	// SupersededBy, set while the stream the operator runs finds its lineage claimed by
-	// another writer after it, names that writer: this stream stores nothing (docs/runbooks.md,
-	// a superseded continuous backup).
+	// another writer after it, names that writer: this stream stores nothing
+	// (docs/runbooks-backup.md, a superseded continuous backup).
 	//
 	// +optional
 	SupersededBy string `json:"supersededBy,omitempty"`

@@ -29,10 +29,10 @@ const (
 
 // MinToolMemory is the least memory spec.tool.resources may bound: etcdops-member's resident
 // set, its binary's pages included, is about 50 MiB for the smallest command
-// (docs/operate.md, "Resources and pull secrets").
+// (docs/create.md, "Resources and pull secrets").
 const MinToolMemory = "64Mi"
 
-// The default resources of each role, from TestToolUsage (test/bench; docs/operate.md has
+// The default resources of each role, from TestToolUsage (test/bench; docs/create.md has
 // its table and command): a member Job's command peaks at about 7 MiB of heap and 44 to 53
 // MiB resident (its binary's pages included) and 0.03 s of CPU; a backup of a 1 GiB database
 // at 32 to 36 MiB of heap, the snapshot's pages aside, and 7 s of CPU; the stream at about

@@ -65,7 +65,7 @@ type EtcdCluster struct {
 // EtcdClusterSpec is the desired state of an etcd cluster.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.storageSpec) == has(oldSelf.storageSpec)",message="storageSpec cannot be added or removed after creation: the StatefulSet's volume claim templates are immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is fixed at creation: a restore makes a new cluster and is never applied to a running one in place (docs/runbooks.md, restore over an existing cluster)"
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="spec.bootstrap is fixed at creation: a restore makes a new cluster and is never applied to a running one in place (docs/runbooks-backup.md, restore over an existing cluster)"
 type EtcdClusterSpec struct {
 	// Size is the number of voting members, 1 to 9. Even sizes are allowed but flagged in
 	// status: they tolerate no more failures than the odd size below them.
@@ -121,7 +121,7 @@ type EtcdClusterSpec struct {
 	// Tool sets what the containers running the operator's own image (the hook's
 	// --tool-image, with etcdops-member) get: every pod the operator runs besides the etcd
 	// pods (member and backup Jobs, the continuous backup) and the etcd pods' install
-	// container (docs/operate.md, "Resources and pull secrets").
+	// container (docs/create.md, "Resources and pull secrets").
 	//
 	// +optional
 	Tool *ToolSpec `json:"tool,omitempty"`
@@ -287,10 +287,10 @@ const (
 // certificates, and the operator presents clientSecret to observe the cluster. peerSecret is
 // independent of both.
 //
-// Turning TLS on or off on a running cluster is a staged roll (docs/operate.md, "TLS"); so is a
-// new CA, which etcd reads only at start. A Secret cannot be swapped for another while its
-// field is set: the new Secret's certificates may come from a CA the running members do not
-// trust, and members that reject each other lose quorum.
+// Turning TLS on or off on a running cluster is a staged roll (docs/tls.md, "Turn TLS on or
+// off"); so is a new CA, which etcd reads only at start. A Secret cannot be swapped for
+// another while its field is set: the new Secret's certificates may come from a CA the
+// running members do not trust, and members that reject each other lose quorum.
 //
 // +kubebuilder:validation:XValidation:rule="(has(self.serverSecret) && self.serverSecret.size() > 0) == (has(self.clientSecret) && self.clientSecret.size() > 0)",message="serverSecret and clientSecret go together: with serverSecret etcd requires client certificates and the operator needs clientSecret to observe the cluster"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.serverSecret) || !has(self.serverSecret) || self.serverSecret == oldSelf.serverSecret",message="spec.tls.serverSecret cannot name another Secret while it is set: renew the certificate inside the named Secret (a new leaf is reloaded without a restart; a new CA rolls the pods), or remove serverSecret and clientSecret, wait for status.tls.client to be http, then set the new names"
@@ -394,7 +394,7 @@ type ToolSpec struct {
 	ImagePullSecrets []SecretReference `json:"imagePullSecrets,omitempty"`
 	// Resources of every container in the pods the operator runs besides the etcd pods:
 	// member and backup Jobs, the continuous backup. Unset, each gets a
-	// default with requests and limits, measured for what it does (docs/operate.md,
+	// default with requests and limits, measured for what it does (docs/create.md,
 	// "Resources and pull secrets"), so that a namespace's ResourceQuota admits it. Set, it
 	// replaces every default as a whole. The etcd pods' install container takes
 	// spec.podTemplate.spec.resources instead.
@@ -465,7 +465,7 @@ type EtcdClusterStatus struct {
 	// +optional
 	ForkSeenSince *metav1.Time `json:"forkSeenSince,omitempty"`
 	// Conditions: Available, Progressing, Degraded; BackedUp with spec.backup; BackupVerified
-	// with spec.backup.verify; VolumesExpanded once a volume grows (docs/operate.md,
+	// with spec.backup.verify; VolumesExpanded once a volume grows (docs/conditions.md,
 	// "Conditions").
 	//
 	// +listType=map
@@ -531,7 +531,7 @@ type EtcdClusterStatus struct {
 	// +optional
 	RestoredRevision int64 `json:"restoredRevision,omitempty"`
 	// RestoredTime is when the revision restored was stored: the snapshot taken, or the
-	// change received by the continuous backup (docs/backup.md, restore to a time). Unset
+	// change received by the continuous backup (docs/backup-continuous.md, restore to a time). Unset
 	// when the backup does not say.
 	//
 	// +optional
@@ -795,7 +795,7 @@ type Action struct {
 	// Type: Steady, Wait, Hold, Bootstrap, AddLearner, PromoteLearner, RemoveMember,
 	// MoveLeader, ReplacePod, ScaleStatefulSet, Teardown, Compact, Defragment, DisarmAlarm,
 	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod, RestoreDrill
-	// (docs/operate.md, "Actions").
+	// (docs/status.md, "Actions").
 	//
 	// +optional
 	Type string `json:"type"`

@@ -329,7 +329,7 @@ func checkResources(field string, r corev1.ResourceRequirements, tool bool) []st
 			case q.Sign() < 0:
 				p = append(p, fmt.Sprintf("%s %s is negative", f, q.String()))
 			case tool && part.name == "limits" && name == corev1.ResourceMemory && q.Cmp(resource.MustParse(MinToolMemory)) < 0:
-				p = append(p, fmt.Sprintf("%s %s is below %s: etcdops-member needs more to start (docs/operate.md, \"Resources and pull secrets\")", f, q.String(), MinToolMemory))
+				p = append(p, fmt.Sprintf("%s %s is below %s: etcdops-member needs more to start (docs/create.md, \"Resources and pull secrets\")", f, q.String(), MinToolMemory))
 			}
 		}
 	}

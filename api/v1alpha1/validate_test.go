@@ -152,7 +152,7 @@ func TestValidate(t *testing.T) {
 			"spec.podTemplate.spec.resources.requests[memory] -1Gi is negative",
 			"spec.podTemplate.spec.resources.requests[cpu] 2 is above its limit 1; allowed: a request at most the limit",
 			"spec.tool.resources.requests[nvidia.com/gpu]: the operator's containers use no nvidia.com/gpu; allowed: cpu, memory, ephemeral-storage",
-			`spec.tool.resources.limits[memory] 16Mi is below 64Mi: etcdops-member needs more to start (docs/operate.md, "Resources and pull secrets")`,
+			`spec.tool.resources.limits[memory] 16Mi is below 64Mi: etcdops-member needs more to start (docs/create.md, "Resources and pull secrets")`,
 			"spec.tool.resources.requests[memory] 128Mi is above its limit 16Mi; allowed: a request at most the limit",
 		}},
 		{"pull secrets are Secret names, each once", func(c *EtcdCluster) {

@@ -11,8 +11,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,15 +44,31 @@ const (
 	freePortHigh = 32767
 )
 
-// FreePort returns an unused port on 127.0.0.1, outside the ephemeral range where it can.
+// portLocks is where FreePort claims a port for the test that drew it, a file per port
+// locked with flock: the test binaries of several packages run at once (go test ./...), and a
+// port one of them drew and has not bound yet is free to every other's draw. The kernel drops
+// a lock when its process ends, so a killed test leaves none behind.
+var portLocks = filepath.Join(os.TempDir(), "etcdops-test-ports")
+
+// FreePort returns an unused port on 127.0.0.1, outside the ephemeral range where it can,
+// that no other test process drew while t runs.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	if err := os.MkdirAll(portLocks, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	for range 100 {
 		port := freePortLow + rand.IntN(freePortHigh-freePortLow+1)
+		lock, ok := claimPort(port)
+		if !ok {
+			continue
+		}
 		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 			l.Close()
+			t.Cleanup(func() { lock.Close() })
 			return port
 		}
+		lock.Close()
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -56,6 +76,19 @@ func FreePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// claimPort locks port's file; false when another process holds it.
+func claimPort(port int) (*os.File, bool) {
+	f, err := os.OpenFile(filepath.Join(portLocks, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, false
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, false
+	}
+	return f, true
 }
 
 // FreeURL is an http URL on an unused port of 127.0.0.1.
@@ -102,6 +135,28 @@ func (e *Etcd) Stop() {
 func Start(t testing.TB, cfg *embed.Config) *Etcd {
 	t.Helper()
 	return startAll(t, []*embed.Config{cfg})[0]
+}
+
+// StartAlone starts cfg, a member alone in its cluster (a new one, or one restored onto a
+// data dir), like Start, and when a port it listens on was taken meanwhile by a process that
+// drew it without FreePort (a restore's replay server draws from the same range), starts it
+// again on new ports, twice at most: cfg's client URLs and peer listen URL say which it got.
+// The advertised peer URL stays: a restored data dir records it, and nobody dials it.
+func StartAlone(t testing.TB, cfg *embed.Config) *Etcd {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		e, err := start(cfg)
+		if err == nil {
+			t.Cleanup(e.Stop)
+			return e
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+		client := FreeURL(t)
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+		cfg.ListenPeerUrls = []url.URL{FreeURL(t)}
+	}
 }
 
 // StartCluster makes cfgs the members of one new cluster with token, starts them together

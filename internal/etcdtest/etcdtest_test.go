@@ -56,3 +56,43 @@ func TestFreePortIsOutsideTheEphemeralRange(t *testing.T) {
 		}
 	}
 }
+
+// TestFreePortIsClaimed: a port FreePort gave is claimed until the test ends, so that a test
+// binary of another package running at once does not draw it before it is bound.
+func TestFreePortIsClaimed(t *testing.T) {
+	var port int
+	t.Run("draw", func(t *testing.T) {
+		port = FreePort(t)
+		if lock, ok := claimPort(port); ok {
+			lock.Close()
+			t.Fatalf("port %d could be claimed again while the test that drew it runs", port)
+		}
+	})
+	lock, ok := claimPort(port)
+	if !ok {
+		t.Fatalf("port %d still claimed after the test that drew it ended", port)
+	}
+	lock.Close()
+}
+
+// TestStartAloneMovesOffATakenPort: a lone member whose client port another process took
+// starts on other ports and says which.
+func TestStartAloneMovesOffATakenPort(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	client := FreeURL(t)
+	client.Host = taken.Addr().String()
+	peer := FreeURL(t)
+	cfg := Config("m-moved", t.TempDir(), peer, client)
+	e := StartAlone(t, cfg)
+	got := cfg.ListenClientUrls[0]
+	if got.Host == taken.Addr().String() || e.Clients[0].Addr().String() != got.Host {
+		t.Fatalf("started with client URL %s, listening on %s; want off the taken %s", got.String(), e.Clients[0].Addr(), taken.Addr())
+	}
+	if cfg.AdvertisePeerUrls[0] != peer {
+		t.Fatalf("advertised peer URL %s, want %s kept", cfg.AdvertisePeerUrls[0].String(), peer.String())
+	}
+}

@@ -44,7 +44,7 @@ type usage struct {
 // real 3-member etcd cluster (the default version's server, internal/etcdbin) holding
 // -tool-usage-db bytes, and real S3 (versitygw), prints a table and checks that the default
 // resources of each command's pod (v1alpha1.ToolResources) hold what it used. The defaults
-// were chosen from it (docs/operate.md, "Resources and pull secrets").
+// were chosen from it (docs/create.md, "Resources and pull secrets").
 //
 //	go test ./test/bench -run TestToolUsage -tool-usage -v -timeout 20m
 func TestToolUsage(t *testing.T) {

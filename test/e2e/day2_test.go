@@ -176,7 +176,7 @@ func quorumRecovery(t *testing.T, env *harness.Env) int {
 	// A volume knows its member is a voter only from the first liveness probe after the
 	// promotion (launcher.RecordEstablished), and a member the scenario before replaced was
 	// promoted moments ago: its data dir lost before that, while its mounted join state still
-	// predates the promotion, would start empty (docs/architecture.md). That window is not
+	// predates the promotion, would start empty (docs/architecture-planner.md). That window is not
 	// what this scenario is about.
 	if _, err := env.WaitFor(changeBound, func() (bool, string) {
 		for _, pod := range lost {

@@ -69,7 +69,9 @@ func TestStreamsRunTheDeploymentsPod(t *testing.T) {
 	if err := s.Create(deploy("1s")); err != nil {
 		t.Fatal(err)
 	}
-	wait("a Ready pod", func() bool { _, ok := ready(); return ok })
+	// The pod is Ready as its container starts, a moment before the command records its
+	// arguments.
+	wait("a Ready pod running the command", func() bool { _, ok := ready(); return ok && lastRun() != nil })
 	p, _ := ready()
 	args := strings.Join(lastRun(), " ")
 	if !isStreamPod(p) || p.Status.PodIP == "" || !strings.Contains(args, "--metrics-addr="+p.Status.PodIP+":9480") || !strings.Contains(args, "--work-dir=/tmp/node/work") {

@@ -2,7 +2,9 @@
 // they show pass the restricted Pod Security level and run as the etcd pods do, the quorum
 // loss steps run against real etcd servers of each supported release, and every reason and
 // alert the operator can raise leads to a runbook. Everything is read from the docs
-// themselves, so a changed runbook changes what is checked and run.
+// themselves, so a changed runbook changes what is checked and run. It also holds the docs
+// together: every link and reference into them, from the docs, the code and the manifests,
+// leads to a page and a heading that exist, and no page outgrows 25 KB.
 package runbooks
 
 import (
@@ -102,6 +104,35 @@ func find(t *testing.T, secs []section, title string) section {
 			return s
 		}
 	}
-	t.Fatalf("docs/runbooks.md has no heading %q", title)
+	t.Fatalf("the runbooks have no heading %q", title)
 	return section{}
+}
+
+// runbookPages are the runbooks' pages: runbooks.md, the index with the symptoms table, then
+// runbooks-<topic>.md, each a group of runbooks.
+func runbookPages(t *testing.T) []string {
+	t.Helper()
+	topics, err := filepath.Glob(filepath.Join(docsDir, "runbooks-*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(topics) == 0 {
+		t.Fatalf("no runbooks-*.md in %s", docsDir)
+	}
+	out := []string{"runbooks.md"}
+	for _, p := range topics {
+		out = append(out, filepath.Base(p))
+	}
+	return out
+}
+
+// runbookSections are the sections of the runbooks-<topic>.md pages, page after page (the
+// index only points to them).
+func runbookSections(t *testing.T) []section {
+	t.Helper()
+	var out []section
+	for _, p := range runbookPages(t)[1:] {
+		out = append(out, sections(readDoc(t, p))...)
+	}
+	return out
 }

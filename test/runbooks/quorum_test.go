@@ -32,7 +32,7 @@ import (
 	"etcdops.dev/etcdops/launcher"
 )
 
-// The quorum loss runbook (docs/runbooks.md, "Quorum lost", steps 2 to 4b) followed on real
+// The quorum loss runbook (docs/runbooks-quorum.md, "Quorum lost", steps 2 to 4b) followed on real
 // etcd servers of each supported release, built from the Go module proxy with etcdctl and
 // etcdutl of the same release (internal/etcdbin). Three members start as the operator's pods
 // start them: the command line the planner renders, completed by the real launcher
@@ -40,7 +40,7 @@ import (
 // pod's address) with its own volume directory (the claim, mounted at /var/lib/etcd: data dir,
 // incarnation marker and cluster token as the launcher lays them out). Keys are written, two
 // members are killed (SIGKILL: their nodes are lost) and the runbook's fenced blocks are then
-// followed line by line, read from docs/runbooks.md as they stand:
+// followed line by line, read from docs/runbooks-quorum.md as they stand:
 //
 //   - run as written, on the machine: every etcdctl and etcdutl line, on the workstation or
 //     inside a pod (kubectl exec: the pod's 127.0.0.1 becomes its address, its mounts its
@@ -112,7 +112,7 @@ func followQuorumLoss(t *testing.T, v string) {
 	clusterID := r.clusterID("etcd-1")
 	r.lose("etcd-0", "etcd-2")
 
-	secs := sections(readDoc(t, "runbooks.md"))
+	secs := sections(readDoc(t, "runbooks-quorum.md"))
 	r.follow(find(t, secs, "2. Stop the operator and take snapshots"))
 	r.follow(find(t, secs, "3. Stop the pods, keep the survivor's volume, drop the others"))
 	survivorVolume := r.claims["data-etcd-1"]
@@ -643,7 +643,7 @@ func (r *runner) kubectl(step string, c command) {
 		}
 		r.played = append(r.played, c.line)
 	case verb == "run":
-		p, ok := runPod(t, "runbooks.md", c.line)
+		p, ok := runPod(t, "runbooks-quorum.md", c.line)
 		if !ok {
 			t.Fatalf("%s: %q does not make a pod", step, c.line)
 		}

