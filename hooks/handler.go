@@ -52,12 +52,31 @@ func (f ObserverFunc) Observe(ctx context.Context, req etcdstate.Request) etcdst
 	return f(ctx, req)
 }
 
+// ProgressReader reads the continuous backup's progress from url under the context's
+// deadline. It never fails: what it could not read is Known false with the reason, which the
+// planner reports and acts on in no way. *HTTPProgress is the real one; tests pass a
+// ProgressReaderFunc.
+type ProgressReader interface {
+	ReadProgress(ctx context.Context, url string) sync.StreamProgress
+}
+
+// ProgressReaderFunc is a ProgressReader made of a function.
+type ProgressReaderFunc func(ctx context.Context, url string) sync.StreamProgress
+
+// ReadProgress calls f.
+func (f ProgressReaderFunc) ReadProgress(ctx context.Context, url string) sync.StreamProgress {
+	return f(ctx, url)
+}
+
 // Deps is what the handler needs from its host. Zero durations and sizes take the defaults.
 type Deps struct {
 	// Config shapes what the planner renders.
 	Config sync.Config
 	// Etcd observes etcd; it must not be nil. It is called only when there are member pods.
 	Etcd Observer
+	// Progress reads the continuous backup's progress; a new *HTTPProgress when nil. It is
+	// called only when the stream's Deployment is observed.
+	Progress ProgressReader
 	// Log receives one line per hook call and every refused request.
 	Log *slog.Logger
 	// Now is the planner's clock; time.Now when nil.
@@ -90,7 +109,7 @@ type EventSink interface {
 type handler struct {
 	Deps
 	metrics *metrics
-	certs   sync.CertificateChecks
+	certs   certMemo
 }
 
 // NewHandler builds the router: request IDs, then for the hooks timing, panic recovery,
@@ -113,6 +132,9 @@ func NewHandler(d Deps) http.Handler {
 	}
 	if d.ProgressTimeout <= 0 {
 		d.ProgressTimeout = DefaultProgressTimeout
+	}
+	if d.Progress == nil {
+		d.Progress = NewHTTPProgress()
 	}
 	h := &handler{Deps: d, metrics: newMetrics(d.Now)}
 	if c, ok := d.Events.(prometheus.Collector); ok {

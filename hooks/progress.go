@@ -11,24 +11,34 @@ import (
 	"etcdops.dev/etcdops/sync"
 )
 
-// progressClient reads the continuous backup's progress: in-cluster, never through a proxy,
-// one idle connection per stream kept between syncs and closed when syncs stop.
-var progressClient = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: 2 * time.Minute}}
-
-// streamProgress reads the continuous backup's progress from url (sync.ProgressURL) under
-// ProgressTimeout. It never fails: what it could not read is Known false with the reason,
-// which the planner reports and acts on in no way.
+// streamProgress reads the continuous backup's progress from url (Needs.ProgressURL) through
+// the ProgressReader under ProgressTimeout; with no url there is nothing to read.
 func (h *handler) streamProgress(ctx context.Context, url string) sync.StreamProgress {
 	if url == "" {
 		return sync.StreamProgress{Err: "the stream's Deployment is not observed yet"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.ProgressTimeout)
 	defer cancel()
+	return h.Progress.ReadProgress(ctx, url)
+}
+
+// HTTPProgress reads the progress with one GET of the stream's /progress: in-cluster, never
+// through a proxy, one idle connection per stream kept between syncs and closed when syncs
+// stop.
+type HTTPProgress struct{ client *http.Client }
+
+// NewHTTPProgress returns a reader with a client of its own.
+func NewHTTPProgress() *HTTPProgress {
+	return &HTTPProgress{client: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: 2 * time.Minute}}}
+}
+
+// ReadProgress reads the progress from url under the context's deadline.
+func (p *HTTPProgress) ReadProgress(ctx context.Context, url string) sync.StreamProgress {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return sync.StreamProgress{Err: err.Error()}
 	}
-	resp, err := progressClient.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil {
 		return sync.StreamProgress{Err: err.Error()}
 	}
@@ -40,9 +50,9 @@ func (h *handler) streamProgress(ctx context.Context, url string) sync.StreamPro
 	if err != nil {
 		return sync.StreamProgress{Err: err.Error()}
 	}
-	p, err := backupresult.DecodeProgress(b)
+	pr, err := backupresult.DecodeProgress(b)
 	if err != nil {
 		return sync.StreamProgress{Err: err.Error()}
 	}
-	return sync.StreamProgress{Known: true, Progress: p}
+	return sync.StreamProgress{Known: true, Progress: pr}
 }

@@ -24,7 +24,7 @@ func TestStreamProgressIsReadOrUnknown(t *testing.T) {
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	h := &handler{Deps: Deps{ProgressTimeout: 200 * time.Millisecond}}
+	h := &handler{Deps: Deps{ProgressTimeout: 200 * time.Millisecond, Progress: NewHTTPProgress()}}
 
 	got := h.streamProgress(context.Background(), srv.URL+backupresult.ProgressPath)
 	if !got.Known || got.Progress != want || got.Progress.Behind() != 2500*time.Millisecond {

@@ -81,17 +81,18 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 		return sync.Observed{}, err
 	}
 	pods, secrets := sorted(req.related.pods), sorted(req.related.secrets)
+	need := sync.Need(h.Config, &c, children, pods, secrets)
 	// The stream's progress is read while etcd is asked, so that it adds no wait of its own;
 	// a cluster without a stream to ask pays no goroutine for it.
 	var stream sync.StreamProgress
 	var progress chan sync.StreamProgress
-	if url := sync.ProgressURL(h.Config, &c, children); url != "" {
+	if url := need.ProgressURL; url != "" {
 		progress = make(chan sync.StreamProgress, 1)
 		go func() { progress <- h.streamProgress(ctx, url) }()
 	} else {
 		stream = h.streamProgress(ctx, url)
 	}
-	snap := h.snapshot(ctx, &c, pods, secrets)
+	snap := h.snapshot(ctx, &c, need, secrets)
 	if progress != nil {
 		stream = <-progress
 	}
@@ -104,10 +105,10 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 		Claims:    sorted(req.related.claims),
 		Classes:   sorted(req.related.classes),
 		Etcd:      snap,
-		CAs:       sync.CADigests(&c, secrets),
-		CABundles: sync.CABundles(&c, secrets),
+		CAs:       need.CAs,
+		CABundles: need.CABundles,
 		// Certificates members would reject are caught before a TLS change relies on them.
-		CertProblems: h.certs.Problems(h.Config, &c, secrets, now),
+		CertProblems: h.certs.problems(c.Namespace+"/"+c.Name, need.Certificates, now),
 		BackupStream: stream,
 		Finalizing:   req.finalizing || finalize,
 		Now:          now,
@@ -116,15 +117,15 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 
 // snapshot observes etcd through the member pods' endpoints under ObserveTimeout. With no
 // endpoints there is nothing to dial, so no etcd call is made at all.
-func (h *handler) snapshot(ctx context.Context, c *v1alpha1.EtcdCluster, pods []corev1.Pod, secrets []corev1.Secret) etcdstate.Snapshot {
-	endpoints := sync.Endpoints(h.Config, c, pods)
+func (h *handler) snapshot(ctx context.Context, c *v1alpha1.EtcdCluster, need sync.Needs, secrets []corev1.Secret) etcdstate.Snapshot {
+	endpoints := need.Endpoints
 	if len(endpoints) == 0 {
 		return etcdstate.Snapshot{Err: "no member pod to ask"}
 	}
 	key := c.Namespace + "/" + c.Name + "/" + string(c.UID)
 	// The client certificate is needed only for members whose pods serve TLS.
-	tls, err := clientTLS(c, secrets)
-	if err != nil && sync.AnyTLS(endpoints) {
+	tls, err := clientTLS(c.Namespace, need.ClientSecret, secrets)
+	if err != nil && need.TLS {
 		h.metrics.observeFailures.Inc()
 		h.Log.Warn("etcd not observed", "cluster", key, "error", err.Error())
 		return etcdstate.Snapshot{Err: err.Error()}
@@ -144,22 +145,21 @@ func (h *handler) snapshot(ctx context.Context, c *v1alpha1.EtcdCluster, pods []
 // secretCAKey is where a kubernetes.io/tls Secret made by cert-manager keeps the CA.
 const secretCAKey = "ca.crt"
 
-// clientTLS returns the client certificate from the related Secret named in
-// spec.tls.clientSecret (or kept in status.tls while TLS is turned off), or nil when there is
-// none. Errors name the Secret and the missing key, never a value.
-func clientTLS(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) (*etcdstate.TLS, error) {
-	name := sync.ClientSecretName(c)
+// clientTLS returns the client certificate from the related Secret name in namespace ns
+// (Needs.ClientSecret), or nil when there is none. Errors name the Secret and the missing
+// key, never a value.
+func clientTLS(ns, name string, secrets []corev1.Secret) (*etcdstate.TLS, error) {
 	if name == "" {
 		return nil, nil
 	}
-	i := slices.IndexFunc(secrets, func(s corev1.Secret) bool { return s.Name == name && s.Namespace == c.Namespace })
+	i := slices.IndexFunc(secrets, func(s corev1.Secret) bool { return s.Name == name && s.Namespace == ns })
 	if i < 0 {
-		return nil, fmt.Errorf("client certificate Secret %s/%s not found", c.Namespace, name)
+		return nil, fmt.Errorf("client certificate Secret %s/%s not found", ns, name)
 	}
 	data := secrets[i].Data
 	for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, secretCAKey} {
 		if len(data[k]) == 0 {
-			return nil, fmt.Errorf("client certificate Secret %s/%s has no %s", c.Namespace, name, k)
+			return nil, fmt.Errorf("client certificate Secret %s/%s has no %s", ns, name, k)
 		}
 	}
 	return &etcdstate.TLS{CA: data[secretCAKey], Cert: data[corev1.TLSCertKey], Key: data[corev1.TLSPrivateKeyKey]}, nil

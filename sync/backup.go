@@ -173,7 +173,7 @@ func latestTick(next func(time.Time) time.Time, from, now time.Time) (time.Time,
 func (p *planner) backupDue() (step, bool) {
 	t, ok := p.dueBackup()
 	retry := !ok && p.stage.backupRetry != ""
-	if !ok && !retry || p.stage.retry != "" || p.stage.exhausted != nil || p.stage.backupWait != nil {
+	if !ok && !retry || p.stage.retry != (stepKey{}) || p.stage.exhausted != nil || p.stage.backupWait != nil {
 		// A failed step due for its retry, or out of retries, goes first: a backup in between
 		// would lose its count of attempts. One backup at a time.
 		return step{}, false
@@ -434,22 +434,29 @@ func backupPod(c *v1alpha1.EtcdCluster, j memberJob, labels, podLabels map[strin
 	podSpec["volumes"], container["volumeMounts"] = vols, mounts
 }
 
-// backupResync is when the next schedule time falls, if sooner than resync: Metacontroller
-// resyncs on its own only every resyncPeriodSeconds.
-func (v *view) backupResync(resync float64) float64 {
-	resync = v.drillResync(resync)
+// backupResync brings the resync forward to the next schedule time: Metacontroller resyncs on
+// its own only every resyncPeriodSeconds.
+func (v *view) backupResync(a *answer) {
 	b := v.c.Spec.Backup
 	if b == nil || b.Suspend || v.schedule == nil {
-		return resync
+		return
 	}
-	return min(resync, max(1, math.Ceil(v.schedule.Next(v.obs.Now).Sub(v.obs.Now).Seconds())))
+	a.resync = min(a.resync, max(1, math.Ceil(v.schedule.Next(v.obs.Now).Sub(v.obs.Now).Seconds())))
+}
+
+// backupRecord records the outcomes of the backups and drills that the Job stage read.
+func (v *view) backupRecord(a *answer) {
+	if a.step.backup != nil {
+		a.st.Backup = a.step.backup
+	}
 }
 
 // backupCondition sets the BackedUp condition of a cluster with spec.backup: True while the
 // last backup succeeded and the one after it is not overdue, False after a failure or when
 // two schedule times passed since the last success, Unknown before the first; then the
 // continuous backup's part (streamCondition).
-func (v *view) backupCondition(st *v1alpha1.EtcdClusterStatus) {
+func (v *view) backupCondition(a *answer) {
+	st := &a.st
 	b := v.c.Spec.Backup
 	if b == nil {
 		return
@@ -473,7 +480,6 @@ func (v *view) backupCondition(st *v1alpha1.EtcdClusterStatus) {
 	}
 	v.streamCondition(st, &cond)
 	setConditionValue(st, v.obs, cond)
-	v.drillCondition(st)
 }
 
 // overdue: not suspended, and two schedule times have passed since last.
@@ -498,6 +504,18 @@ func restoreJoin(c *v1alpha1.EtcdCluster, seed string) *joinstate.Restore {
 	}
 	return nil
 }
+
+// restoredFrom records the snapshot a cluster bootstrapped from a snapshot came from, from
+// the join ConfigMap's copy when status lost it.
+func (v *view) restoredFrom(a *answer) {
+	if a.st.RestoredFrom == "" && fromBackup(v.c) != nil && v.join != nil {
+		a.st.RestoredFrom = v.join.Annotations[AnnotationRestoredFrom]
+	}
+}
+
+// restoredRevision records what the seed of a cluster bootstrapped from a snapshot restored
+// (recordRestoredRevision).
+func (v *view) restoredRevision(a *answer) { recordRestoredRevision(v.obs, v.c, &a.st) }
 
 // recordRestoredRevision records, on a cluster bootstrapped from a snapshot, the revision its
 // seed restored, when it was stored and the lineage, once (restoredPoint).

@@ -285,8 +285,8 @@ func TestContinuousBackupDeployment(t *testing.T) {
 	if len(obs.Children.Deployments) != 1 {
 		t.Fatalf("observed %d Deployments, want the stream", len(obs.Children.Deployments))
 	}
-	if want := "http://" + BackupStreamName(w.cluster.Name) + "." + w.cluster.Namespace + ".svc.cluster.local:9480/progress"; ProgressURL(simConfig, &w.cluster, obs.Children) != want {
-		t.Fatalf("progress read from %q, want %q", ProgressURL(simConfig, &w.cluster, obs.Children), want)
+	if want := "http://" + BackupStreamName(w.cluster.Name) + "." + w.cluster.Namespace + ".svc.cluster.local:9480/progress"; progressURL(simConfig, &w.cluster, obs.Children) != want {
+		t.Fatalf("progress read from %q, want %q", progressURL(simConfig, &w.cluster, obs.Children), want)
 	}
 	w.cluster.Spec.Backup.Continuous = nil
 	d = Plan(simConfig, w.observe())

@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,16 +14,32 @@ import (
 	"etcdops.dev/etcdops/api/v1alpha1"
 )
 
-// CertificateProblems checks the certificates in the cluster's TLS Secrets before members
-// rely on them, and says what is wrong with each Secret that has a problem: members that
-// reject each other's certificates lose quorum, and etcd says why only in its logs. Checked:
-// the key matches the certificate; the certificate is valid now, chains to the CA bundle the
-// members trust for it, and has the usages its port needs; server and peer certificates name
-// every member's DNS name. A problem names the Secret and the field, never a value, so it
-// may go to status and logs. The hook computes it; the planner sees only these strings.
-func CertificateProblems(cfg Config, c *v1alpha1.EtcdCluster, secrets []corev1.Secret, now time.Time) map[string]string {
-	problems, _ := checkCertificates(cfg, c, secretsByName(c, secrets), now)
-	return problems
+// CertificateCheck checks the certificates in the cluster's TLS Secrets before members rely
+// on them (Run). Inputs digests everything it reads but the time, so that the hook may keep
+// an answer while they stay.
+type CertificateCheck struct {
+	Inputs [sha256.Size]byte
+	cfg    Config
+	c      *v1alpha1.EtcdCluster
+	byName map[string]*corev1.Secret
+}
+
+func newCertificateCheck(cfg Config, c *v1alpha1.EtcdCluster, secrets []corev1.Secret) CertificateCheck {
+	byName := secretsByName(c, secrets)
+	return CertificateCheck{Inputs: certInputs(cfg, c, byName), cfg: cfg, c: c, byName: byName}
+}
+
+// Run says what is wrong with each Secret that has a problem at now: members that reject each
+// other's certificates lose quorum, and etcd says why only in its logs. Checked: the key
+// matches the certificate; the certificate is valid now, chains to the CA bundle the members
+// trust for it, and has the usages its port needs; server and peer certificates name every
+// member's DNS name. A problem names the Secret and the field, never a value, so it may go to
+// status and logs. The hook runs it; the planner sees only these strings. The answer stands
+// from from to until: with no problem, while every certificate of the chains it verified is
+// valid; with one, never (a problem is looked at again on every sync).
+func (k CertificateCheck) Run(now time.Time) (problems map[string]string, from, until time.Time) {
+	problems, valid := checkCertificates(k.cfg, k.c, k.byName, now)
+	return problems, valid.from, valid.until
 }
 
 // secretsByName are the Secrets of the cluster's namespace by name.
@@ -55,7 +70,7 @@ func certRoles(c *v1alpha1.EtcdCluster) []certRole {
 	return roles
 }
 
-// checkCertificates is CertificateProblems, with the span of time over which its answer
+// checkCertificates is CertificateCheck.Run, with the span of time over which its answer
 // stands: with no problem, while every certificate of the chains it verified is valid; with
 // one, none (a problem is looked at again on every sync).
 func checkCertificates(cfg Config, c *v1alpha1.EtcdCluster, byName map[string]*corev1.Secret, now time.Time) (map[string]string, validity) {
@@ -168,49 +183,6 @@ func (v validity) and(o validity) validity {
 		v.until = o.until
 	}
 	return v
-}
-
-func (v validity) holds(t time.Time) bool { return !t.Before(v.from) && t.Before(v.until) }
-
-// CertificateChecks remembers CertificateProblems' answer per cluster while neither the
-// Secrets' bytes nor the cluster's names change and every certificate it verified is still
-// valid: parsing the key pairs and verifying the chains on every sync cost a fifth of the
-// hook's CPU with TLS. The zero value is ready; it is safe for concurrent use.
-type CertificateChecks struct {
-	mu      sync.Mutex
-	answers map[string]certAnswer
-}
-
-type certAnswer struct {
-	inputs   [sha256.Size]byte
-	problems map[string]string
-	valid    validity
-}
-
-// maxCertAnswers bounds the answers kept; past it they are all dropped (clusters deleted
-// leave theirs behind, and one check per cluster is what the cache saves).
-const maxCertAnswers = 10000
-
-// Problems is CertificateProblems, from the answer kept for the same inputs when it still
-// holds at now. The map returned is shared: callers must not change it.
-func (cc *CertificateChecks) Problems(cfg Config, c *v1alpha1.EtcdCluster, secrets []corev1.Secret, now time.Time) map[string]string {
-	byName := secretsByName(c, secrets)
-	inputs := certInputs(cfg, c, byName)
-	key := c.Namespace + "/" + c.Name
-	cc.mu.Lock()
-	a, ok := cc.answers[key]
-	cc.mu.Unlock()
-	if ok && a.inputs == inputs && a.valid.holds(now) {
-		return a.problems
-	}
-	problems, valid := checkCertificates(cfg, c, byName, now)
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	if cc.answers == nil || len(cc.answers) >= maxCertAnswers {
-		cc.answers = map[string]certAnswer{}
-	}
-	cc.answers[key] = certAnswer{inputs: inputs, problems: problems, valid: valid}
-	return problems
 }
 
 // certInputs digests everything checkCertificates reads but the time: the names members are

@@ -4,7 +4,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"math/big"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +44,12 @@ func (ca testCA) secret(t testing.TB, name string, bundle []byte, edit func(*x50
 	return s
 }
 
+// certificateProblems is what the hook puts in Observed.CertProblems at now.
+func certificateProblems(cfg Config, c *v1alpha1.EtcdCluster, secrets []corev1.Secret, now time.Time) map[string]string {
+	problems, _, _ := newCertificateCheck(cfg, c, secrets).Run(now)
+	return problems
+}
+
 // TestCertificateProblems: certificates members would reject are named, with the Secret and
 // what is wrong and never a value; good ones are not.
 func TestCertificateProblems(t *testing.T) {
@@ -55,7 +60,7 @@ func TestCertificateProblems(t *testing.T) {
 	good := func() []corev1.Secret {
 		return []corev1.Secret{ca.secret(t, "srv", ca.CertPEM, nil), ca.secret(t, "peer", ca.CertPEM, nil), ca.secret(t, "cli", ca.CertPEM, func(x *x509.Certificate) { x.DNSNames = nil })}
 	}
-	if got := CertificateProblems(simConfig, c, good(), simStart); len(got) != 0 {
+	if got := certificateProblems(simConfig, c, good(), simStart); len(got) != 0 {
 		t.Fatalf("good certificates: %v", got)
 	}
 	both := append(append([]byte(nil), ca.CertPEM...), other.CertPEM...)
@@ -83,7 +88,7 @@ func TestCertificateProblems(t *testing.T) {
 				secrets[i] = tc.secret
 			}
 		}
-		got := CertificateProblems(simConfig, c, secrets, simStart)
+		got := certificateProblems(simConfig, c, secrets, simStart)
 		switch {
 		case tc.want == "" && len(got) > 0:
 			t.Errorf("%s: %v", tc.story, got)
@@ -98,67 +103,8 @@ func TestCertificateProblems(t *testing.T) {
 	}
 }
 
-// TestCertificateChecks: the remembered answer is the one CertificateProblems gives, and it
-// is given again only while the Secrets' bytes, the members' names and the certificates'
-// validity stay as they were.
-func TestCertificateChecks(t *testing.T) {
-	ca := newTestCA(t)
-	c := &v1alpha1.EtcdCluster{}
-	c.Name, c.Namespace, c.Spec.Size = "etcd", "db", ptrTo(int32(3))
-	c.Spec.TLS = &v1alpha1.TLSSpec{ServerSecret: "srv", PeerSecret: "peer"}
-	// The peer certificate outlives the server's by a minute, the CA both; the server
-	// certificate names three members.
-	secrets := []corev1.Secret{
-		ca.secret(t, "srv", ca.CertPEM, func(x *x509.Certificate) {
-			x.NotAfter = simStart.Add(30 * time.Minute)
-			x.DNSNames = []string{"etcd-0.etcd.db.svc.cluster.local", "etcd-1.etcd.db.svc.cluster.local", "etcd-2.etcd.db.svc.cluster.local"}
-		}),
-		ca.secret(t, "peer", ca.CertPEM, func(x *x509.Certificate) { x.NotAfter = simStart.Add(31 * time.Minute) }),
-	}
-	var cc CertificateChecks
-	same := func(a, b map[string]string) bool { return reflect.ValueOf(a).Pointer() == reflect.ValueOf(b).Pointer() }
-
-	first := cc.Problems(simConfig, c, secrets, simStart)
-	if len(first) != 0 {
-		t.Fatalf("good certificates: %v", first)
-	}
-	if again := cc.Problems(simConfig, c, secrets, simStart.Add(29*time.Minute)); !same(first, again) {
-		t.Error("the answer was not kept for the same Secrets within their validity")
-	}
-	if got := cc.Problems(simConfig, c, secrets, simStart.Add(30*time.Minute+time.Second)); !strings.Contains(got["srv"], "expired") {
-		t.Errorf("past the server certificate's NotAfter: %v, want it expired", got)
-	}
-
-	grown := *c
-	grown.Spec.Size = ptrTo(int32(5))
-	named := ca.secret(t, "srv", ca.CertPEM, func(x *x509.Certificate) { x.DNSNames = []string{"etcd-0.etcd.db.svc.cluster.local"} })
-	for _, tc := range []struct {
-		story   string
-		c       *v1alpha1.EtcdCluster
-		secrets []corev1.Secret
-	}{
-		{"the server Secret replaced", c, []corev1.Secret{named, secrets[1]}},
-		{"the cluster grown", &grown, secrets},
-		{"the CA bundle emptied", c, []corev1.Secret{secrets[0], func() corev1.Secret {
-			s := *secrets[1].DeepCopy()
-			s.Data[secretCAKey] = []byte("not PEM")
-			return s
-		}()}},
-	} {
-		cc.Problems(simConfig, c, secrets, simStart)
-		got, want := cc.Problems(simConfig, tc.c, tc.secrets, simStart), CertificateProblems(simConfig, tc.c, tc.secrets, simStart)
-		if len(want) == 0 || !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: %v, want %v", tc.story, got, want)
-		}
-	}
-	bad := []corev1.Secret{named, secrets[1]}
-	if a, b := cc.Problems(simConfig, c, bad, simStart), cc.Problems(simConfig, c, bad, simStart); len(a) == 0 || same(a, b) {
-		t.Errorf("a problem is looked at again on every sync: %v then %v", a, b)
-	}
-}
-
 // BenchmarkCertificateChecks: what the checks of a TLS cluster's three Secrets cost a sync,
-// done every time and remembered.
+// done every time (the hook's BenchmarkCertificateMemo: remembered).
 func BenchmarkCertificateChecks(b *testing.B) {
 	ca := newTestCA(b)
 	c := &v1alpha1.EtcdCluster{}
@@ -168,16 +114,7 @@ func BenchmarkCertificateChecks(b *testing.B) {
 	b.Run("every-sync", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if len(CertificateProblems(simConfig, c, secrets, simStart)) != 0 {
-				b.Fatal("problems with good certificates")
-			}
-		}
-	})
-	b.Run("remembered", func(b *testing.B) {
-		var cc CertificateChecks
-		b.ReportAllocs()
-		for b.Loop() {
-			if len(cc.Problems(simConfig, c, secrets, simStart)) != 0 {
+			if len(certificateProblems(simConfig, c, secrets, simStart)) != 0 {
 				b.Fatal("problems with good certificates")
 			}
 		}

@@ -74,9 +74,9 @@ func (v *view) clientConfigMap(cs *v1alpha1.ClientStatus) Child {
 	return Child{APIVersion: "v1", Kind: "ConfigMap", Name: meta.Name, Object: apiObject{APIVersion: "v1", Kind: "ConfigMap", Metadata: meta, Data: data}}
 }
 
-// CABundles are the CA bundles (ca.crt: certificates, public) of the Secrets Metacontroller
+// caBundles are the CA bundles (ca.crt: certificates, public) of the Secrets Metacontroller
 // sent, by name, for the client ConfigMap.
-func CABundles(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) map[string]string {
+func caBundles(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) map[string]string {
 	out := map[string]string{}
 	for _, s := range secrets {
 		if s.Namespace != c.Namespace && s.Namespace != "" {

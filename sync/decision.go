@@ -13,7 +13,10 @@ import (
 // "internal:" reason, so the cluster is left alone and the bug is visible in status.
 func (v *view) decision(s step) Decision {
 	if err := checkInvariants(v, s); err != nil {
+		// The phase of a sync that must change nothing (an invalid spec, a pause) stays.
+		phase := s.phase
 		s = v.hold("internal: "+err.Error(), "internal: "+err.Error())
+		s.phase = phase
 	}
 	// The Job is rendered once: its name, a hash of all of it, also goes into status.history.
 	var job *Child
@@ -33,26 +36,39 @@ func (v *view) decision(s step) Decision {
 		}
 	}
 	sortChildren(children)
-	st := v.status(s, job)
-	st.Ledger = l.records()
-	if s.backup != nil {
-		st.Backup = s.backup
-	}
-	if st.RestoredFrom == "" && fromBackup(v.c) != nil && v.join != nil {
-		// A lost status gets it back from the join ConfigMap's copy.
-		st.RestoredFrom = v.join.Annotations[AnnotationRestoredFrom]
-	}
-	recordRestoredRevision(v.obs, v.c, &st)
-	v.streamStatus(&st)
-	v.backupCondition(&st)
-	v.volumesCondition(&st)
-	s.resync = v.backupResync(s.resync)
+	a := v.answer(s, job, l)
 	return Decision{
 		Children:           children,
-		Status:             st,
+		Status:             a.st,
 		Action:             s.action,
-		ResyncAfterSeconds: s.resync,
+		ResyncAfterSeconds: a.resync,
 	}
+}
+
+// answer fills in the status and the resync of step s in the order of this table, the one
+// list of what each part of the planner adds to them (as planner.change is the one list of
+// the phases): each entry names its file and what it records. An entry may read what the
+// entries before it wrote (the conditions of backups read status.backup), and the conditions
+// stand in status in the order they are set here.
+func (v *view) answer(s step, job *Child, l ledger) answer {
+	a := answer{step: s, job: job, ledger: l, resync: s.resync}
+	for _, record := range []func(*answer){
+		v.stepStatus,       //  1 status.go: phase, action, history, members; Available, Progressing, Degraded
+		v.tlsRecord,        //  2 tls.go: status.tls, what the pods serve and the stage of a TLS change
+		v.ledgerRecord,     //  3 ledger.go: status.ledger, the durable copy of the join ConfigMap's ledger
+		v.backupRecord,     //  4 backup.go: status.backup, with the finished backups and drills the Job stage read
+		v.restoredFrom,     //  5 backup.go: status.restoredFrom, back from the join ConfigMap when status lost it
+		v.restoredRevision, //  6 backup.go: what the seed of a restored cluster restored, once
+		v.streamStatus,     //  7 stream.go: status.backup.continuous, the stream's progress
+		v.backupCondition,  //  8 backup.go: BackedUp, with the stream's part (stream.go)
+		v.drillCondition,   //  9 drill.go: BackupVerified, from the last restore drill
+		v.volumesCondition, // 10 volumes.go: VolumesExpanded
+		v.drillResync,      // 11 drill.go: the resync, no later than the next drill
+		v.backupResync,     // 12 backup.go: the resync, no later than the next schedule time
+	} {
+		record(&a)
+	}
+	return a
 }
 
 // children renders every child from the spec and the observed membership, with job the

@@ -260,19 +260,18 @@ func drillPod(cfg Config, c *v1alpha1.EtcdCluster, j memberJob, labels, podLabel
 	podSpec["volumes"], container["volumeMounts"] = vols, mounts
 }
 
-// drillResync is when the next drill falls, if sooner than resync.
-func (v *view) drillResync(resync float64) float64 {
-	sched := v.drillSchedule()
-	if sched == nil {
-		return resync
+// drillResync brings the resync forward to the next drill.
+func (v *view) drillResync(a *answer) {
+	if sched := v.drillSchedule(); sched != nil {
+		a.resync = min(a.resync, max(1, math.Ceil(sched.Next(v.obs.Now).Sub(v.obs.Now).Seconds())))
 	}
-	return min(resync, max(1, math.Ceil(sched.Next(v.obs.Now).Sub(v.obs.Now).Seconds())))
 }
 
 // drillCondition sets the BackupVerified condition of a cluster with spec.backup.verify, from
 // the last drill: True when it passed, False when its backup differed from the cluster or could
 // not be restored, Unknown when it could not compare, or before the first.
-func (v *view) drillCondition(st *v1alpha1.EtcdClusterStatus) {
+func (v *view) drillCondition(a *answer) {
+	st := &a.st
 	b := v.c.Spec.Backup
 	if b == nil || b.Verify == nil {
 		return

@@ -2,6 +2,8 @@ package sync
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -80,6 +82,16 @@ type memberJob struct {
 	// create: expand-claim creates the claim when it is missing, as the StatefulSet would.
 	create bool
 }
+
+// stepKey names a step: its verb, and the member it acts on ("" for one of the whole
+// cluster). A member Job carries it in its labels (LabelAction, LabelMember), so the Jobs of
+// one step, its attempts, share it.
+type stepKey struct{ verb, member string }
+
+func (j memberJob) key() stepKey { return stepKey{j.verb, j.member} }
+
+// keyOf is the step an observed member Job is of.
+func keyOf(j *batchv1.Job) stepKey { return stepKey{j.Labels[LabelAction], j.Labels[LabelMember]} }
 
 // args is the member tool's command line (docs/architecture-member.md).
 func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
@@ -253,4 +265,243 @@ func jobBackoff(attempt int) time.Duration {
 		d *= 2
 	}
 	return min(d, jobBackoffMax)
+}
+
+// The Job stage (phase 6) and the steps that start a member Job.
+
+// jobStage is what phase 6 found among the observed Jobs, for the phases after it.
+type jobStage struct {
+	// waiting, when set, is a Job outstanding: the sync waits for it and decides nothing else.
+	waiting *step
+	// keep are observed Jobs returned unchanged: the one in flight, or one whose outcome is
+	// still to be seen or waited out.
+	keep []*batchv1.Job
+	// failures counts failed Jobs of the step retry, dropped after their backoff; the same
+	// step, planned again, runs as the next attempt.
+	failures int
+	retry    stepKey
+	// exhausted is a failed Job at its attempt limit. It blocks only its own step: when the
+	// phases decide anything else (its member is gone, the spec changed), it is dropped.
+	exhausted *batchv1.Job
+	// done are the steps whose Jobs succeeded and are dropped in this sync: maintenance that
+	// leaves nothing in the membership to show for it reads them here.
+	done []stepKey
+	// backup is status.backup with the outcomes of finished backup Jobs recorded; nil when
+	// none finished.
+	backup *v1alpha1.BackupStatus
+	// backupWait, when set, waits for a backup Job still outstanding: it defers the normal
+	// phases, never a fix (backup.go).
+	backupWait *step
+	// backupRetry is what a failed backup Job whose database outgrew its scratch volume was
+	// for (its backupFor): taken again now (backup.go, outgrewScratch).
+	backupRetry string
+}
+
+// memberJobs is the Job stage: it reads the observed Jobs. A member Job in flight is returned unchanged and
+// waited for; one that succeeded is dropped once membership shows its effect; one that failed
+// is kept through its backoff, then dropped so that the step is planned again as the next
+// attempt. One that failed as often as allowed waits for a person, but only if its step is
+// still wanted (see decideStep).
+func (p *planner) memberJobs() jobStage {
+	var js jobStage
+	backup := &backupRecord{prev: p.obs.Cluster.Status.Backup}
+	for _, j := range p.foreignJobs {
+		// Not a Job this hook names, so what it does is unknown: one that may still run may be
+		// changing membership and is waited for like any member Job; a finished one goes.
+		if state, _ := stateOf(j); state == jobRunning {
+			js.keep = append(js.keep, j)
+			if js.waiting == nil {
+				s := p.wait("", "Job "+j.Name+" was not started by this hook's naming and may still act on the cluster: waiting for it to finish", resyncSoon)
+				js.waiting = &s
+			}
+		}
+	}
+	for _, j := range p.jobs {
+		verb, who := j.Labels[LabelAction], j.Labels[LabelMember]
+		if verb == verbBackup || verb == verbDrill {
+			// A backup's or a drill's outcome goes into status.backup, not into a retry
+			// (backup.go, drill.go). One outstanding is kept, and waited for only by what a fix
+			// does not need.
+			jobOf := p.backupJob
+			if verb == verbDrill {
+				jobOf = p.drillJob
+			}
+			if s, keep := jobOf(j, backup); keep {
+				js.keep = append(js.keep, j)
+				if js.backupWait == nil {
+					js.backupWait = &s
+				}
+			} else if verb == verbBackup && p.outgrewScratch(j) {
+				js.backupRetry = j.Labels[LabelBackupFor]
+			}
+			continue
+		}
+		state, at := stateOf(j)
+		var s step
+		switch state {
+		case jobRunning:
+			s = p.wait(who, fmt.Sprintf("%s %s: Job %s running", verb, who, j.Name), resyncSoon)
+		case jobSucceeded:
+			if p.effectShows(j) {
+				js.done = append(js.done, keyOf(j))
+				continue
+			}
+			s = p.wait(who, fmt.Sprintf("%s %s: Job %s done, membership does not show it yet", verb, who, j.Name), resyncSoon)
+		case jobFailed:
+			failures := attemptOf(j) + 1
+			if failures >= maxJobAttempts {
+				js.exhausted = j
+				continue
+			}
+			// The reason names the retry time, not the time left, so status stays the same
+			// from sync to sync while waiting.
+			// The resync is rounded up to whole seconds: never before the retry time (that sync
+			// would only wait again), and never 0, which Metacontroller reads as its default.
+			if retryAt := at.Add(jobBackoff(failures - 1)); retryAt.After(p.obs.Now) {
+				resync := math.Ceil(retryAt.Sub(p.obs.Now).Seconds())
+				s = p.wait(who, fmt.Sprintf("%s %s: Job %s failed (%d of %d), retrying at %s", verb, who, j.Name, failures, maxJobAttempts, retryAt.UTC().Format(time.RFC3339)), resync)
+				s.degraded, s.degradedBy = s.action.Reason, ReasonJobFailing
+				break
+			}
+			js.failures, js.retry = failures, keyOf(j)
+			continue
+		}
+		js.keep = append(js.keep, j)
+		if js.waiting == nil {
+			js.waiting = &s
+		}
+	}
+	js.backup = backup.st
+	if js.waiting != nil && js.exhausted != nil {
+		// Whether it is still wanted is decided once nothing else is outstanding.
+		js.keep = append(js.keep, js.exhausted)
+	}
+	// One membership change at a time: nothing else starts while a Job is outstanding.
+	return js
+}
+
+// exhaustedHold reports a Job that failed as often as allowed and whose step is still wanted.
+func (p *planner) exhaustedHold(j *batchv1.Job) step {
+	verb, who := j.Labels[LabelAction], j.Labels[LabelMember]
+	s := p.wait(who, fmt.Sprintf("%s %s failed %d times; delete Job %s to try once more", verb, who, attemptOf(j)+1, j.Name), resyncHold)
+	s.action.Type = Hold
+	s.degraded, s.degradedBy = s.action.Reason, ReasonJobAttemptsExhausted
+	return s
+}
+
+// effectShows reports whether membership reflects a succeeded Job.
+func (p *planner) effectShows(j *batchv1.Job) bool {
+	who := j.Labels[LabelMember]
+	ord, _ := Ordinal(p.c.Name, who)
+	m := p.byOrd[ord]
+	switch j.Labels[LabelAction] {
+	case verbAddLearner:
+		return m != nil
+	case verbPromote:
+		return m == nil || !m.IsLearner
+	case verbUpdatePeerURL:
+		url, ok := "", false
+		if m != nil {
+			url, ok = p.listenedPeerURL(m)
+		}
+		return !ok || slices.Equal(m.PeerURLs, []string{url})
+	case verbRemove:
+		id := j.Annotations[AnnotationMemberID]
+		for _, m := range p.members {
+			if fmt.Sprintf("%x", m.ID) == id {
+				return false
+			}
+		}
+		return true
+	case verbExpandClaim:
+		return p.expandedClaim(ClaimName(p.c.Name, ord), j.Annotations[AnnotationClaimSize])
+	case verbRestartPod:
+		return p.podRestarted(ord, j.Annotations[AnnotationPodUID])
+	case verbDisarm:
+		alarm, id := j.Labels[LabelAlarm], j.Annotations[AnnotationMemberID]
+		for _, a := range p.obs.Etcd.Alarms {
+			if a.Type == alarm && (id == "" || fmt.Sprintf("%x", a.MemberID) == id) {
+				return false
+			}
+		}
+		return true
+	}
+	// A leader move has no lasting effect to check: leadership may move again on its own. If
+	// it moved back, the move is planned again as the next attempt (attemptFor). Compaction
+	// and defragmentation are read from done, and from the members' database sizes.
+	return true
+}
+
+// runJob starts a member Job. Its endpoints are every voter's client URL: stable while the
+// membership is, so a replayed sync renders the same Job under the same name. A step that ran
+// as often as allowed without a lasting effect (leadership that keeps moving back) waits for
+// a person instead, keeping its last Job so that the count survives.
+func (p *planner) runJob(j memberJob, t ActionType, reason string) step {
+	secure := p.jobTLS()
+	for _, m := range p.voters() {
+		j.endpoints = append(j.endpoints, clientURLOf(p.c, m.name, p.cfg.ClusterDomain, secure))
+	}
+	j.clientSecret = p.tls.clientSecret
+	j.attempt = p.attemptFor(j)
+	if j.attempt >= maxJobAttempts {
+		s := p.wait(j.member, fmt.Sprintf("%s %s ran %d times without a lasting effect (%s); delete its Jobs to try again", j.verb, j.member, j.attempt, reason), resyncHold)
+		s.degraded, s.degradedBy = s.action.Reason, ReasonJobAttemptsExhausted
+		s.keep = p.jobsOf(j)
+		return s
+	}
+	s := p.base(Action{Type: t, Member: j.member, Reason: reason}, resyncSoon)
+	s.job = &j
+	return s
+}
+
+// attemptFor numbers a Job among the earlier attempts at the same step: after a failed Job
+// dropped in this sync, after the last status when it reported the same step, and after every
+// observed Job of the step, so that a step whose effect was undone (leadership moved back)
+// runs again under a new name rather than being answered by the completed Job forever.
+func (p *planner) attemptFor(j memberJob) int {
+	n := 0
+	if p.stage.retry == j.key() {
+		n = p.stage.failures
+	} else if a := p.obs.Cluster.Status.Action; a != nil && a.Member == j.member && a.Type == actionOfVerb(j.verb).String() {
+		n = int(p.obs.Cluster.Status.JobFailures)
+	}
+	for _, o := range p.jobsOf(j) {
+		n = max(n, attemptOf(o)+1)
+	}
+	return n
+}
+
+// jobsOf are the observed Jobs of the same step as j.
+func (p *planner) jobsOf(j memberJob) []*batchv1.Job {
+	var out []*batchv1.Job
+	for _, o := range p.jobs {
+		if keyOf(o) == j.key() {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func actionOfVerb(verb string) ActionType {
+	switch verb {
+	case verbAddLearner:
+		return AddLearner
+	case verbPromote:
+		return PromoteLearner
+	case verbRemove:
+		return RemoveMember
+	case verbCompact:
+		return Compact
+	case verbDefragment:
+		return Defragment
+	case verbDisarm:
+		return DisarmAlarm
+	case verbUpdatePeerURL:
+		return UpdatePeerURL
+	case verbExpandClaim:
+		return ExpandVolume
+	case verbRestartPod:
+		return RestartPod
+	}
+	return MoveLeader
 }

@@ -186,3 +186,7 @@ func (v *view) lastKnownJoinState() joinstate.State {
 func sortJoinMembers(ms []joinstate.Member) {
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
 }
+
+// ledgerRecord records status.ledger: the ledger the join ConfigMap carries after the step,
+// kept in status too, so that losing either loses nothing.
+func (v *view) ledgerRecord(a *answer) { a.st.Ledger = a.ledger.records() }

@@ -117,7 +117,7 @@ func (p *planner) noSpace() (step, bool) {
 	if ongoing {
 		phase = prev.Phase
 	}
-	if p.finished(verbCompact) {
+	if p.finished(stepKey{verb: verbCompact}) {
 		phase = phaseDefragmenting
 	}
 	if phase == phaseCompacting {
@@ -285,7 +285,7 @@ func (p *planner) nextToDefragment(fragmented func(*member) bool) *member {
 	var leader *member
 	for i := len(p.members) - 1; i >= 0; i-- {
 		m := p.members[i]
-		if !m.Reachable || !fragmented(m) || p.finished(verbDefragment+"/"+m.name) {
+		if !m.Reachable || !fragmented(m) || p.finished(stepKey{verbDefragment, m.name}) {
 			continue
 		}
 		if m != p.leader {
@@ -331,7 +331,7 @@ func (p *planner) defragmented() []string {
 		out = slices.Clone(prev.Defragmented)
 	}
 	for _, m := range p.members {
-		if p.finished(verbDefragment+"/"+m.name) && !slices.Contains(out, m.name) {
+		if p.finished(stepKey{verbDefragment, m.name}) && !slices.Contains(out, m.name) {
 			out = append(out, m.name)
 		}
 	}
@@ -366,14 +366,12 @@ func (p *planner) record(op, phase, member string) *v1alpha1.MaintenanceStatus {
 	return r
 }
 
-// finished: a Job of this step (verb, or verb/member) succeeded and is dropped in this sync.
-func (p *planner) finished(step string) bool {
-	for _, d := range p.stage.done {
-		if d == step || strings.HasPrefix(d, step+"/") {
-			return true
-		}
-	}
-	return false
+// finished: a Job of step k succeeded and is dropped in this sync; a key without a member
+// asks for a Job of the verb on any member.
+func (p *planner) finished(k stepKey) bool {
+	return slices.ContainsFunc(p.stage.done, func(d stepKey) bool {
+		return d.verb == k.verb && (k.member == "" || d.member == k.member)
+	})
 }
 
 // alarmed are the members with the alarm, by ordinal.

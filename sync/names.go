@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"etcdops.dev/etcdops/api/v1alpha1"
 )
 
@@ -83,12 +85,10 @@ func scheme(secure bool) string {
 	return "http"
 }
 
-// PeerURL is the peer URL of the member at pod name once the spec's TLS is rolled out.
-func PeerURL(c *v1alpha1.EtcdCluster, pod, clusterDomain string) string {
-	return peerURLOf(c, pod, clusterDomain, wantedServing(c).peer == peerTLS)
-}
-
-// ClientURL is the client URL of the member at pod name once the spec's TLS is rolled out.
-func ClientURL(c *v1alpha1.EtcdCluster, pod, clusterDomain string) string {
-	return clientURLOf(c, pod, clusterDomain, wantedServing(c).client == clientTLS)
+// ownPod reports whether p is one of c's member pods, and its ordinal.
+func ownPod(c *v1alpha1.EtcdCluster, p *corev1.Pod) (int, bool) {
+	if v, ok := p.Labels[LabelCluster]; ok && v != c.Name {
+		return 0, false
+	}
+	return Ordinal(c.Name, p.Name)
 }

@@ -178,10 +178,9 @@ func report(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.P
 	if degradedBy != "" {
 		s.degraded, s.degradedBy = reason, degradedBy
 	}
-	s.resync = resyncSteady
+	s.resync, s.phase = resyncSteady, phase
 	d := v.decision(s)
 	d.Children = observedChildren(obs.Children)
-	d.Status.Phase = phase
 	return d
 }
 

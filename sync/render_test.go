@@ -156,7 +156,7 @@ func TestEndpoints(t *testing.T) {
 		return p
 	}
 	own := map[string]string{LabelCluster: "etcd"}
-	got := Endpoints(simConfig, c, []corev1.Pod{
+	got := memberEndpoints(simConfig, c, []corev1.Pod{
 		pod("etcd-10", "10.0.0.11", own),
 		pod("etcd-2", "", own),
 		pod("etcd-0", "fd00::1", own),

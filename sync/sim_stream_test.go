@@ -24,7 +24,7 @@ type simStream struct {
 // not ask), nothing while the pod is down.
 func (w *simWorld) streamProgress(observed Children) StreamProgress {
 	switch {
-	case ProgressURL(simConfig, &w.cluster, observed) == "":
+	case progressURL(simConfig, &w.cluster, observed) == "":
 		return StreamProgress{Err: "the stream's Deployment is not observed yet"}
 	case w.stream.down:
 		return StreamProgress{Err: "connection refused"}

@@ -554,11 +554,11 @@ func (w *simWorld) observe() Observed {
 
 // snapshot is what the membership observer would read: nothing when no voter can answer the
 // hook. A blind pod's member is healthy for etcd and the kubelet, but does not answer the hook;
-// nor does one whose pod does not serve the scheme the hook asks it over (sync.Endpoints, from
+// nor does one whose pod does not serve the scheme the hook asks it over (memberEndpoints, from
 // the pods as observed), or serves only https while the hook has no client certificate.
 func (w *simWorld) snapshot(pods []corev1.Pod) etcdstate.Snapshot {
 	asked := map[int]bool{}
-	for _, ep := range Endpoints(simConfig, &w.cluster, pods) {
+	for _, ep := range memberEndpoints(simConfig, &w.cluster, pods) {
 		ord, _ := Ordinal(w.cluster.Name, ep.Member)
 		if p := w.pods[ord]; p != nil && w.servesClient(p, ep.TLS) {
 			asked[ord] = true

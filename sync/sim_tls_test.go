@@ -55,7 +55,8 @@ func (w *simWorld) servesClient(p *simPod, secure bool) bool {
 	if !secure {
 		return s.client.servesPlain()
 	}
-	_, haveCert := w.secrets[ClientSecretName(&w.cluster)]
+	_, _, client := secretsInUse(&w.cluster)
+	_, haveCert := w.secrets[client]
 	return s.client.servesTLS() && haveCert
 }
 

@@ -442,9 +442,19 @@ func (v *view) replaced(ord int) bool {
 	return p != nil && !isTerminating(p) && !v.outdated(p) && (m == nil || m.IsLearner || m.Healthy && isReady(p))
 }
 
-// status reports a step over a view: membership as etcd has it, the history of steps, and the
-// three conditions. job is the step's rendered Job, if any.
-func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
+// answer is the status and the resync of a decided step, as the status table fills them in.
+type answer struct {
+	step   step
+	job    *Child // the step's rendered Job, if any
+	ledger ledger // the ledger the join ConfigMap carries after the step
+	st     v1alpha1.EtcdClusterStatus
+	resync float64
+}
+
+// stepStatus reports a step over a view: membership as etcd has it, the history of steps, and
+// the three conditions.
+func (v *view) stepStatus(a *answer) {
+	s, job := a.step, a.job
 	// Membership as etcd answered, unless the answer cannot be trusted: then status keeps what
 	// it knew, above all the cluster ID, which a stranger's answer must not overwrite.
 	asked := v.unknown == ""
@@ -463,7 +473,6 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 	}
 	// A step started while the cluster is Degraded is a repair.
 	st.History = startStep(hist, v.obs.Cluster.Status.Action, s.action, jobName, degraded, v.obs.Now)
-	st.TLS = v.tlsStatus()
 	st.JobFailures = jobFailures(s)
 	if asked {
 		v.reportMembership(&st)
@@ -479,7 +488,7 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 	on, why, msg := progressing(s, h, cur)
 	setCondition(&st, v.obs, v.c, v1alpha1.ConditionProgressing, on, why, msg)
 	setCondition(&st, v.obs, v.c, v1alpha1.ConditionDegraded, degraded, degradedWhy, degradedMsg)
-	return st
+	a.st = st
 }
 
 // degradedCondition is the Degraded condition: whether it is True, its reason and message.
@@ -514,6 +523,9 @@ func degradedCondition(s step, h health) (degraded bool, reason, msg string) {
 // to its first full size, Unavailable when etcd did not answer or no quorum of voters may be
 // healthy, Degraded as the Degraded condition says, Running otherwise.
 func (v *view) phase(s step, h health) v1alpha1.Phase {
+	if s.phase != "" {
+		return s.phase
+	}
 	// answered: etcd answered at all; the phase follows what it said, trusted or not.
 	answered := v.obs.Etcd.Asked && len(v.members) > 0
 	voters, healthy := len(v.voters()), v.healthyVoters()

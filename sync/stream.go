@@ -20,7 +20,7 @@ import (
 // Its strategy is Recreate, so that a changed template never runs two pods at once.
 //
 // The recovery point in status comes from the stream: a Service of the same name selects its
-// pod, the hook reads the stream's progress through it (ProgressURL) under a short deadline,
+// pod, the hook reads the stream's progress through it (progressURL) under a short deadline,
 // and the planner records it in status.backup.continuous (streamStatus). Progress that could
 // not be read changes nothing but the BackedUp condition, which says so.
 
@@ -36,9 +36,9 @@ const (
 // BackupStreamName is the continuous backup's Deployment and the Service before its pod.
 func BackupStreamName(cluster string) string { return cluster + "-backup-stream" }
 
-// ProgressURL is where the hook reads the continuous backup's progress; "" when the cluster
+// progressURL is where the hook reads the continuous backup's progress; "" when the cluster
 // has none or its Deployment is not observed yet (there is nothing to ask).
-func ProgressURL(cfg Config, c *v1alpha1.EtcdCluster, observed Children) string {
+func progressURL(cfg Config, c *v1alpha1.EtcdCluster, observed Children) string {
 	if b := c.Spec.Backup; b == nil || b.Continuous == nil {
 		return ""
 	}
@@ -75,7 +75,8 @@ func (v *view) streamBehindAfter() time.Duration {
 // keeps what was recorded and says why in the message; the record goes with
 // spec.backup.continuous. BehindSince is set once, when the stream falls behind, so that a
 // stream that stays behind does not change status at every sync.
-func (v *view) streamStatus(st *v1alpha1.EtcdClusterStatus) {
+func (v *view) streamStatus(a *answer) {
+	st := &a.st
 	on := v.c.Spec.Backup != nil && v.c.Spec.Backup.Continuous != nil
 	if !on && (st.Backup == nil || st.Backup.Continuous == nil) {
 		return

@@ -9,11 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-
 	"etcdops.dev/etcdops/api/v1alpha1"
-	"etcdops.dev/etcdops/etcdstate"
 )
 
 // TLS on a running cluster.
@@ -46,127 +42,6 @@ import (
 // own certificate and key on every handshake. The pod template carries a digest of the CA
 // bundles it trusts (AnnotationTrust), so a changed ca.crt rolls the pods and a renewed leaf
 // certificate does not.
-
-// AnnotationTrust on the pod template is a digest of the ca.crt of every Secret the pods
-// mount: the CAs etcd loaded when it started.
-const AnnotationTrust = "etcdops.dev/trust"
-
-// CA bundle key of a kubernetes.io/tls Secret, as cert-manager writes it.
-const secretCAKey = "ca.crt"
-
-// clientMode is what a member serves on its client port.
-type clientMode int
-
-const (
-	clientPlain clientMode = iota // http
-	clientBoth                    // http and https on the same port
-	clientTLS                     // https, client certificates required
-)
-
-func (m clientMode) String() string {
-	return [...]string{"http", "http+https", "https"}[m]
-}
-
-// servesTLS and servesPlain: what the port accepts.
-func (m clientMode) servesTLS() bool   { return m != clientPlain }
-func (m clientMode) servesPlain() bool { return m != clientTLS }
-
-// peerMode is what a member speaks with its peers.
-type peerMode int
-
-const (
-	peerPlain peerMode = iota // listens on http and has no peer certificate
-	peerDial                  // listens on http, and has the peer certificate to reach peers on https
-	peerTLS                   // listens on https and requires peer certificates
-)
-
-func (m peerMode) String() string {
-	return [...]string{"http", "http, dialing https", "https"}[m]
-}
-
-// canDialTLS: the member holds the peer certificate and CA, so it reaches a peer on https.
-func (m peerMode) canDialTLS() bool { return m != peerPlain }
-
-// serving is the TLS side of one pod template: what its etcd listens with, the Secrets it
-// mounts, and the CA bundles it trusts from start.
-type serving struct {
-	client       clientMode
-	peer         peerMode
-	serverSecret string
-	peerSecret   string
-	trust        string
-}
-
-// servingOf reads what a rendered pod template serves from its etcd container's flags and its
-// volumes: the pod's own configuration. False when it has no etcd container.
-func servingOf(annotations map[string]string, spec *corev1.PodSpec) (serving, bool) {
-	i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "etcd" })
-	if i < 0 {
-		return serving{}, false
-	}
-	c := spec.Containers[i]
-	s := serving{trust: annotations[AnnotationTrust]}
-	var clientURLs, peerURLs string
-	peerCert := false
-	for _, args := range [][]string{c.Command, c.Args} {
-		for _, a := range args {
-			switch name, value, _ := strings.Cut(a, "="); name {
-			case "--listen-client-urls":
-				clientURLs = value
-			case "--listen-peer-urls":
-				peerURLs = value
-			case "--peer-cert-file":
-				peerCert = true
-			}
-		}
-	}
-	plain, secure := false, false
-	for _, u := range strings.Split(clientURLs, ",") {
-		plain = plain || strings.HasPrefix(u, "http://")
-		secure = secure || strings.HasPrefix(u, "https://")
-	}
-	switch {
-	case secure && plain:
-		s.client = clientBoth
-	case secure:
-		s.client = clientTLS
-	}
-	switch {
-	case strings.HasPrefix(peerURLs, "https://"):
-		s.peer = peerTLS
-	case peerCert:
-		s.peer = peerDial
-	}
-	for _, v := range spec.Volumes {
-		if v.Secret == nil {
-			continue
-		}
-		switch v.Name {
-		case volumeServerTLS:
-			s.serverSecret = v.Secret.SecretName
-		case volumePeerTLS:
-			s.peerSecret = v.Secret.SecretName
-		}
-	}
-	return s, true
-}
-
-// podServing is what a pod serves; false for a pod without an etcd container.
-func podServing(p *corev1.Pod) (serving, bool) { return servingOf(p.Annotations, &p.Spec) }
-
-// wantedServing is the end state the spec asks for.
-func wantedServing(c *v1alpha1.EtcdCluster) serving {
-	var s serving
-	if t := c.Spec.TLS; t != nil {
-		if t.ServerSecret != "" {
-			s.client, s.serverSecret = clientTLS, t.ServerSecret
-		}
-		if t.PeerSecret != "" {
-			s.peer, s.peerSecret = peerTLS, t.PeerSecret
-		}
-	}
-	return s
-}
 
 // tlsView is the TLS side of one observation.
 type tlsView struct {
@@ -329,7 +204,7 @@ func (t *tlsView) trust(v *view) string {
 	return hex.EncodeToString(h.Sum(nil))[:10]
 }
 
-// certProblem is the first problem CertificateProblems found with one of the Secrets.
+// certProblem is the first problem CertificateCheck found with one of the Secrets.
 func (v *view) certProblem(names ...string) string {
 	for _, n := range names {
 		if p := v.obs.CertProblems[n]; n != "" && p != "" {
@@ -391,39 +266,6 @@ func (v *view) anyMemberAdvertisesTLS() bool {
 		}
 	}
 	return false
-}
-
-// listenedPeerURL is the peer URL member m's pod listens at: its DNS name, with the scheme of
-// the pod's peer listener. False when the pod is missing or going.
-func (v *view) listenedPeerURL(m *member) (string, bool) {
-	if m.pod == nil || isTerminating(m.pod) {
-		return "", false
-	}
-	s, ok := podServing(m.pod)
-	if !ok {
-		return "", false
-	}
-	return peerURLOf(v.c, m.name, v.cfg.ClusterDomain, s.peer == peerTLS), true
-}
-
-// unreachableBy names a member that could not reach url, or "": a member on http can reach
-// any peer on http, but one on https only with the peer certificate.
-func (v *view) unreachableBy(self *member, url string) string {
-	if !strings.HasPrefix(url, "https://") {
-		return ""
-	}
-	for _, m := range v.members {
-		if m == self {
-			continue
-		}
-		if m.pod == nil {
-			return m.name + " (no pod)"
-		}
-		if s, ok := podServing(m.pod); !ok || !s.peer.canDialTLS() {
-			return m.name
-		}
-	}
-	return ""
 }
 
 // peerURLs: a member whose peer URL in etcd does not use the scheme its pod listens with
@@ -511,45 +353,6 @@ func onOff(on bool) string {
 	return "off"
 }
 
-// memberClientTLS: whether m is asked over https, as the hook asks it (Endpoints).
-func (v *view) memberClientTLS(m *member) bool { return asksTLS(v.c, m.pod) }
-
-// asksTLS: a member whose pod is p is asked over https: the pod serves TLS, and only TLS or
-// the spec asks for it. Without a pod to read, the spec decides.
-func asksTLS(c *v1alpha1.EtcdCluster, p *corev1.Pod) bool {
-	prefer := wantedServing(c).client.servesTLS()
-	if p == nil {
-		return prefer
-	}
-	s, ok := podServing(p)
-	if !ok {
-		return prefer
-	}
-	return s.client.servesTLS() && (prefer || !s.client.servesPlain())
-}
-
-// jobTLS: whether member Jobs reach the voters over https. A client connection uses one scheme
-// for all its endpoints; while the client port rolls, every voter serves the scheme of the
-// stage before or after, so the one the spec asks for is taken when all serve it.
-func (v *view) jobTLS() bool {
-	prefer := v.tls.want.client.servesTLS()
-	serves := func(secure bool) bool {
-		for _, m := range v.voters() {
-			if m.pod == nil {
-				continue
-			}
-			if s, ok := podServing(m.pod); ok && (secure && !s.client.servesTLS() || !secure && !s.client.servesPlain()) {
-				return false
-			}
-		}
-		return true
-	}
-	if serves(prefer) {
-		return prefer
-	}
-	return !prefer
-}
-
 // checkTLSStep checks what a step does to TLS: a pod is exposed to a template only one stage
 // away from what it serves, on https peers only when every other pod can reach them, without
 // the peer certificate only when no member advertises https; and a peer URL is switched only
@@ -600,6 +403,9 @@ func checkTLSStep(v *view, s step, exposed []int) error {
 	return nil
 }
 
+// tlsRecord records status.tls.
+func (v *view) tlsRecord(a *answer) { a.st.TLS = v.tlsStatus() }
+
 // tlsStatus reports the stage rendered now and how far its roll got.
 func (v *view) tlsStatus() *v1alpha1.TLSStatus {
 	d := v.tls.desired
@@ -646,67 +452,6 @@ func (v *view) tlsProgress(what string, first, on bool, done func(serving) bool)
 	return fmt.Sprintf("%s %s, stage %d of 2: %d of %d pods rolled", what, onOff(on), stage, rolled, pods)
 }
 
-// peerURLOf and clientURLOf are a member's URLs with the given scheme.
-func peerURLOf(c *v1alpha1.EtcdCluster, pod, clusterDomain string, secure bool) string {
-	return memberURL(c, pod, clusterDomain, secure, PeerPort)
-}
-
-func clientURLOf(c *v1alpha1.EtcdCluster, pod, clusterDomain string, secure bool) string {
-	return memberURL(c, pod, clusterDomain, secure, ClientPort)
-}
-
-// SecretNames are the Secrets the sync hook needs to see (customize asks Metacontroller for
-// them): those spec.tls names and those status.tls keeps while a change still uses them.
-func SecretNames(c *v1alpha1.EtcdCluster) []string {
-	var names []string
-	add := func(n string) {
-		if n != "" && !slices.Contains(names, n) {
-			names = append(names, n)
-		}
-	}
-	if t := c.Spec.TLS; t != nil {
-		add(t.ServerSecret)
-		add(t.PeerSecret)
-		add(t.ClientSecret)
-	}
-	if t := c.Status.TLS; t != nil {
-		add(t.ServerSecret)
-		add(t.PeerSecret)
-		add(t.ClientSecret)
-	}
-	slices.Sort(names)
-	return names
-}
-
-// ClientSecretName is the Secret holding the client certificate the hook presents: spec's, or
-// the one status keeps while a member still serves TLS after it left the spec.
-func ClientSecretName(c *v1alpha1.EtcdCluster) string {
-	_, _, client := secretsInUse(c)
-	return client
-}
-
-// CADigests digests the CA bundle of each of the cluster's Secrets (those in its namespace);
-// a Secret without one maps to "". The planner sees only these digests, never a key.
-func CADigests(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) map[string]string {
-	out := map[string]string{}
-	for _, s := range secrets {
-		if s.Namespace != c.Namespace && s.Namespace != "" {
-			continue
-		}
-		out[s.Name] = ""
-		if ca := s.Data[secretCAKey]; len(ca) > 0 {
-			sum := sha256.Sum256(ca)
-			out[s.Name] = hex.EncodeToString(sum[:])
-		}
-	}
-	return out
-}
-
-// AnyTLS reports whether some endpoint must be dialled over TLS.
-func AnyTLS(eps []etcdstate.Endpoint) bool {
-	return slices.ContainsFunc(eps, func(e etcdstate.Endpoint) bool { return e.TLS })
-}
-
 // checkTLSChange refuses a spec that names another Secret than the one the running pods use
 // for the same purpose: certificates from a CA the members do not trust would split them.
 // The CRD refuses the same edit; this catches it when the CRD was bypassed or is older.
@@ -738,7 +483,24 @@ func checkTLSChange(obs *Observed, c *v1alpha1.EtcdCluster) error {
 	return &v1alpha1.InvalidSpecError{Problems: p}
 }
 
-// stsServing reads an observed StatefulSet's template.
-func stsServing(s *appsv1.StatefulSet) (serving, bool) {
-	return servingOf(s.Spec.Template.Annotations, &s.Spec.Template.Spec)
+// jobTLS: whether member Jobs reach the voters over https. A client connection uses one scheme
+// for all its endpoints; while the client port rolls, every voter serves the scheme of the
+// stage before or after, so the one the spec asks for is taken when all serve it.
+func (v *view) jobTLS() bool {
+	prefer := v.tls.want.client.servesTLS()
+	serves := func(secure bool) bool {
+		for _, m := range v.voters() {
+			if m.pod == nil {
+				continue
+			}
+			if s, ok := podServing(m.pod); ok && (secure && !s.client.servesTLS() || !secure && !s.client.servesPlain()) {
+				return false
+			}
+		}
+		return true
+	}
+	if serves(prefer) {
+		return prefer
+	}
+	return !prefer
 }

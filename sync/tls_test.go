@@ -61,7 +61,7 @@ func TestEndpointsDialOnlyOwnPods(t *testing.T) {
 		}
 		return p
 	}
-	got := Endpoints(simConfig, c, []corev1.Pod{
+	got := memberEndpoints(simConfig, c, []corev1.Pod{
 		pod("etcd-0", "db", "10.0.0.10", own, &serving{client: clientBoth, serverSecret: "srv"}), // both: the spec's https
 		pod("etcd-1", "db", "10.0.0.11", own, &serving{}),                                        // plain only: http
 		pod("etcd-2", "db", "10.0.0.12", own, &serving{client: clientTLS, serverSecret: "srv"}),
@@ -94,7 +94,7 @@ func TestEndpointsDialOnlyOwnPods(t *testing.T) {
 	}
 
 	c.Spec.TLS = nil // turning TLS off: a pod on both schemes is asked over http
-	if got := Endpoints(simConfig, c, []corev1.Pod{pod("etcd-0", "db", "10.0.0.10", own, &serving{client: clientBoth, serverSecret: "srv"})}); len(got) != 1 || got[0].TLS {
+	if got := memberEndpoints(simConfig, c, []corev1.Pod{pod("etcd-0", "db", "10.0.0.10", own, &serving{client: clientBoth, serverSecret: "srv"})}); len(got) != 1 || got[0].TLS {
 		t.Errorf("turning TLS off, a pod serving both is asked %+v, want over http", got)
 	}
 }

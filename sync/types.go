@@ -36,13 +36,13 @@ type Observed struct {
 	Classes []storagev1.StorageClass
 	Etcd    etcdstate.Snapshot
 	// CAs digests, per Secret that spec.tls or status.tls names and Metacontroller sent, its
-	// ca.crt (CADigests); a Secret not in it was not sent. The planner sees no key material.
+	// ca.crt (Need); a Secret not in it was not sent. The planner sees no key material.
 	CAs map[string]string
-	// CABundles are the same Secrets' CA bundles (CABundles): certificates, public, which the
+	// CABundles are the same Secrets' CA bundles (Need): certificates, public, which the
 	// client ConfigMap hands to applications.
 	CABundles map[string]string
 	// CertProblems says, per TLS Secret whose certificate members would reject, why
-	// (CertificateProblems); no TLS change moves onto such a Secret.
+	// (CertificateCheck); no TLS change moves onto such a Secret.
 	CertProblems map[string]string
 	// BackupStream is the continuous backup's progress, read from its Service.
 	BackupStream StreamProgress

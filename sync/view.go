@@ -359,3 +359,11 @@ func (v *view) leaderTarget(leaving *member) *member {
 	}
 	return nil
 }
+
+func memberNames(ms []*member) string {
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		names[i] = m.name
+	}
+	return strings.Join(names, ", ")
+}

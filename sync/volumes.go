@@ -333,7 +333,8 @@ func (v *view) volumeStatus(ord int) *v1alpha1.VolumeStatus {
 // asks for the spec's size and has it; False, saying which claims wait for what, while they
 // grow or when a class refuses; Unknown when members have no claim in sight (the customize
 // hook's claims did not arrive).
-func (v *view) volumesCondition(st *v1alpha1.EtcdClusterStatus) {
+func (v *view) volumesCondition(a *answer) {
+	st := &a.st
 	spec := v.c.Spec.StorageSpec
 	if spec == nil {
 		return
@@ -472,7 +473,7 @@ func (p *planner) joinVolume(ord int, who string) (step, bool) {
 	switch {
 	case vol.claim == nil:
 		tmpl := p.claimTemplate().VolumeSizeRequest
-		if tmpl.Cmp(want) >= 0 || !p.claimsObserved() || slices.Contains(p.stage.done, verbExpandClaim+"/"+name) {
+		if tmpl.Cmp(want) >= 0 || !p.claimsObserved() || slices.Contains(p.stage.done, stepKey{verbExpandClaim, name}) {
 			// The StatefulSet creates it at the size asked; or the claims were not sent; or
 			// the Job that created it is done and the claim is not observed yet.
 			return step{}, false

@@ -81,6 +81,7 @@ func New(o Options) *Server {
 	handler := hooks.NewHandler(hooks.Deps{
 		Config:         o.Config,
 		Etcd:           s.observer,
+		Progress:       hooks.NewHTTPProgress(),
 		Log:            o.Log,
 		Now:            o.Now,
 		MaxBodyBytes:   o.MaxBodyBytes,
