@@ -16,11 +16,11 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"etcdops.dev/etcdops/internal/s3server"
+	"etcdops.dev/etcdops/test/s3server"
 )
 
 // Object storage is versitygw, a real S3 server, over a temporary directory on 127.0.0.1
-// (internal/s3server); the claim of the PVC case is a directory. etcd is real.
+// (test/s3server); the claim of the PVC case is a directory. etcd is real.
 
 const testBucket = "etcd-backups"
 

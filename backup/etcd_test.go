@@ -8,10 +8,10 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 
-	"etcdops.dev/etcdops/internal/etcdtest"
+	"etcdops.dev/etcdops/test/etcdtest"
 )
 
-// A small cluster of real embedded etcd members on 127.0.0.1 (internal/etcdtest).
+// A small cluster of real embedded etcd members on 127.0.0.1 (test/etcdtest).
 
 type member struct {
 	name      string

@@ -18,11 +18,11 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
-	"etcdops.dev/etcdops/internal/etcdbin"
+	"etcdops.dev/etcdops/test/etcdbin"
 )
 
 // The replay runs a real etcd server binary, as the pod's own would: the release the embedded
-// members link (internal/etcdbin builds it from the Go module proxy on first use).
+// members link (test/etcdbin builds it from the Go module proxy on first use).
 
 // replayEtcd is the etcd binary the tests replay with; the test skips when it cannot be built.
 func replayEtcd(t testing.TB) string {

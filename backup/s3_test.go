@@ -20,7 +20,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"etcdops.dev/etcdops/internal/s3server"
+	"etcdops.dev/etcdops/test/s3server"
 )
 
 // A snapshot larger than the client's part size (16 MiB) is uploaded in parts: the real

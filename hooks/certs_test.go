@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
-	"etcdops.dev/etcdops/internal/testcert"
 	"etcdops.dev/etcdops/sync"
+	"etcdops.dev/etcdops/test/testcert"
 )
 
 var (

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"etcdops.dev/etcdops/hooks"
-	"etcdops.dev/etcdops/internal/etcdtest"
 	"etcdops.dev/etcdops/membership"
+	"etcdops.dev/etcdops/test/etcdtest"
 )
 
 // recorder listens on addr and counts the connections it gets, handing each to serve.

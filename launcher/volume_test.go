@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"etcdops.dev/etcdops/internal/etcdtest"
 	"etcdops.dev/etcdops/joinstate"
+	"etcdops.dev/etcdops/test/etcdtest"
 )
 
 // pod is a member volume and a mounted join state in a temp dir.

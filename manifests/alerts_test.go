@@ -17,7 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"sigs.k8s.io/yaml"
 
-	"etcdops.dev/etcdops/internal/etcdtest"
+	"etcdops.dev/etcdops/test/etcdtest"
 )
 
 // ruleFiles are the PrometheusRules and the Prometheus rule files their specs are written to

@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
-	"etcdops.dev/etcdops/internal/etcdtest"
+	"etcdops.dev/etcdops/test/etcdtest"
 )
 
 // metacontrollerCRDs are Metacontroller's own CRDs (v4.17.2), kept as data beside the project.

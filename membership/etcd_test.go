@@ -11,7 +11,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"etcdops.dev/etcdops/etcdstate"
-	"etcdops.dev/etcdops/internal/etcdtest"
+	"etcdops.dev/etcdops/test/etcdtest"
 )
 
 const (

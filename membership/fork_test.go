@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"etcdops.dev/etcdops/etcdstate"
-	"etcdops.dev/etcdops/internal/etcdtest"
+	"etcdops.dev/etcdops/test/etcdtest"
 )
 
 // TestObserveTwoClustersUnderOneName: the endpoints of one cluster's pods reach members of

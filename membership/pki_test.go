@@ -13,7 +13,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
 	"etcdops.dev/etcdops/etcdstate"
-	"etcdops.dev/etcdops/internal/testcert"
+	"etcdops.dev/etcdops/test/testcert"
 )
 
 // testPKI is a CA made for one test, its client certificate, and server certificates on

@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
-	"etcdops.dev/etcdops/internal/testcert"
+	"etcdops.dev/etcdops/test/testcert"
 )
 
 // testCA signs certificates for TestCertificateProblems.

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
-	"etcdops.dev/etcdops/internal/strictdecode"
+	"etcdops.dev/etcdops/test/strictdecode"
 )
 
 // checkTyped decodes every child of d strictly into its typed Kubernetes struct: a field the

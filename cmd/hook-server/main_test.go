@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"etcdops.dev/etcdops/internal/testcert"
 	"etcdops.dev/etcdops/manifests"
 	"etcdops.dev/etcdops/test/dialguard"
+	"etcdops.dev/etcdops/test/testcert"
 )
 
 // startServer runs run on 127.0.0.1:0 without a drain period (unless args set one), with the

@@ -77,10 +77,10 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/cmd/hook-server/hookserver"
-	"etcdops.dev/etcdops/internal/etcdbin"
 	"etcdops.dev/etcdops/manifests"
 	"etcdops.dev/etcdops/sync"
 	"etcdops.dev/etcdops/test/dialguard"
+	"etcdops.dev/etcdops/test/etcdbin"
 	"etcdops.dev/etcdops/test/harness"
 )
 

@@ -20,9 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
-	"etcdops.dev/etcdops/internal/etcdbin"
-	"etcdops.dev/etcdops/internal/etcdtest"
-	"etcdops.dev/etcdops/internal/s3server"
+	"etcdops.dev/etcdops/test/etcdbin"
+	"etcdops.dev/etcdops/test/etcdtest"
+	"etcdops.dev/etcdops/test/s3server"
 )
 
 var toolUsage = flag.Bool("tool-usage", false, "measure the memory and CPU of each etcdops-member command on real etcd servers and S3 (TestToolUsage)")
@@ -41,7 +41,7 @@ type usage struct {
 }
 
 // TestToolUsage measures every etcdops-member command the operator runs in its own pods, on a
-// real 3-member etcd cluster (the default version's server, internal/etcdbin) holding
+// real 3-member etcd cluster (the default version's server, test/etcdbin) holding
 // -tool-usage-db bytes, and real S3 (versitygw), prints a table and checks that the default
 // resources of each command's pod (v1alpha1.ToolResources) hold what it used. The defaults
 // were chosen from it (docs/create.md, "Resources and pull secrets").

@@ -22,7 +22,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
-	"etcdops.dev/etcdops/internal/etcdbin"
+	"etcdops.dev/etcdops/test/etcdbin"
 	"etcdops.dev/etcdops/test/harness"
 )
 

@@ -18,9 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"etcdops.dev/etcdops/internal/s3server"
 	"etcdops.dev/etcdops/sync"
 	"etcdops.dev/etcdops/test/harness"
+	"etcdops.dev/etcdops/test/s3server"
 )
 
 // ManifestsDir is the operator's kustomization, ChartDir its Helm chart, from this package.

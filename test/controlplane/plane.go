@@ -1,6 +1,6 @@
 // Package controlplane is the control-plane test tier: the operator against the real
 // kube-apiserver (RBAC on, its default admission plugins), kube-controller-manager and
-// Metacontroller, each built once into a cache (internal/kubebin) and run as a process on
+// Metacontroller, each built once into a cache (test/kubebin) and run as a process on
 // 127.0.0.1, with the parts that cannot run here played in-process: the kubelet and the
 // scheduler (harness.APINode: our pods as processes and in-process Jobs) and a CSI driver
 // (harness.CSIDriver). test/README.md says what is real and what is played.
@@ -37,10 +37,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
-	"etcdops.dev/etcdops/internal/etcdbin"
-	"etcdops.dev/etcdops/internal/kubebin"
-	"etcdops.dev/etcdops/internal/testcert"
+	"etcdops.dev/etcdops/test/etcdbin"
 	"etcdops.dev/etcdops/test/harness"
+	"etcdops.dev/etcdops/test/kubebin"
+	"etcdops.dev/etcdops/test/testcert"
 )
 
 // Enabled runs the tier: it builds the control plane (about 8 minutes cold on 2 cores) and

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
-	"etcdops.dev/etcdops/internal/s3server"
+	"etcdops.dev/etcdops/test/s3server"
 )
 
 // quotaManifest is an EtcdCluster in a namespace with a ResourceQuota: etcd's container has

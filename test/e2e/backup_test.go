@@ -11,12 +11,12 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/backup"
-	"etcdops.dev/etcdops/internal/s3server"
 	"etcdops.dev/etcdops/test/harness"
+	"etcdops.dev/etcdops/test/s3server"
 )
 
 // Object storage is versitygw, a real S3 server, over a temporary directory on 127.0.0.1
-// (internal/s3server).
+// (test/s3server).
 func realS3(t *testing.T) v1alpha1.BackupDestination {
 	srv := s3server.Start(t, "etcd-backups")
 	return v1alpha1.BackupDestination{S3: &v1alpha1.S3Destination{Endpoint: srv.Endpoint, Bucket: "etcd-backups", Prefix: "e2e/etcd/",

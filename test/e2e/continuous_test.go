@@ -12,9 +12,9 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/backup"
-	"etcdops.dev/etcdops/internal/etcdbin"
-	"etcdops.dev/etcdops/internal/s3server"
+	"etcdops.dev/etcdops/test/etcdbin"
 	"etcdops.dev/etcdops/test/harness"
+	"etcdops.dev/etcdops/test/s3server"
 )
 
 // Continuous backups end to end, against the real S3 server and against a volume: a cluster

@@ -17,9 +17,9 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/backup"
-	"etcdops.dev/etcdops/internal/etcdbin"
-	"etcdops.dev/etcdops/internal/s3server"
+	"etcdops.dev/etcdops/test/etcdbin"
 	"etcdops.dev/etcdops/test/harness"
+	"etcdops.dev/etcdops/test/s3server"
 )
 
 // Backups proven by restoring them, end to end, on the real S3 server: restore drills that

@@ -16,8 +16,8 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/backup"
-	"etcdops.dev/etcdops/internal/s3server"
 	"etcdops.dev/etcdops/test/harness"
+	"etcdops.dev/etcdops/test/s3server"
 )
 
 // TestContinuousBackupLineages starts from a destination that is used already, four times

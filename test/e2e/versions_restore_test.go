@@ -12,7 +12,7 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/backup"
-	"etcdops.dev/etcdops/internal/etcdbin"
+	"etcdops.dev/etcdops/test/etcdbin"
 	"etcdops.dev/etcdops/test/harness"
 )
 

@@ -17,12 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
-	"etcdops.dev/etcdops/internal/etcdbin"
 	"etcdops.dev/etcdops/joinstate"
+	"etcdops.dev/etcdops/test/etcdbin"
 	"etcdops.dev/etcdops/test/harness"
 )
 
-// Real etcd servers of every supported minor release (internal/etcdbin: built from the Go
+// Real etcd servers of every supported minor release (test/etcdbin: built from the Go
 // module proxy on first use, cached), run by the kubelet as processes with the command line
 // the planner rendered and the launcher completed. TestRenderedCommandLineAccepted is in the
 // default run; the upgrades and the matrix are long and run with -e2e.versions (.ci/run).

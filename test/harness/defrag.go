@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"etcdops.dev/etcdops/internal/defraghold"
+	"etcdops.dev/etcdops/test/defraghold"
 )
 
 // A defragmentation of the small databases scenarios write ends in milliseconds; one of a

@@ -25,7 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
-	"etcdops.dev/etcdops/internal/etcdbin"
+	"etcdops.dev/etcdops/test/etcdbin"
 )
 
 // Real etcd processes. With Options.EtcdBinary set, the kubelet runs each etcd container as

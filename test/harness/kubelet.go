@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
-	"etcdops.dev/etcdops/internal/etcdbin"
+	"etcdops.dev/etcdops/test/etcdbin"
 )
 
 // Tools are the operator's binaries, run in-process.
@@ -389,7 +389,7 @@ func (k *Kubelet) runContainer(ctx context.Context, p *corev1.Pod, rt *podRuntim
 // imageEtcd points launch's --etcd, the image's own etcd binary, at the binary that stands
 // for it here, in a pod that may restore: only a restore runs it (the replay of stored
 // changes). That is the real binary of the image's release with EtcdBinary, else that of the
-// release the embedded members link (internal/etcdbin), which then start on what it wrote. One that cannot be built leaves the flag as
+// release the embedded members link (test/etcdbin), which then start on what it wrote. One that cannot be built leaves the flag as
 // it is, and a replay then fails, naming the binary it did not find.
 func (k *Kubelet) imageEtcd(image string, args []string) []string {
 	end := slices.Index(args, "--")

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"etcdops.dev/etcdops/internal/testcert"
+	"etcdops.dev/etcdops/test/testcert"
 )
 
 // PKI plays cert-manager for one cluster: a CA (two while one is rotated), and the Secrets of

@@ -248,3 +248,48 @@ func TestKeptAnchorsResolve(t *testing.T) {
 		t.Errorf("testdata/kept-anchors.txt lists %d anchors", n)
 	}
 }
+
+// TestReadmeLayoutNamesEveryPackage: the README's layout table names every directory that
+// holds Go code (or a directory above it, as `cmd/hook-server/` covers its hookserver), so that
+// a newcomer finds each package there. The tools' own modules and testdata are left out.
+func TestReadmeLayoutNamesEveryPackage(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	layout := readme[strings.Index(readme, "## Layout"):]
+	named := func(dir string) bool {
+		for d := dir; d != "."; d = filepath.Dir(d) {
+			if strings.Contains(layout, "`"+d+"`") || strings.Contains(layout, "`"+d+"/`") {
+				return true
+			}
+		}
+		return false
+	}
+	dirs := map[string]bool{}
+	err = filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(repoRoot, path)
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || rel == "tools") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".go") {
+			dirs[filepath.Dir(rel)] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dirs) < 20 {
+		t.Fatalf("found %d directories of Go code: the walk is broken", len(dirs))
+	}
+	for dir := range dirs {
+		if !named(dir) {
+			t.Errorf("README.md's layout table does not name %s", dir)
+		}
+	}
+}

@@ -27,14 +27,14 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/cmd/etcdops-member/membertool"
-	"etcdops.dev/etcdops/internal/etcdbin"
 	"etcdops.dev/etcdops/joinstate"
 	"etcdops.dev/etcdops/launcher"
+	"etcdops.dev/etcdops/test/etcdbin"
 )
 
 // The quorum loss runbook (docs/runbooks-quorum.md, "Quorum lost", steps 2 to 4b) followed on real
 // etcd servers of each supported release, built from the Go module proxy with etcdctl and
-// etcdutl of the same release (internal/etcdbin). Three members start as the operator's pods
+// etcdutl of the same release (test/etcdbin). Three members start as the operator's pods
 // start them: the command line the planner renders, completed by the real launcher
 // (membertool.LaunchArgv) from a join state, each on its own loopback address (127.0.b.n, the
 // pod's address) with its own volume directory (the claim, mounted at /var/lib/etcd: data dir,

@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"etcdops.dev/etcdops/backupresult"
-	"etcdops.dev/etcdops/internal/etcdbin"
 	"etcdops.dev/etcdops/joinstate"
+	"etcdops.dev/etcdops/test/etcdbin"
 )
 
 // The drill command restores the newest backup with the etcd binary it is given, reports the

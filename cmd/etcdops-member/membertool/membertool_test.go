@@ -16,12 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"etcdops.dev/etcdops/internal/defraghold"
+	"etcdops.dev/etcdops/test/defraghold"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"etcdops.dev/etcdops/internal/etcdtest"
 	"etcdops.dev/etcdops/joinstate"
 	"etcdops.dev/etcdops/launcher"
+	"etcdops.dev/etcdops/test/etcdtest"
 )
 
 // startSeed starts a one-member etcd on loopback and returns its client URL and member ID.

@@ -13,9 +13,9 @@ import (
 	"go.uber.org/zap"
 
 	"etcdops.dev/etcdops/backup"
-	"etcdops.dev/etcdops/internal/etcdbin"
-	"etcdops.dev/etcdops/internal/etcdtest"
 	"etcdops.dev/etcdops/joinstate"
+	"etcdops.dev/etcdops/test/etcdbin"
+	"etcdops.dev/etcdops/test/etcdtest"
 )
 
 // launch replays the changes stored after a snapshot with the pod's own etcd, the binary its

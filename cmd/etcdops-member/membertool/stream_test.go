@@ -17,7 +17,7 @@ import (
 
 	"etcdops.dev/etcdops/backup"
 	"etcdops.dev/etcdops/backupresult"
-	"etcdops.dev/etcdops/internal/etcdtest"
+	"etcdops.dev/etcdops/test/etcdtest"
 )
 
 // lockedBuffer is a buffer the stream writes while the test reads it.

@@ -7,7 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"etcdops.dev/etcdops/internal/strictdecode"
+	"etcdops.dev/etcdops/test/strictdecode"
 )
 
 const statefulSet = `{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"name":"etcd"},"spec":{"replicas":3,` +

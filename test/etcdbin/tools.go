@@ -9,8 +9,8 @@ import (
 	gosync "sync"
 	"testing"
 
-	"etcdops.dev/etcdops/internal/buildlock"
-	"etcdops.dev/etcdops/internal/gobuild"
+	"etcdops.dev/etcdops/test/buildlock"
+	"etcdops.dev/etcdops/test/gobuild"
 )
 
 // Tools are etcd's command-line tools of one release, as the release's tarball and image ship

@@ -19,8 +19,8 @@ import (
 	gosync "sync"
 	"time"
 
-	"etcdops.dev/etcdops/internal/buildlock"
-	"etcdops.dev/etcdops/internal/gobuild"
+	"etcdops.dev/etcdops/test/buildlock"
+	"etcdops.dev/etcdops/test/gobuild"
 )
 
 // Kubernetes is the release of kube-apiserver, kube-controller-manager and kubectl; Staging
@@ -101,7 +101,7 @@ func Control() (Binaries, error) {
 	return kubeBins, kubeErr
 }
 
-// cacheDir is a directory under the tests' cache (shared with internal/etcdbin).
+// cacheDir is a directory under the tests' cache (shared with test/etcdbin).
 func cacheDir(name string) (string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {

@@ -24,8 +24,8 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"etcdops.dev/etcdops/internal/buildlock"
-	"etcdops.dev/etcdops/internal/etcdtest"
+	"etcdops.dev/etcdops/test/buildlock"
+	"etcdops.dev/etcdops/test/etcdtest"
 )
 
 // toolPkg is the package the tool module pins (its tool directive).

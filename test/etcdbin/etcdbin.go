@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"etcdops.dev/etcdops/internal/buildlock"
-	"etcdops.dev/etcdops/internal/gobuild"
+	"etcdops.dev/etcdops/test/buildlock"
+	"etcdops.dev/etcdops/test/gobuild"
 )
 
 // Pinned is the etcd release the tests run for each minor the operator supports: the newest
