@@ -64,7 +64,7 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 		statefulSet(v.c, v.claimTemplate(), v.labels, v.spec, s.replicas, s.partition, v.claimRetention(s.replicas)),
 		v.clientConfigMap(v.clientStatus()),
 	}
-	children = append(children, claimsAccess(v.c, v.labels)...)
+	children = append(children, claimsAccess(v.c, v.labels, v.accessOrdinals(s.replicas))...)
 	for _, j := range s.keep {
 		children = append(children, unchanged("batch/v1", "Job", j.ObjectMeta, j))
 	}
@@ -150,7 +150,7 @@ func (v *view) heldChildren(s step) []Child {
 		have[c.Kind+"/"+c.Name] = true
 	}
 	missing := []Child{headlessService(v.c, v.labels), clientService(v.c, v.labels), podDisruptionBudget(v.c, v.labels, v.size, false)}
-	missing = append(missing, claimsAccess(v.c, v.labels)...)
+	missing = append(missing, claimsAccess(v.c, v.labels, v.accessOrdinals(v.lastKnownReplicas()))...)
 	if last := v.obs.Cluster.Status.Client; last != nil {
 		// Applications read it: rendered again as status last recorded it.
 		missing = append(missing, v.clientConfigMap(last))

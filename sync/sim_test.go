@@ -13,6 +13,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -428,6 +429,18 @@ func (w *simWorld) observe() Observed {
 			var o appsv1.Deployment
 			w.decode(raw, &o)
 			obs.Children.Deployments = append(obs.Children.Deployments, o)
+		case "ServiceAccount":
+			var o corev1.ServiceAccount
+			w.decode(raw, &o)
+			obs.Children.Accounts = append(obs.Children.Accounts, o)
+		case "Role":
+			var o rbacv1.Role
+			w.decode(raw, &o)
+			obs.Children.Roles = append(obs.Children.Roles, o)
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			w.decode(raw, &o)
+			obs.Children.RoleBindings = append(obs.Children.RoleBindings, o)
 		}
 	}
 	w.hideJobs = false
