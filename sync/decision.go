@@ -61,8 +61,10 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 		clientService(v.c, v.labels),
 		joinConfigMap(v.c, v.labels, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID)),
 		podDisruptionBudget(v.c, v.labels, len(v.voters()), v.budgetClosed(s)),
-		statefulSet(v.c, v.claimTemplate(), v.labels, v.spec, s.replicas, s.partition, v.claimRetention(s.replicas)),
 		v.clientConfigMap(v.clientStatus()),
+	}
+	if len(v.oldPodsGoing()) == 0 {
+		children = append(children, statefulSet(v.c, v.claimTemplate(), v.labels, v.spec, s.replicas, s.partition, v.claimRetention(s.replicas)))
 	}
 	children = append(children, claimsAccess(v.c, v.labels, v.accessOrdinals(s.replicas))...)
 	for _, j := range s.keep {
@@ -131,7 +133,8 @@ func (v *view) rebaseline() bool {
 }
 
 // heldChildren are the observed children unchanged, plus whatever is missing: a hold never
-// leaves a cluster without its children. The Services and the PodDisruptionBudget do not
+// leaves a cluster without its children (but for a deleted StatefulSet whose pods are still
+// going, view.oldPodsGoing). The Services and the PodDisruptionBudget do not
 // depend on what a hold cannot judge; the client ConfigMap is rendered from status.client; the join ConfigMap is rebuilt from the last membership
 // status recorded and the durable ledger; the StatefulSet from the spec, at the replicas the
 // last known members and pods need, with every live outdated pod kept on its template. A
@@ -171,7 +174,7 @@ func (v *view) heldChildren(s step) []Child {
 			}
 		}
 	}
-	if v.sts == nil {
+	if v.sts == nil && len(v.oldPodsGoing()) == 0 {
 		missing = append(missing, statefulSet(v.c, v.claimTemplate(), v.labels, v.spec, v.lastKnownReplicas(), v.protectivePartition(), retainClaims))
 	}
 	for _, c := range missing {

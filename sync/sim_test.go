@@ -40,6 +40,9 @@ var simLag *rand.Rand
 
 const simTick = 10 * time.Second
 
+// simGrace is a pod's grace period: the default, as the etcd pods have.
+const simGrace = 30 * time.Second
+
 type simMember struct {
 	id      uint64
 	ord     int
@@ -102,6 +105,9 @@ type simPod struct {
 	// stuck: its node stopped answering, so the pod was evicted and stays terminating with
 	// the status its kubelet last reported, until the node is back.
 	stuck bool
+	// deletedAt is when the hook first saw it terminating: its deletionTimestamp is that and
+	// its grace period (simGrace).
+	deletedAt time.Time
 	// nodeLost: its node stopped reporting; the node controller marked the pod not Ready
 	// and the kubelet's last report stands (sim_node_test.go).
 	nodeLost bool
@@ -493,8 +499,17 @@ func (w *simWorld) observe() Observed {
 		}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
 		nodeStoppedReporting(p, &pod)
+		if !w.orphaned {
+			// Its StatefulSet's (or the one deleted with it, until the garbage collector takes
+			// the pod); an orphaning deletion takes the reference away.
+			pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: StatefulSetName(w.cluster.Name), Controller: ptrTo(true)}}
+		}
 		if p.terminating && !p.unseen {
-			ts := metav1.NewTime(w.now)
+			if p.deletedAt.IsZero() {
+				p.deletedAt = w.now
+			}
+			// The time by which it is to be gone, as the API server sets it.
+			ts := metav1.NewTime(p.deletedAt.Add(simGrace))
 			pod.DeletionTimestamp = &ts
 		}
 		obs.Pods = append(obs.Pods, pod)
@@ -736,6 +751,15 @@ func (w *simWorld) applySTS(b []byte) {
 	tmpl := s.Spec.Template
 	version := tmpl.Spec.Containers[0].Image[strings.LastIndex(tmpl.Spec.Containers[0].Image, ":")+1:]
 	if w.sts == nil {
+		// The StatefulSet controller cannot create a pod whose name a pod being deleted still
+		// holds, and backs off, doubling each time: a StatefulSet created again over its pods
+		// still going brings them back late. One past its grace period may be stuck for good.
+		for _, ord := range sortedInts(w.pods) {
+			p := w.pods[ord]
+			if !p.terminating && !w.orphaned || p.terminating && !p.deletedAt.IsZero() && w.now.Before(p.deletedAt.Add(simGrace)) {
+				w.t.Fatalf("the StatefulSet was created again while pod %s is still to be deleted with the old one\n%s", w.podName(ord), w.describe())
+			}
+		}
 		w.orphaned = false
 		w.sts = &simSTS{currentSpec: tmpl.Annotations[AnnotationSpecHash], currentConfig: tmpl.Annotations[AnnotationConfigHash], currentVersion: version}
 	}
