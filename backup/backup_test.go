@@ -422,3 +422,39 @@ func TestNoMemberAnswersFails(t *testing.T) {
 		t.Fatalf("a failed backup stored %v", objs)
 	}
 }
+
+// TestSnapshotFromASurvivor: with quorum lost, the member that remains reports "no leader" and
+// is refused as a source; taken as the survivor of a quorum recovery, it gives its snapshot.
+func TestSnapshotFromASurvivor(t *testing.T) {
+	ms := startCluster(t, 3)
+	cli := client(t, endpoints(ms...))
+	churn(t, cli, 20)
+	want := currentRevision(t, cli)
+	stopMember(ms[1])
+	stopMember(ms[2])
+	s, err := NewDir(filepath.Join(t.TempDir(), "claim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := takeOptions(t, s, endpoints(ms[0]), newClock().Now)
+	o.SourceTimeout = 20 * time.Second // the survivor's status waits out its election timeout
+	var quorumless error
+	for range 50 {
+		// Until it has noticed the others are gone it still has a leader.
+		if _, quorumless = Take(context.Background(), o); quorumless != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if quorumless == nil || !strings.Contains(quorumless.Error(), "no leader") {
+		t.Fatalf("a backup from a member without quorum: %v, want refused for no leader", quorumless)
+	}
+	o.Survivor = true
+	r, err := Take(context.Background(), o)
+	if err != nil {
+		t.Fatalf("the survivor's snapshot: %v", err)
+	}
+	if r.Revision != want {
+		t.Fatalf("the survivor's snapshot holds revision %d, the cluster was at %d", r.Revision, want)
+	}
+}

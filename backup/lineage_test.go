@@ -271,7 +271,7 @@ func TestOverlappingChunksAgreeOrAreRefused(t *testing.T) {
 	}
 	dataDir := filepath.Join(t.TempDir(), "data")
 	_, err = Restore(context.Background(), RestoreOptions{Store: s, Name: LatestName, WorkDir: t.TempDir(), DataDir: dataDir,
-		Member: "etcd-0", PeerURL: "http://127.0.0.1:2380", InitialCluster: "etcd-0=http://127.0.0.1:2380", Token: "t"})
+		Member: "etcd-0", PeerURL: "http://127.0.0.1:2380", InitialCluster: "etcd-0=http://127.0.0.1:2380", Token: "t", Etcd: replayEtcd(t)})
 	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), c[0].Name) || !strings.Contains(err.Error(), disagreeing.Name) ||
 		!strings.Contains(err.Error(), fmt.Sprintf("revision %d", c[0].Last)) {
 		t.Fatalf("restore across disagreeing chunks: %v", err)

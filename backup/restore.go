@@ -56,6 +56,8 @@ type Restored struct {
 	// the stream; zero when not known (chunks of format v1, a snapshot not named by this
 	// package).
 	Time time.Time
+	// SnapshotRevision is the snapshot's revision, the chain's base.
+	SnapshotRevision int64
 	// Keys is how many keys the snapshot held.
 	Keys int
 	// Changes counts the chunks of changes replayed after the snapshot.
@@ -127,7 +129,7 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 	if err != nil {
 		return Restored{}, fmt.Errorf("restore %s: %w", where, err)
 	}
-	r := Restored{Object: where, Lineage: lineage, Revision: v.Revision, Keys: v.Keys, Time: pit.time}
+	r := Restored{Object: where, Lineage: lineage, Revision: v.Revision, SnapshotRevision: v.Revision, Keys: v.Keys, Time: pit.time}
 	if pit.target > v.Revision {
 		lo := o
 		lo.Store = ls

@@ -118,23 +118,61 @@ func Newest(ctx context.Context, s Store) (Object, error) {
 	return objs[0], nil
 }
 
-// Retention says which snapshots are kept: the newest Keep (0: no bound), and those younger
-// than KeepFor (0: no bound). A snapshot beyond either bound goes; the newest never does.
+// Retention says which snapshots are kept, in tiers. A snapshot is kept when it is the
+// newest; or when it is among the newest Keep (0: no bound) and younger than KeepFor (0: no
+// bound), the recent tier, which is empty when neither is set but a calendar tier is; or when it
+// is the newest snapshot of one of the Hourly most recent hours, or of the Daily most recent
+// days (UTC), that hold a snapshot. Every other snapshot goes. Without the calendar tiers this
+// is what Keep and KeepFor always meant: a snapshot beyond either bound goes.
+//
+// A calendar tier counts hours (days) that hold a snapshot, not the hours (days) on the clock:
+// on a regular schedule that is the last Hourly hours, and after backups stopped for a while
+// (the hook down, the storage refusing) it reaches back over the gap, so that a pause never
+// costs the history before it.
 type Retention struct {
 	Keep    int
 	KeepFor time.Duration
+	Hourly  int
+	Daily   int
 }
+
+// tiered: a calendar tier is set.
+func (r Retention) tiered() bool { return r.Hourly > 0 || r.Daily > 0 }
 
 // Expired are the snapshots r deletes at now, oldest first.
 func (r Retention) Expired(objs []Object, now time.Time) []Object {
 	objs = slices.Clone(objs)
 	newestFirst(objs)
+	kept := r.kept(objs, now)
 	var out []Object
-	for i := len(objs) - 1; i >= 1; i-- {
-		o := objs[i]
-		if r.Keep > 0 && i >= r.Keep || r.KeepFor > 0 && now.Sub(o.Time) > r.KeepFor {
-			out = append(out, o)
+	for i := len(objs) - 1; i >= 0; i-- {
+		if !kept[i] {
+			out = append(out, objs[i])
 		}
 	}
 	return out
+}
+
+// kept marks, of objs sorted newest first, the snapshots r keeps at now.
+func (r Retention) kept(objs []Object, now time.Time) []bool {
+	kept := make([]bool, len(objs))
+	hours, days := map[time.Time]bool{}, map[time.Time]bool{}
+	for i, o := range objs {
+		recent := r.Keep > 0 || r.KeepFor > 0 || !r.tiered()
+		if r.Keep > 0 && i >= r.Keep || r.KeepFor > 0 && now.Sub(o.Time) > r.KeepFor {
+			recent = false
+		}
+		kept[i] = i == 0 || recent
+		// Newest first: the first snapshot met in an hour or a day is its newest.
+		if h := o.Time.UTC().Truncate(time.Hour); !hours[h] {
+			hours[h] = true
+			kept[i] = kept[i] || len(hours) <= r.Hourly
+		}
+		y, m, d := o.Time.UTC().Date()
+		if day := time.Date(y, m, d, 0, 0, 0, 0, time.UTC); !days[day] {
+			days[day] = true
+			kept[i] = kept[i] || len(days) <= r.Daily
+		}
+	}
+	return kept
 }

@@ -44,7 +44,10 @@ type TakeOptions struct {
 	BytesPerSecond int64
 	// SourceTimeout bounds asking one member about itself.
 	SourceTimeout time.Duration
-	Now           func() time.Time
+	// Survivor reads the snapshot from a member that has lost quorum (the survivor of a quorum
+	// recovery): its "no leader" does not refuse it. Endpoints are then the survivor's alone.
+	Survivor bool
+	Now      func() time.Time
 }
 
 // Origin is what a lineage's manifest says of the cluster beside its name and ID.
@@ -119,6 +122,9 @@ func askSource(ctx context.Context, o TakeOptions, ep string) (membership.Snapsh
 	defer op.Close()
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(o.SourceTimeout, 5*time.Second))
 	defer cancel()
+	if o.Survivor {
+		return op.SurvivorSnapshotSource(ctx)
+	}
 	return op.SnapshotSource(ctx)
 }
 
@@ -169,10 +175,12 @@ func takeFrom(ctx context.Context, o TakeOptions, ls Store, src membership.Snaps
 }
 
 // retain applies retention within lineage ls, counting the snapshots deleted in r, and
-// deletes the chunks of changes whose chain starts below the oldest snapshot kept: a chain is
-// only of use from its snapshot on. A chain that starts at or after it is never deleted,
-// whatever the listing of snapshots missed: the continuous backup may have stored a newer
-// snapshot and begun its chain meanwhile. Other lineages are left alone.
+// deletes the chains of changes that no snapshot kept can use: those whose snapshot it deletes
+// (unless a snapshot kept holds the same revision), and those that start below the oldest
+// snapshot kept. A chain that starts at or after the oldest snapshot kept at a revision no
+// snapshot listed holds is never deleted: the continuous backup may have stored a newer
+// snapshot and begun its chain meanwhile, and that chain is the newest history there is.
+// Other lineages are left alone.
 func retain(ctx context.Context, o TakeOptions, ls Store, r *backupresult.Result) error {
 	if o.Retention == (Retention{}) {
 		return nil
@@ -183,8 +191,14 @@ func retain(ctx context.Context, o TakeOptions, ls Store, r *backupresult.Result
 	}
 	expired := o.Retention.Expired(objs, o.Now())
 	var oldestKept int64
+	keptRevs, expiredRevs := map[int64]bool{}, map[int64]bool{}
 	for _, obj := range objs {
-		if !slices.ContainsFunc(expired, func(e Object) bool { return e.Name == obj.Name }) && (oldestKept == 0 || obj.Revision < oldestKept) {
+		if slices.ContainsFunc(expired, func(e Object) bool { return e.Name == obj.Name }) {
+			expiredRevs[obj.Revision] = true
+			continue
+		}
+		keptRevs[obj.Revision] = true
+		if oldestKept == 0 || obj.Revision < oldestKept {
 			oldestKept = obj.Revision
 		}
 	}
@@ -202,7 +216,7 @@ func retain(ctx context.Context, o TakeOptions, ls Store, r *backupresult.Result
 		return fmt.Errorf("retention: %w", err)
 	}
 	for _, d := range deltas {
-		if d.Base < oldestKept {
+		if !keptRevs[d.Base] && (d.Base < oldestKept || expiredRevs[d.Base]) {
 			if err := ls.Delete(ctx, d.Name); err != nil {
 				return fmt.Errorf("retention: %w", err)
 			}

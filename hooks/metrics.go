@@ -145,6 +145,7 @@ func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 		descActionSeconds, descJobFailures, descQuota, descDBSize, descAlarms, descCondition, descLastSync} {
 		ch <- d
 	}
+	describeBackups(ch)
 }
 
 // Collect emits each cluster's last sync, dropping what is older than the TTLs.
@@ -191,6 +192,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, cond := range m.Conditions {
 			gauge(descCondition, 1, cond.Type, string(cond.Status), cond.Reason)
 		}
+		collectBackups(m, gauge)
 	}
 }
 

@@ -28,20 +28,26 @@ const (
 
 // The seed of a cluster bootstrapped from a snapshot says which revision it restored the
 // same way: it ends its container once with a termination message of Restored and the
-// revision, and starts etcd on the restored data when the container restarts.
-const Restored = "launch restored: revision "
+// revision, and starts etcd on the restored data when the container restarts. A restore that
+// fails ends the container with RestoreFailed and the reason; the kubelet starts it again.
+const (
+	Restored      = "launch restored: revision "
+	RestoreFailed = "launch restore failed: "
+)
 
 // RestoredPoint is what a seed restored: the revision, when it was stored (zero when the
-// backup does not say), the lineage and the snapshot object it came from.
+// backup does not say), the lineage and the snapshot object it came from, and how long the
+// restore took (zero when not said).
 type RestoredPoint struct {
 	Revision int64
 	Time     time.Time
 	Lineage  string
 	Object   string
+	Took     time.Duration
 }
 
 // RestoredMessage is the seed's termination message after it restored p:
-// "launch restored: revision R [at TIME] [of lineage L] from OBJECT".
+// "launch restored: revision R [at TIME] [of lineage L] [in DURATION] from OBJECT".
 func RestoredMessage(p RestoredPoint) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s%d", Restored, p.Revision)
@@ -50,6 +56,9 @@ func RestoredMessage(p RestoredPoint) string {
 	}
 	if p.Lineage != "" {
 		b.WriteString(" of lineage " + p.Lineage)
+	}
+	if p.Took > 0 {
+		b.WriteString(" in " + p.Took.Round(time.Millisecond).String())
 	}
 	b.WriteString(" from " + p.Object)
 	return b.String()
@@ -78,6 +87,13 @@ func ParseRestored(msg string) (RestoredPoint, bool) {
 	if l, ok := strings.CutPrefix(rest, "of lineage "); ok {
 		p.Lineage, rest, _ = strings.Cut(l, " ")
 	}
+	if in, ok := strings.CutPrefix(rest, "in "); ok {
+		var d string
+		d, rest, _ = strings.Cut(in, " ")
+		if p.Took, err = time.ParseDuration(d); err != nil {
+			return RestoredPoint{}, false
+		}
+	}
 	p.Object, _ = strings.CutPrefix(rest, "from ")
 	return p, true
 }
@@ -94,6 +110,10 @@ type State struct {
 	Token string `json:"token"`
 	// ClusterState is "new" only until the cluster ID is first recorded; "existing" after.
 	ClusterState string `json:"clusterState"`
+	// ClusterID is the etcd cluster ID on record, in hex; "" before the cluster first
+	// answered. A volume written before launchers recorded the cluster token is taken as this
+	// cluster's only when its data is of this ID.
+	ClusterID string `json:"clusterID,omitempty"`
 	// Members are all current members, each as etcd's membership has it (the name is the
 	// pod's name, also for a member added but not yet started). Sorted by name.
 	Members []Member `json:"members"`
@@ -147,6 +167,10 @@ type Member struct {
 	// member's data belongs to the lost quorum, and starting on it could form that quorum
 	// again beside the recovered cluster. It waits until it is added back anew.
 	Fenced bool `json:"fenced,omitempty"`
+	// Learner is true while the membership has the member as a learner. Its pod is not Ready
+	// then: a learner refuses what clients send through the client Service, and a member that
+	// has just joined does not know it is a learner until it applies its own addition.
+	Learner bool `json:"learner,omitempty"`
 }
 
 // Find returns the member named name.

@@ -53,18 +53,19 @@ func TestRestoredMessageReadsBack(t *testing.T) {
 	at := time.Date(2026, 12, 1, 9, 12, 31, 412_000_000, time.UTC)
 	for _, p := range []RestoredPoint{
 		{Revision: 48377, Time: at, Lineage: "8e9e05c52164694d", Object: "s3://b/p/lineages/8e9e05c52164694d/etcd-20261201T090000Z-r48213.db"},
+		{Revision: 48377, Time: at, Lineage: "8e9e05c52164694d", Took: 12*time.Second + 345*time.Millisecond, Object: "s3://b/p/lineages/8e9e05c52164694d/x.db"},
 		{Revision: 7, Lineage: "legacy", Object: "/var/lib/etcdops/backup/ns/etcd/etcd-20261201T090000Z-r7.db"},
 		{Revision: 9, Object: "s3://b/with space/x.db"},
 	} {
 		got, ok := ParseRestored(RestoredMessage(p))
-		if !ok || got.Revision != p.Revision || !got.Time.Equal(p.Time) || got.Lineage != p.Lineage || got.Object != p.Object {
+		if !ok || got.Revision != p.Revision || !got.Time.Equal(p.Time) || got.Lineage != p.Lineage || got.Object != p.Object || got.Took != p.Took {
 			t.Errorf("%q read back as %+v, %t", RestoredMessage(p), got, ok)
 		}
 	}
 	if got, ok := ParseRestored("launch restored: revision 48377 from s3://b/p/etcd-20261201T090000Z-r48213.db"); !ok || got.Revision != 48377 || got.Object != "s3://b/p/etcd-20261201T090000Z-r48213.db" {
 		t.Errorf("an older launcher's report: %+v, %t", got, ok)
 	}
-	for _, bad := range []string{"launch refused: x", "launch restored: revision 0 from x", "launch restored: revision 5 at yesterday from x"} {
+	for _, bad := range []string{"launch refused: x", "launch restored: revision 0 from x", "launch restored: revision 5 at yesterday from x", "launch restored: revision 5 in a while from x"} {
 		if _, ok := ParseRestored(bad); ok {
 			t.Errorf("%q read as a restore", bad)
 		}

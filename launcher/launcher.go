@@ -48,6 +48,9 @@ type Volume struct {
 	// Token is the join state token of the cluster whose member wrote the data dir, or ""
 	// on a volume written before the launcher recorded it.
 	Token string
+	// ClusterID, on a volume without a token, is the etcd cluster ID its data dir's write-ahead
+	// log records, in hex; "" when it has none or it cannot be read.
+	ClusterID string
 	// Recovered is the token of the last quorum recovery this volume started with
 	// --force-new-cluster, or "".
 	Recovered string
@@ -99,7 +102,8 @@ var OwnedFlags = []string{"name", "data-dir", "initial-cluster", "initial-cluste
 //  3. data that another cluster's member wrote (an earlier cluster of the same name whose
 //     claims were kept) → refuse; nothing of it is wiped. Another cluster's markers beside
 //     an empty data dir are ignored. A volume without a token was written before the
-//     launcher recorded one and counts as this cluster's: the start records the token.
+//     launcher recorded one: it counts as this cluster's unless its data is of another etcd
+//     cluster ID than the one on record (refused likewise); the start records the token.
 //  4. marker newer than the join state → wait (the file lags behind the incarnation)
 //  5. data without a marker → refuse (nobody knows which incarnation wrote it)
 //  6. fenced by a quorum recovery from another member → wait (its data belongs to the lost
@@ -131,6 +135,10 @@ func Decide(in Input) Decision {
 				joinstate.ForeignCluster, v.Token, in.Join.Token)}
 		}
 		v = Volume{}
+	}
+	if v.HasData && v.Token == "" && v.ClusterID != "" && in.Join.ClusterID != "" && v.ClusterID != in.Join.ClusterID {
+		return Decision{Kind: Refuse, Reason: fmt.Sprintf("%s%s (its etcd cluster ID; written before launchers recorded cluster tokens), not of this cluster, etcd cluster %s: neither started on nor wiped (docs/runbooks.md, a volume of another cluster)",
+			joinstate.ForeignCluster, v.ClusterID, in.Join.ClusterID)}
 	}
 	if v.HasMarker && v.Incarnation > me.Incarnation {
 		return Decision{Kind: Wait, Reason: fmt.Sprintf("volume is incarnation %d, join state still says %d", v.Incarnation, me.Incarnation)}

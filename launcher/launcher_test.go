@@ -80,6 +80,12 @@ func TestDecide(t *testing.T) {
 			Input{Join: join("new", member("e-0", 0, false)), Name: "e-0", Volume: earlier(Volume{HasMarker: true, Incarnation: 3})}, Start, false, "new"},
 		{"a volume written before the token was recorded keeps starting",
 			Input{Join: join("existing", member("e-0", 1, true)), Name: "e-0", Volume: withData(1)}, Start, false, "existing"},
+		{"a volume of before the token whose etcd cluster ID is the one on record starts",
+			Input{Join: onRecord(join("existing", member("e-0", 1, true)), "c1"), Name: "e-0", Volume: pretoken(withData(1), "c1")}, Start, false, "existing"},
+		{"a volume of before the token of another etcd cluster ID is refused and wiped by nothing, stale or not",
+			Input{Join: onRecord(join("existing", member("e-0", 1, true), member("e-1", 2, false)), "c1"), Name: "e-1", Volume: pretoken(withData(1), "c0")}, Refuse, false, ""},
+		{"a volume of before the token whose cluster ID cannot be read, or no ID on record: taken as this cluster's",
+			Input{Join: join("existing", member("e-0", 1, true)), Name: "e-0", Volume: pretoken(withData(1), "c0")}, Start, false, "existing"},
 		{"a volume this cluster's member wrote restarts",
 			Input{Join: join("existing", member("e-0", 1, true)), Name: "e-0", Volume: Volume{HasData: true, HasMarker: true, Incarnation: 1, Token: "ns/e/uid-1"}}, Start, false, "existing"},
 		{"a join state without a token waits",
@@ -94,7 +100,8 @@ func TestDecide(t *testing.T) {
 			t.Errorf("%s: got %v wipe=%v (%s), want %v wipe=%v", tc.story, d.Kind, d.Wipe, d.Reason, tc.kind, tc.wipe)
 			continue
 		}
-		if foreign := tc.in.Volume.Token == "ns/e/uid-0" && tc.in.Volume.HasData; foreign != strings.HasPrefix(d.Reason, joinstate.ForeignCluster) {
+		foreign := tc.in.Volume.Token == "ns/e/uid-0" && tc.in.Volume.HasData || tc.kind == Refuse && tc.in.Volume.ClusterID == "c0"
+		if foreign != strings.HasPrefix(d.Reason, joinstate.ForeignCluster) {
 			t.Errorf("%s: reason %q; another cluster's data: %v", tc.story, d.Reason, foreign)
 		}
 		if d.Kind != Start {
@@ -124,6 +131,19 @@ func TestDecide(t *testing.T) {
 // earlier marks v as written by a member of an earlier cluster of the same name (uid-0).
 func earlier(v Volume) Volume {
 	v.Token = "ns/e/uid-0"
+	return v
+}
+
+// onRecord is s naming etcd cluster ID id as the one on record.
+func onRecord(s joinstate.State, id string) joinstate.State {
+	s.ClusterID = id
+	return s
+}
+
+// pretoken is v as a launcher of before the cluster token left it, written by a member of etcd
+// cluster id.
+func pretoken(v Volume, id string) Volume {
+	v.Token, v.ClusterID = "", id
 	return v
 }
 

@@ -15,6 +15,11 @@ import (
 	gosync "sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/server/v3/storage/wal"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
 	"etcdops.dev/etcdops/internal/atomicfile"
 	"etcdops.dev/etcdops/joinstate"
 )
@@ -287,7 +292,8 @@ func hostPort(u *url.URL) string {
 }
 
 // Inspect reports whether dataDir holds data, which incarnation its marker records and which
-// cluster wrote it.
+// cluster wrote it: the token beside it, or for a volume of before the token, the etcd
+// cluster ID its write-ahead log records.
 func Inspect(dataDir string) (Volume, error) {
 	var v Volume
 	entries, err := os.ReadDir(dataDir)
@@ -311,6 +317,9 @@ func Inspect(dataDir string) (Volume, error) {
 			*m.into = strings.TrimSpace(string(b))
 		}
 	}
+	if v.HasData && v.Token == "" {
+		v.ClusterID = walClusterID(dataDir)
+	}
 	raw, err := os.ReadFile(MarkerPath(dataDir))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -332,6 +341,36 @@ func Inspect(dataDir string) (Volume, error) {
 		v.Established = strings.TrimSpace(string(est)) == strconv.FormatInt(n, 10)
 	}
 	return v, nil
+}
+
+// walClusterID is the etcd cluster ID, in hex, that the write-ahead log of dataDir records
+// (the metadata every WAL file begins with); "" when there is no log or it cannot be read,
+// which etcd, starting on it, judges for itself.
+func walClusterID(dataDir string) string {
+	dir := filepath.Join(dataDir, "member", "wal")
+	if !wal.Exist(dir) {
+		return ""
+	}
+	lg := zap.NewNop()
+	// The oldest log kept begins at a snapshot of its own once older ones were purged.
+	snaps, err := wal.ValidSnapshotEntries(lg, dir)
+	if err != nil || len(snaps) == 0 {
+		return ""
+	}
+	w, err := wal.OpenForRead(lg, dir, snaps[0])
+	if err != nil {
+		return ""
+	}
+	defer w.Close()
+	raw, _, _, err := w.ReadAll()
+	if err != nil && !errors.Is(err, wal.ErrSnapshotNotFound) || len(raw) == 0 {
+		return ""
+	}
+	var md etcdserverpb.Metadata
+	if proto.Unmarshal(raw, &md) != nil || md.GetClusterID() == 0 {
+		return ""
+	}
+	return strconv.FormatUint(md.GetClusterID(), 16)
 }
 
 // writeMarker records value durably: a crash leaves either the old marker or the new one.

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"etcdops.dev/etcdops/internal/etcdtest"
 	"etcdops.dev/etcdops/joinstate"
 )
 
@@ -343,5 +345,41 @@ func TestRecordEstablished(t *testing.T) {
 	p.mount(join("existing", member("e-0", 1, true), member("e-1", 2, false)))
 	if _, d, err := p.launch("e-1"); err != nil || d.Kind != Start {
 		t.Fatalf("the member added back as incarnation 2: %+v %v, want a start", d, err)
+	}
+}
+
+// TestPrepareReadsTheClusterIDOfAVolumeOfBeforeTheToken: a data dir a real etcd wrote, whose
+// volume has an incarnation marker but no token (left by a launcher of before the token),
+// is refused when its etcd cluster ID is not the one the join state records, and nothing of
+// it is wiped; of that ID, it starts and the token is recorded.
+func TestPrepareReadsTheClusterIDOfAVolumeOfBeforeTheToken(t *testing.T) {
+	p := newPod(t)
+	cfg := etcdtest.Config("e-0", p.dataDir, etcdtest.FreeURL(t), etcdtest.FreeURL(t))
+	e := etcdtest.Start(t, cfg)
+	id := fmt.Sprintf("%x", uint64(e.Server.Cluster().ID()))
+	e.Stop()
+	if err := os.WriteFile(MarkerPath(p.dataDir), []byte("1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := Inspect(p.dataDir); err != nil || v.ClusterID != id || v.Token != "" {
+		t.Fatalf("inspect: %+v %v, want cluster ID %s and no token", v, err, id)
+	}
+	other := join("existing", member("e-0", 1, true))
+	other.ClusterID = "c0ffee"
+	p.mount(other)
+	if argv, d, err := p.launch("e-0"); err != nil || d.Kind != Refuse || argv != nil || !strings.HasPrefix(d.Reason, joinstate.ForeignCluster+id) {
+		t.Fatalf("another cluster ID on record: got %v %+v %v, want refused naming %s", argv, d, err, id)
+	}
+	if _, err := os.Stat(filepath.Join(p.dataDir, "member", "wal")); err != nil {
+		t.Fatalf("the refused data was touched: %v", err)
+	}
+	mine := join("existing", member("e-0", 1, true))
+	mine.ClusterID = id
+	p.mount(mine)
+	if _, d, err := p.launch("e-0"); err != nil || d.Kind != Start || d.Wipe {
+		t.Fatalf("its own cluster ID on record: got %+v %v, want a start on the data", d, err)
+	}
+	if v, err := Inspect(p.dataDir); err != nil || v.Token != mine.Token {
+		t.Fatalf("after the start: %+v %v, want the token recorded", v, err)
 	}
 }

@@ -269,6 +269,7 @@ func testAPIServer(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Run("immutable storage", func(t *testing.T) { testImmutableStorage(t, s) })
 	t.Run("tls transitions", func(t *testing.T) { testTLSTransitions(t, s) })
 	t.Run("status", func(t *testing.T) { testStatus(t, s) })
+	t.Run("advice", func(t *testing.T) { testAdvice(t, s) })
 	t.Run("hook fixtures", func(t *testing.T) { testHookFixtures(t, s) })
 	t.Run("printer columns", func(t *testing.T) { testPrinterColumns(t, s) })
 	t.Run("openapi", func(t *testing.T) { testOpenAPI(t, s) })
@@ -476,6 +477,7 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		ClusterID:      "cdf818194e3a8c32",
 		CurrentVersion: "v3.6.16",
 		V2LogIndex:     4096,
+		ForkSeenSince:  &since,
 		Conditions: []metav1.Condition{
 			{Type: v1alpha1.ConditionAvailable, Status: metav1.ConditionTrue, ObservedGeneration: 1, LastTransitionTime: since, Reason: "QuorumHealthy", Message: "3 of 3 voters healthy"},
 			{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, ObservedGeneration: 1, LastTransitionTime: since, Reason: "PromoteLearner", Message: "promoting status-2"},
@@ -494,14 +496,21 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 			LastSuccessful: &v1alpha1.BackupRecord{Object: "s3://b/ns/status/status-20261201T090000Z-r42.db", Revision: 42, Size: 20512, SHA256: "ab12", Member: "status-1", Time: since},
 			LastFailure:    &v1alpha1.BackupFailure{Job: "status-backup-status-2-0123456789", Reason: "no member can give a snapshot", Time: since},
 			Continuous: &v1alpha1.ContinuousBackupStatus{StoredRevision: 4711, StoredTime: &since, BehindSince: &since, Message: "changes wait unstored",
-				SupersededBy: "status-backup-stream-7d9c-x2 (writer 1f2e3d4c5b6a7988, since 2026-12-01T09:00:00Z)"}},
+				SupersededBy: "status-backup-stream-7d9c-x2 (writer 1f2e3d4c5b6a7988, since 2026-12-01T09:00:00Z)"},
+			LastDrillScheduleTime: &since, LastDrillRequest: "after-the-fix",
+			LastDrill: &v1alpha1.DrillRecord{Job: "status-drill-status-2-0123456789", Time: since, Result: v1alpha1.DrillMismatch,
+				Message: `key "/registry/a": its value differs`, Lineage: "8e9e05c52164694d", Snapshot: "s3://b/ns/status/lineages/8e9e05c52164694d/status-20261201T090000Z-r42.db",
+				RestoredRevision: 4711, Revision: 4711, Keys: 1523, Digest: "9f86d081884c7d65", RestoreDuration: &metav1.Duration{Duration: 12 * time.Second}},
+			Guard: &v1alpha1.StepGuard{Step: "upgrade-v3.7.3", Since: since, Requested: &since, Snapshot: "s3://b/ns/status/status-20261201T090000Z-r42.db",
+				Revision: 42, SnapshotTime: &since, Failure: "Access Denied", FailureTime: &since, Skipped: true, Done: &since}},
 		RestoredFrom:     "latest",
 		RestoredRevision: 4700,
 		RestoredTime:     &metav1.MicroTime{Time: since.Add(1500 * time.Millisecond)},
 		RestoredLineage:  "8e9e05c52164694d",
+		RestoreDuration:  &metav1.Duration{Duration: 2 * time.Minute},
 		Ledger: []v1alpha1.LedgerRecord{
 			{Name: "status-0", ID: "8e9e05c52164694d", Incarnation: 0, Established: true},
-			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true},
+			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true, PastIDs: []string{"2a1b3c4d5e6f7081", "3b2c4d5e6f708192"}},
 			{Name: "status-2", ID: "fd422379fda50e48", Incarnation: 1},
 		},
 		TLS: &v1alpha1.TLSStatus{Client: "http+https", Peer: "https", ServerSecret: "status-server", PeerSecret: "status-peer",

@@ -71,6 +71,12 @@ func TestAssemble(t *testing.T) {
 			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 1, 5)}, true, 1, "", "", ""},
 		{"a pod outside the list leads as well",
 			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 9, 6)}, true, 1, "e-0 (term 5), e-3 (outside the member list) each report themselves leader", "", "e-0,e-3"},
+		{"a pod outside the list follows a leader outside it too: a second membership the hook does not reach the leader of",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 8, 6)}, true, 1, "e-3 answers as member 9, which is not in the member list, and follows leader 8, not in it either", "", "e-3"},
+		{"a pod outside the list follows a listed leader: a removed member not told yet",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 1, 5)}, true, 1, "", "", ""},
+		{"a pod outside the list follows no leader: a removed member cut off",
+			[]endpointStatus{said(testClusterID, 1, 1, 5), said(testClusterID, 2, 1, 5), said(testClusterID, 3, 1, 5), said(testClusterID, 9, 0, 6)}, true, 1, "", "", ""},
 	} {
 		names := []string{"e-0", "e-1", "e-2", "e-3"}[:len(tc.statuses)]
 		snap := assemble(endpoints(names...), tc.statuses, threeMembers())

@@ -535,15 +535,22 @@ func (a *assembly) unanswered(ep string, err error) {
 
 // unlisted takes an answer from a member not in the list: one removed that still serves, or
 // one started on its own (a forced new cluster, a copied volume). One that leads has a
-// membership of its own that may take writes this one never sees: a fork. One that does not
-// is reported for the planner, which knows the member IDs its pods had.
+// membership of its own that may take writes this one never sees: a fork. So has one that
+// follows a leader outside the list (its leader did not answer here, or answers at no pod of
+// the cluster): a removed member follows a listed leader until it hears of its removal, or no
+// leader once cut off. One of those is reported for the planner, which knows the member IDs
+// its pods had.
 func (a *assembly) unlisted(ep string, st *clientv3.StatusResponse) {
-	if !isSelfLeader(st) {
+	_, listedLeader := a.byID[st.Leader]
+	switch {
+	case isSelfLeader(st):
+		a.fork(fmt.Sprintf("%s answers as member %x, which is not in the member list", ep, st.Header.MemberId), ep)
+		a.foreignLeaders = append(a.foreignLeaders, ep)
+	case st.Leader != 0 && !listedLeader:
+		a.fork(fmt.Sprintf("%s answers as member %x, which is not in the member list, and follows leader %x, not in it either", ep, st.Header.MemberId, st.Leader), ep)
+	default:
 		a.snap.Unlisted = append(a.snap.Unlisted, etcdstate.Unlisted{Endpoint: ep, MemberID: st.Header.MemberId})
-		return
 	}
-	a.fork(fmt.Sprintf("%s answers as member %x, which is not in the member list", ep, st.Header.MemberId), ep)
-	a.foreignLeaders = append(a.foreignLeaders, ep)
 }
 
 // fork records a conflict that says a second membership is alive behind endpoints.

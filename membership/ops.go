@@ -285,6 +285,45 @@ func (o *Operator) Remove(ctx context.Context, name string, id uint64) (Outcome,
 	return 0, transient("remove "+name, err)
 }
 
+// CheckRestart says whether member id (pod name) may be taken down now, asked of etcd at the
+// moment of acting rather than when the step was decided: nil when it is no longer a member (a
+// removed member's pod holds nothing the cluster needs), or when it does not lead and every
+// other voter answers without errors of its own. A leader, or another voter down, is a
+// retryable refusal: the member's pod is deleted only while taking it down leaves the others a
+// healthy quorum and no election.
+func (o *Operator) CheckRestart(ctx context.Context, name string, id uint64) error {
+	ms, err := o.members(ctx)
+	if err != nil {
+		return err
+	}
+	m := findByID(ms, id)
+	if m == nil {
+		return nil
+	}
+	if err := checkIdentity(m, name); err != nil {
+		return err
+	}
+	var others []etcdstate.Member
+	for _, v := range ms {
+		if !v.IsLearner && v.ID != id {
+			others = append(others, v)
+		}
+	}
+	if up := o.countUp(ctx, others); up < len(others) {
+		return retryable("%d of the %d other voters answer healthy: %s is not taken down while another voter is down", up, len(others), name)
+	}
+	if m.Started() && len(m.ClientURLs) > 0 {
+		st, err := o.cli.Status(ctx, m.ClientURLs[0])
+		if err != nil {
+			return transient("status of "+name, err)
+		}
+		if st.Leader == id {
+			return retryable("%s leads: leadership must move first", name)
+		}
+	}
+	return nil
+}
+
 // countUp counts the started members that answer Status without errors of their own, asking
 // in parallel. The cluster's alarms, which every member's Status lists, are not a member's
 // own: counted, a NOSPACE or CORRUPT alarm anywhere would make every member look down and

@@ -208,3 +208,34 @@ func TestTransientErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckRestart: a member may be taken down only while it does not lead and every other
+// voter answers; a member no longer in the cluster may always be.
+func TestCheckRestart(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.leader()
+	var followers []*testMember
+	for _, m := range c.members {
+		if m != leader {
+			followers = append(followers, m)
+		}
+	}
+	op := dialTest(t, c, c.members...)
+	ctx := opContext(t)
+	if err := op.CheckRestart(ctx, followers[0].name, followers[0].id()); err != nil {
+		t.Fatalf("a follower with every other voter up: %v", err)
+	}
+	if err := op.CheckRestart(ctx, leader.name, leader.id()); !errors.Is(err, ErrRetryable) {
+		t.Fatalf("the leader: got %v, want retryable", err)
+	}
+	if err := op.CheckRestart(ctx, "someone-else", followers[0].id()); !errors.Is(err, ErrRefused) {
+		t.Fatalf("under the wrong name: got %v, want refused", err)
+	}
+	if err := op.CheckRestart(ctx, "etcd-9", 0x9999); err != nil {
+		t.Fatalf("a member not in the cluster: %v", err)
+	}
+	c.stop(followers[1])
+	if err := op.CheckRestart(ctx, followers[0].name, followers[0].id()); !errors.Is(err, ErrRetryable) {
+		t.Fatalf("a follower while another voter is down: got %v, want retryable", err)
+	}
+}

@@ -3,7 +3,9 @@ package membership
 import (
 	"context"
 	"io"
+	"slices"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -23,6 +25,17 @@ type SnapshotSource struct {
 // learner or a member reporting errors (an alarm, no leader) is refused, since its data may
 // lag or be damaged.
 func (o *Operator) SnapshotSource(ctx context.Context) (SnapshotSource, error) {
+	return o.snapshotSource(ctx, false)
+}
+
+// SurvivorSnapshotSource is SnapshotSource for the member a quorum recovery forces a new
+// cluster from: without quorum it reports "no leader", which is accepted, since its database
+// is what the new cluster will hold; an alarm is not. etcd sends a snapshot without a leader.
+func (o *Operator) SurvivorSnapshotSource(ctx context.Context) (SnapshotSource, error) {
+	return o.snapshotSource(ctx, true)
+}
+
+func (o *Operator) snapshotSource(ctx context.Context, withoutLeader bool) (SnapshotSource, error) {
 	ep, err := o.soleEndpoint("snapshot")
 	if err != nil {
 		return SnapshotSource{}, err
@@ -31,11 +44,15 @@ func (o *Operator) SnapshotSource(ctx context.Context) (SnapshotSource, error) {
 	if err != nil {
 		return SnapshotSource{}, transient("status of "+ep, err)
 	}
+	errs := st.Errors
+	if withoutLeader {
+		errs = slices.DeleteFunc(slices.Clone(errs), func(e string) bool { return e == rpctypes.ErrNoLeader.Error() })
+	}
 	switch {
 	case st.IsLearner:
 		return SnapshotSource{}, refused("%s is a learner", ep)
-	case len(st.Errors) > 0:
-		return SnapshotSource{}, refused("%s reports %v", ep, st.Errors)
+	case len(errs) > 0:
+		return SnapshotSource{}, refused("%s reports %v", ep, errs)
 	}
 	// A serializable read answers from the member's own store, which the snapshot copies.
 	resp, err := o.cli.Get(ctx, "\x00", clientv3.WithSerializable(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))

@@ -25,7 +25,14 @@ func claimsRole(t *testing.T, d Decision) (claims, pods []string) {
 		if err := json.Unmarshal(b, &r); err != nil {
 			t.Fatal(err)
 		}
+		create := false
 		for _, rule := range r.Rules {
+			if slices.Equal(rule.Resources, []string{"persistentvolumeclaims"}) && slices.Equal(rule.Verbs, []string{"create"}) && len(rule.ResourceNames) == 0 {
+				// RBAC cannot narrow a create by name: the object has none yet when the
+				// request is authorized. expand-claim creates a joining member's claim.
+				create = true
+				continue
+			}
 			if len(rule.ResourceNames) == 0 {
 				t.Errorf("rule %+v names no object: it reaches every %v of the namespace", rule, rule.Resources)
 			}
@@ -37,6 +44,9 @@ func claimsRole(t *testing.T, d Decision) (claims, pods []string) {
 			default:
 				t.Errorf("unexpected rule %+v", rule)
 			}
+		}
+		if !create {
+			t.Errorf("no rule lets the volume Jobs create a claim: %+v", r.Rules)
 		}
 		return claims, pods
 	}

@@ -46,6 +46,9 @@ const (
 	// RestartPod: a Job deletes one member's pod so that its claim's file system grows when
 	// the volume is mounted again (FileSystemResizePending).
 	RestartPod
+	// RestoreDrill: a Job restores the newest backup into a scratch directory and compares it
+	// with the live cluster (spec.backup.verify).
+	RestoreDrill
 )
 
 var actionNames = [...]string{
@@ -68,6 +71,7 @@ var actionNames = [...]string{
 	UpdatePeerURL:    "UpdatePeerURL",
 	ExpandVolume:     "ExpandVolume",
 	RestartPod:       "RestartPod",
+	RestoreDrill:     "RestoreDrill",
 }
 
 func (t ActionType) String() string {

@@ -11,6 +11,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
@@ -49,24 +50,67 @@ const (
 	backupCADir          = "/etc/etcdops/backup/ca"
 	backupClaimDir       = "/var/lib/etcdops/backup"
 	backupCAKey          = "ca.crt"
+	// volumeBackupWork is the scratch volume of a backup Job, a drill and the stream.
+	volumeBackupWork = "backup-work"
 )
 
-// backupTrigger is why a backup is due: a schedule time, or an on-demand request.
+// scratchFloor is the least a scratch volume is bounded to.
+const scratchFloor = 1 << 30
+
+// scratchLimit bounds a scratch volume that holds a snapshot of a database of db bytes:
+// twice the database, for one that grows between the observation and the read, rounded up to
+// a power of two and at least 1Gi, so that the bound (and with it a backup Job's name and the
+// stream's template) stays the same while the database grows within it. The kubelet evicts a
+// pod whose scratch outgrows it (docs/backup.md, "Scratch space").
+func scratchLimit(db int64) string {
+	n := int64(scratchFloor)
+	for n/2 < db && n <= math.MaxInt64/2 {
+		n *= 2
+	}
+	return resource.NewQuantity(n, resource.BinarySI).String()
+}
+
+// largestDB is the largest database file a member reported: the size a snapshot of the
+// cluster takes.
+func (v *view) largestDB() int64 {
+	var n int64
+	for _, m := range v.members {
+		n = max(n, m.DBSize)
+	}
+	return n
+}
+
+// backupTrigger is why a backup is due: a schedule time, an on-demand request, a risky step
+// it guards (guard.go), or one whose pod was evicted for outgrowing its scratch volume, taken
+// again (retry, its label).
 type backupTrigger struct {
 	scheduled time.Time
 	request   string
+	guard     *v1alpha1.StepGuard
+	retry     string
 }
 
-// label is the trigger as a label value: the schedule time, or a hash of the request.
+// label is the trigger as a label value: the schedule time, a hash of the request, or of the
+// guarded step and when its snapshot was asked for.
 func (t backupTrigger) label() string {
-	if t.request != "" {
+	switch {
+	case t.retry != "":
+		return t.retry
+	case t.guard != nil:
+		return guardLabel(t.guard)
+	case t.request != "":
 		return "request-" + shortHash(t.request)
 	}
 	return "scheduled-" + t.scheduled.UTC().Format("20060102T150405Z")
 }
 
 func (t backupTrigger) String() string {
-	if t.request != "" {
+	switch {
+	case t.retry != "":
+		return "taken again: the database outgrew the scratch volume of the last one"
+	case t.guard != nil:
+		return "before " + t.guard.Step
+	case t.request != "":
 		return fmt.Sprintf("requested (%s=%s)", v1alpha1.AnnotationBackupNow, t.request)
 	}
 	return "scheduled for " + t.scheduled.UTC().Format(time.RFC3339)
@@ -128,11 +172,29 @@ func latestTick(next func(time.Time) time.Time, from, now time.Time) (time.Time,
 // than one snapshot, which at worst fails and is taken at the next schedule time.
 func (p *planner) backupDue() (step, bool) {
 	t, ok := p.dueBackup()
-	if !ok || p.stage.retry != "" || p.stage.exhausted != nil || p.stage.backupWait != nil {
+	retry := !ok && p.stage.backupRetry != ""
+	if !ok && !retry || p.stage.retry != "" || p.stage.exhausted != nil || p.stage.backupWait != nil {
 		// A failed step due for its retry, or out of retries, goes first: a backup in between
 		// would lose its count of attempts. One backup at a time.
 		return step{}, false
 	}
+	if retry {
+		// The schedule time or request is recorded already: only the Job is new.
+		return p.backupStep(backupTrigger{retry: p.stage.backupRetry}), true
+	}
+	s := p.backupStep(t)
+	if t.request != "" {
+		s.backup.LastRequest = t.request
+	} else {
+		at := metav1.NewTime(t.scheduled)
+		s.backup.LastScheduleTime = &at
+	}
+	return s, true
+}
+
+// backupStep starts a backup Job for trigger t, with status.backup as this sync leaves it so
+// far in the step, to be changed by the caller.
+func (p *planner) backupStep(t backupTrigger) step {
 	// The endpoints are every voter's, highest ordinal first, so that the Job stays the same
 	// while the membership does; the member tool asks each and reads from a healthy
 	// follower before the leader.
@@ -149,17 +211,20 @@ func (p *planner) backupDue() (step, bool) {
 			break
 		}
 	}
-	s := p.base(Action{Type: TakeBackup, Member: name, Reason: "backup " + t.String() + ": snapshot from a follower, " + name + " preferred"}, resyncSoon)
-	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), lineage: p.lineageArgs(), clientSecret: p.tls.clientSecret}
-	rec := (&backupRecord{st: p.stage.backup, prev: p.obs.Cluster.Status.Backup}).changed()
-	if t.request != "" {
-		rec.LastRequest = t.request
-	} else {
-		at := metav1.NewTime(t.scheduled)
-		rec.LastScheduleTime = &at
+	scratch := scratchLimit(p.largestDB())
+	reason := "backup " + t.String() + ": snapshot from a follower, " + name + " preferred"
+	if t.retry != "" {
+		reason = "backup " + t.String() + "; now bounded to " + scratch + ", snapshot from a follower, " + name + " preferred"
 	}
-	s.backup = rec
-	return s, true
+	s := p.base(Action{Type: TakeBackup, Member: name, Reason: reason}, resyncSoon)
+	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), lineage: p.lineageArgs(), clientSecret: p.tls.clientSecret, scratch: scratch}
+	s.backup = p.backupRecord().changed()
+	return s
+}
+
+// backupRecord is status.backup as the Job stage left it, to be changed.
+func (p *planner) backupRecord() *backupRecord {
+	return &backupRecord{st: p.stage.backup, prev: p.obs.Cluster.Status.Backup}
 }
 
 // backupRecord is status.backup as this sync leaves it so far: st is nil until something is
@@ -198,35 +263,69 @@ func (p *planner) backupJob(j *batchv1.Job, rec *backupRecord) (s step, keep boo
 		b := rec.changed()
 		b.LastSuccessfulTime = &metav1.Time{Time: at}
 		b.LastSuccessful = &v1alpha1.BackupRecord{Object: r.Object, Revision: r.Revision, Size: r.Size, SHA256: r.SHA256, Member: p.memberNameOf(r.MemberID), Time: metav1.NewTime(at)}
+		guarded(b, j, nil)
 	case jobFailed:
 		r, _ := p.backupResult(j, corev1.PodFailed)
 		reason := r.Error
 		if reason == "" {
 			reason = jobFailureMessage(j)
 		}
-		rec.changed().LastFailure = &v1alpha1.BackupFailure{Job: j.Name, Reason: reason, Time: metav1.NewTime(at)}
+		if pod := p.evictedPod(j); pod != nil {
+			reason = "its pod was evicted: " + strings.TrimSpace(pod.Status.Message)
+		}
+		b := rec.changed()
+		b.LastFailure = &v1alpha1.BackupFailure{Job: j.Name, Reason: reason, Time: metav1.NewTime(at)}
+		guarded(b, j, b.LastFailure)
 	}
 	return step{}, false
+}
+
+// evictedPod is the newest pod of backup Job j the kubelet evicted, if any: one whose
+// scratch outgrew its bound, or on a node short of space.
+func (p *planner) evictedPod(j *batchv1.Job) *corev1.Pod {
+	var newest *corev1.Pod
+	for i := range p.obs.Pods {
+		pod := &p.obs.Pods[i]
+		if pod.Labels[LabelBackupOf] == p.c.Name && pod.Labels[batchv1.JobNameLabel] == j.Name &&
+			pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == "Evicted" && (newest == nil || newer(pod, newest)) {
+			newest = pod
+		}
+	}
+	return newest
+}
+
+// newer: a was created after b, or in the same second and named after it.
+func newer(a, b *corev1.Pod) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return b.CreationTimestamp.Before(&a.CreationTimestamp)
+	}
+	return a.Name > b.Name
+}
+
+// outgrewScratch: backup Job j failed with a pod evicted, and the database observed now
+// needs a larger scratch bound than j had. Its backup is then taken again at once, with that
+// bound (backupDue): the schedule time or request it was for is not lost to a database that
+// grew between the observation and the read. A Job evicted with a bound the database still
+// fits is a failure like any other.
+func (p *planner) outgrewScratch(j *batchv1.Job) bool {
+	if state, _ := stateOf(j); state != jobFailed || p.evictedPod(j) == nil {
+		return false
+	}
+	want := resource.MustParse(scratchLimit(p.largestDB()))
+	for _, vol := range j.Spec.Template.Spec.Volumes {
+		if vol.Name == volumeBackupWork && vol.EmptyDir != nil && vol.EmptyDir.SizeLimit != nil {
+			return want.Cmp(*vol.EmptyDir.SizeLimit) > 0
+		}
+	}
+	return false
 }
 
 // backupResult reads the report of a pod of Job j that ended in phase (a succeeded Job has
 // one; the failed pods of a failed Job each tell why).
 func (p *planner) backupResult(j *batchv1.Job, phase corev1.PodPhase) (backupresult.Result, bool) {
-	var pods []*corev1.Pod
-	for i := range p.obs.Pods {
-		pod := &p.obs.Pods[i]
-		if pod.Labels[LabelBackupOf] == p.c.Name && pod.Labels[batchv1.JobNameLabel] == j.Name && pod.Status.Phase == phase {
-			pods = append(pods, pod)
-		}
-	}
-	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(b.Name, a.Name) })
-	for _, pod := range pods {
-		for _, cs := range pod.Status.ContainerStatuses {
-			if t := cs.State.Terminated; t != nil && t.Message != "" {
-				if r, err := backupresult.Decode(t.Message); err == nil {
-					return r, true
-				}
-			}
+	for _, msg := range p.jobReports(j, phase) {
+		if r, err := backupresult.Decode(msg); err == nil {
+			return r, true
 		}
 	}
 	return backupresult.Result{}, false
@@ -263,6 +362,12 @@ func backupArgs(c *v1alpha1.EtcdCluster) []string {
 		}
 		if r.KeepFor != nil {
 			args = append(args, "--keep-for="+r.KeepFor.Duration.String())
+		}
+		if r.KeepHourly != nil {
+			args = append(args, fmt.Sprintf("--keep-hourly=%d", *r.KeepHourly))
+		}
+		if r.KeepDaily != nil {
+			args = append(args, fmt.Sprintf("--keep-daily=%d", *r.KeepDaily))
 		}
 	}
 	if q := b.MaxBandwidth; q != nil {
@@ -318,8 +423,8 @@ func backupPod(c *v1alpha1.EtcdCluster, j memberJob, labels, podLabels map[strin
 	podLabels[LabelBackupOf] = c.Name
 	spec["activeDeadlineSeconds"] = backupDeadline
 	vols, mounts := destinationVolumes(c.Spec.Backup.Destination, false)
-	vols = append(vols, volume{Name: "backup-work", EmptyDir: &emptyDir{}})
-	mounts = append(mounts, volumeMount{Name: "backup-work", MountPath: backupWorkDir})
+	vols = append(vols, volume{Name: volumeBackupWork, EmptyDir: &emptyDir{SizeLimit: j.scratch}})
+	mounts = append(mounts, volumeMount{Name: volumeBackupWork, MountPath: backupWorkDir})
 	if have, ok := podSpec["volumes"].([]volume); ok {
 		vols = append(have, vols...)
 	}
@@ -332,6 +437,7 @@ func backupPod(c *v1alpha1.EtcdCluster, j memberJob, labels, podLabels map[strin
 // backupResync is when the next schedule time falls, if sooner than resync: Metacontroller
 // resyncs on its own only every resyncPeriodSeconds.
 func (v *view) backupResync(resync float64) float64 {
+	resync = v.drillResync(resync)
 	b := v.c.Spec.Backup
 	if b == nil || b.Suspend || v.schedule == nil {
 		return resync
@@ -367,6 +473,7 @@ func (v *view) backupCondition(st *v1alpha1.EtcdClusterStatus) {
 	}
 	v.streamCondition(st, &cond)
 	setConditionValue(st, v.obs, cond)
+	v.drillCondition(st)
 }
 
 // overdue: not suspended, and two schedule times have passed since last.
@@ -403,13 +510,49 @@ func recordRestoredRevision(obs *Observed, c *v1alpha1.EtcdCluster, st *v1alpha1
 		if !p.Time.IsZero() {
 			st.RestoredTime = &metav1.MicroTime{Time: p.Time}
 		}
+		if p.Took > 0 {
+			st.RestoreDuration = &metav1.Duration{Duration: p.Took}
+		}
 	}
 }
 
+// AnnotationRestored on the join ConfigMap of a cluster bootstrapped from a snapshot keeps
+// the seed's report of what it restored (joinstate.RestoredMessage), beside status: the seed's
+// pod keeps it only until its container ends again, and the pod itself goes when the seed is
+// rolled once the cluster has bootstrapped (restoreRendered).
+const AnnotationRestored = "etcdops.dev/restored"
+
 // restoredPoint is what the seed of a cluster bootstrapped from a snapshot restored: its etcd
 // container ends once after the restore with it in its termination message
-// (joinstate.RestoredMessage), which the pod's status keeps until the container ends again.
+// (joinstate.RestoredMessage), which the pod's status keeps until the container ends again,
+// and the join ConfigMap after that (AnnotationRestored).
 func restoredPoint(obs *Observed, c *v1alpha1.EtcdCluster) (joinstate.RestoredPoint, bool) {
+	if p, ok := seedReport(obs, c); ok {
+		return joinstate.ParseRestored(p)
+	}
+	for _, cm := range obs.Children.ConfigMaps {
+		if cm.Name == JoinConfigMapName(c.Name) {
+			return joinstate.ParseRestored(cm.Annotations[AnnotationRestored])
+		}
+	}
+	return joinstate.RestoredPoint{}, false
+}
+
+// restoredAnnotation is the join ConfigMap's AnnotationRestored: the seed's report once seen,
+// "" before (and on a cluster not restored).
+func restoredAnnotation(obs *Observed, c *v1alpha1.EtcdCluster) string {
+	if fromBackup(c) == nil {
+		return ""
+	}
+	if p, ok := restoredPoint(obs, c); ok {
+		return joinstate.RestoredMessage(p)
+	}
+	return ""
+}
+
+// seedReport is the seed's termination message that says what it restored, if its pod's
+// status still shows it.
+func seedReport(obs *Observed, c *v1alpha1.EtcdCluster) (string, bool) {
 	for i := range obs.Pods {
 		p := &obs.Pods[i]
 		cs := etcdStatus(p)
@@ -420,12 +563,12 @@ func restoredPoint(obs *Observed, c *v1alpha1.EtcdCluster) (joinstate.RestoredPo
 			if t == nil {
 				continue
 			}
-			if rp, ok := joinstate.ParseRestored(t.Message); ok {
-				return rp, true
+			if _, ok := joinstate.ParseRestored(t.Message); ok {
+				return t.Message, true
 			}
 		}
 	}
-	return joinstate.RestoredPoint{}, false
+	return "", false
 }
 
 // lineageArgs are the flags that tie a backup Job or the stream to the cluster's lineage: the
@@ -472,10 +615,31 @@ func fromBackup(c *v1alpha1.EtcdCluster) *v1alpha1.FromBackup {
 	return nil
 }
 
-// withRestore gives the etcd container of a cluster bootstrapped from a snapshot the restore
+// restoreRendered is the cluster the pod template is rendered from: c while it bootstraps,
+// and c without spec.bootstrap once it has. Only the seed's first start reads the snapshot (a
+// restore acts only while the join state says new, launcher.Decide), and the seed's etcd
+// answers only once its restore is done, which ends the bootstrap (isBootstrapping). So the
+// pods mount the restore source while the seed restores (a failed restore is retried by its
+// container's restarts, a seed pod recreated meanwhile mounts it again) and never after: a
+// Secret rotated or deleted, or a claim held by another pod, cannot keep a new or
+// rescheduled pod from starting. The seed, created with the source, is rolled to the template
+// without it like any pod on an outdated template (docs/backup.md, "The restore source"),
+// except a lone member without a volume: rolling it would lose its data, and a new pod of it
+// would have none to start on, with the source mounted or not, so its template keeps the
+// source until it has company.
+func restoreRendered(obs *Observed, c *v1alpha1.EtcdCluster) *v1alpha1.EtcdCluster {
+	if fromBackup(c) == nil || isBootstrapping(obs) || c.Spec.StorageSpec == nil && *c.Spec.Size == 1 {
+		return c
+	}
+	past := *c
+	past.Spec.Bootstrap = nil
+	return &past
+}
+
+// withRestore gives the etcd container of a cluster bootstrapping from a snapshot the restore
 // flags (before the "--" that ends the launcher's own) and the mounts the snapshot is read
 // through. Every pod gets them, as they share one template; only the seed of the new
-// cluster uses them (launcher.Decide).
+// cluster uses them (launcher.Decide), and only while it bootstraps (restoreRendered).
 func withRestore(c *v1alpha1.EtcdCluster, spec *etcdPodSpec) {
 	f := fromBackup(c)
 	if f == nil {
@@ -489,14 +653,29 @@ func withRestore(c *v1alpha1.EtcdCluster, spec *etcdPodSpec) {
 	etcd.VolumeMounts = append(etcd.VolumeMounts, mounts...)
 }
 
+// AnnotationRestoredFrom on the join ConfigMap of a cluster bootstrapped from a snapshot
+// names the snapshot, beside status.restoredFrom: with either lost, the cluster is still known
+// to have started from it. (The pod template, which carried the restore flags, no longer does
+// once the cluster has bootstrapped.)
+const AnnotationRestoredFrom = "etcdops.dev/restored-from"
+
 // restoreInPlace refuses spec.bootstrap.fromBackup on a cluster that did not start from it:
 // a restore makes a new cluster, so applying it to a running one would either do nothing or
-// throw its data away. Started from it means status says so, or the StatefulSet's pods carry
-// the restore flags (kept twice, so that a lost status loses nothing).
+// throw its data away. Started from it means status says so, or the join ConfigMap does, or
+// the StatefulSet's pods carry the restore flags (as a hook before the ConfigMap's record left
+// them), so that a lost status loses nothing.
+//
+// spec.bootstrap is fixed at creation (the CRD's rule), so the refusal cannot be answered by
+// removing it: the advice names what the API server takes, a new EtcdCluster.
 func restoreInPlace(obs *Observed, c *v1alpha1.EtcdCluster) error {
 	f := fromBackup(c)
 	if f == nil || isBootstrapping(obs) || obs.Cluster.Status.RestoredFrom != "" {
 		return nil
+	}
+	for _, cm := range obs.Children.ConfigMaps {
+		if cm.Name == JoinConfigMapName(c.Name) && cm.Annotations[AnnotationRestoredFrom] != "" {
+			return nil
+		}
 	}
 	for _, s := range obs.Children.StatefulSets {
 		for _, ct := range s.Spec.Template.Spec.Containers {
@@ -505,6 +684,6 @@ func restoreInPlace(obs *Observed, c *v1alpha1.EtcdCluster) error {
 			}
 		}
 	}
-	return errors.New("spec.bootstrap.fromBackup is set on a cluster that already runs: a restore creates a new cluster and is never applied in place; " +
-		"remove spec.bootstrap to go on with this cluster, or restore into a new EtcdCluster (docs/runbooks.md, restore over an existing cluster)")
+	return errors.New("spec.bootstrap.fromBackup is set on a cluster that already runs: a restore creates a new cluster and is never applied in place, and spec.bootstrap is fixed at creation; " +
+		"nothing changes while it is set. To keep this cluster's data, snapshot it and restore it into a new EtcdCluster; to start over from the snapshot, delete this EtcdCluster and its claims and create it again (docs/runbooks.md, restore over an existing cluster)")
 }

@@ -55,10 +55,10 @@ func TestLatestTick(t *testing.T) {
 func backupWorld(t *testing.T) *simWorld {
 	w := newSimWorld(t, 3, true)
 	w.run(100)
-	keep := int32(3)
+	keep, hourly, daily := int32(3), int32(24), int32(30)
 	w.cluster.Spec.Backup = &v1alpha1.BackupSpec{Schedule: "@hourly",
 		Destination: v1alpha1.BackupDestination{PersistentVolumeClaim: &v1alpha1.PVCDestination{ClaimName: "etcd-backups"}},
-		Retention:   &v1alpha1.BackupRetention{Keep: &keep, KeepFor: &metav1.Duration{Duration: 168 * time.Hour}}}
+		Retention:   &v1alpha1.BackupRetention{Keep: &keep, KeepFor: &metav1.Duration{Duration: 168 * time.Hour}, KeepHourly: &hourly, KeepDaily: &daily}}
 	w.now = w.now.Add(time.Hour)
 	return w
 }
@@ -94,7 +94,7 @@ func TestBackupJob(t *testing.T) {
 		t.Errorf("labels %v, deadline %d", j.Labels, *j.Spec.ActiveDeadlineSeconds)
 	}
 	cmd := strings.Join(pod.Spec.Containers[0].Command, " ")
-	for _, want := range []string{" backup ", "--dir=/var/lib/etcdops/backup/default/etcd ", "--keep=3", "--keep-for=168h0m0s", "--max-bandwidth=33554432", "--work-dir=/var/lib/etcdops/work"} {
+	for _, want := range []string{" backup ", "--dir=/var/lib/etcdops/backup/default/etcd ", "--keep=3", "--keep-for=168h0m0s", "--keep-hourly=24", "--keep-daily=30", "--max-bandwidth=33554432", "--work-dir=/var/lib/etcdops/work"} {
 		if !strings.Contains(cmd+" ", want) {
 			t.Errorf("command %q lacks %q", cmd, want)
 		}

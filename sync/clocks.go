@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,7 +42,7 @@ func (v *view) record(m *member) *v1alpha1.MemberStatus {
 // hook cannot reach has its own record (unansweredSince); one whose pod cannot start is
 // blocked on the spec or the nodes, and its wait starts once the pod can start.
 func (v *view) unhealthyCounts(m *member) bool {
-	return !m.IsLearner && !m.Healthy && !m.unanswered() && (m.pod == nil || podStartFailure(m.pod) == "")
+	return !m.IsLearner && !m.Healthy && !m.unanswered() && (m.pod == nil || v.cannotStart(m.pod) == "")
 }
 
 // unhealthySince is when the hook first found m unhealthy while that counted (see
@@ -136,4 +137,38 @@ func (v *view) recordClocks(ms *v1alpha1.MemberStatus, m *member) {
 	if !rose.IsZero() {
 		ms.ProgressSince = stamp(rose)
 	}
+}
+
+// learnerOverdue says why a learner has waited past its deadline, "" when none has: its etcd
+// has run stuckAfter without catching up (its own clock, runningSince; one still applying is
+// still waited for, but no longer quietly), or it was given up on as stuck and added again
+// (status.history's last removal or promotion of the name is that removal), which goes on for
+// as long as what keeps it from catching up does. A member to be a voter is missing meanwhile:
+// in a replacement, no step of the operator's is under way to say so.
+func (v *view) learnerOverdue() string {
+	for _, l := range v.learners() {
+		if since, ok := v.runningSince(l); ok && v.obs.Now.Sub(since) >= stuckAfter {
+			return fmt.Sprintf("learner %s has run since %s and has not caught up with the leader (docs/runbooks.md, a learner that never catches up)",
+				l.name, since.UTC().Format(time.RFC3339))
+		}
+		if at, ok := v.givenUpOn(l.name); ok {
+			return fmt.Sprintf("learner %s was given up on as stuck at %s and added again; it has not caught up since (docs/runbooks.md, a learner that never catches up)",
+				l.name, at.UTC().Format(time.RFC3339))
+		}
+	}
+	return ""
+}
+
+// givenUpOn is when member name was last removed as a stuck learner, if that is the last
+// removal or promotion of the name status.history records.
+func (v *view) givenUpOn(name string) (time.Time, bool) {
+	hist := v.obs.Cluster.Status.History
+	for i := len(hist) - 1; i >= 0; i-- {
+		r := hist[i]
+		if r.Member != name || r.Type != RemoveMember.String() && r.Type != PromoteLearner.String() {
+			continue
+		}
+		return r.Started.Time, r.Type == RemoveMember.String() && strings.HasPrefix(r.Reason, "learner "+name+" is stuck")
+	}
+	return time.Time{}, false
 }

@@ -150,7 +150,7 @@ func checkConditions(t testing.TB, gen int64, d Decision) {
 	// BackedUp follows the three for a cluster with spec.backup, then VolumesExpanded for one
 	// with spec.storageSpec.
 	want := []string{v1alpha1.ConditionAvailable, v1alpha1.ConditionProgressing, v1alpha1.ConditionDegraded}
-	for _, opt := range []string{v1alpha1.ConditionBackedUp, v1alpha1.ConditionVolumesExpanded} {
+	for _, opt := range []string{v1alpha1.ConditionBackedUp, v1alpha1.ConditionBackupVerified, v1alpha1.ConditionVolumesExpanded} {
 		if len(types) > len(want) && types[len(want)] == opt {
 			want = append(want, opt)
 		}

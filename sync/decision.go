@@ -38,6 +38,10 @@ func (v *view) decision(s step) Decision {
 	if s.backup != nil {
 		st.Backup = s.backup
 	}
+	if st.RestoredFrom == "" && fromBackup(v.c) != nil && v.join != nil {
+		// A lost status gets it back from the join ConfigMap's copy.
+		st.RestoredFrom = v.join.Annotations[AnnotationRestoredFrom]
+	}
 	recordRestoredRevision(v.obs, v.c, &st)
 	v.streamStatus(&st)
 	v.backupCondition(&st)
@@ -59,7 +63,7 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 	children := []Child{
 		headlessService(v.c, v.labels),
 		clientService(v.c, v.labels),
-		joinConfigMap(v.c, v.labels, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID)),
+		joinConfigMap(v.c, v.labels, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID), restoredAnnotation(v.obs, v.c), durable{v2LogIndex: v.v2LogIndexAfter(), recovery: v.recoveryAfter(s)}),
 		podDisruptionBudget(v.c, v.labels, len(v.voters()), v.budgetClosed(s)),
 		v.clientConfigMap(v.clientStatus()),
 	}
@@ -161,15 +165,16 @@ func (v *view) heldChildren(s step) []Child {
 	if v.join == nil {
 		state := v.lastKnownJoinState()
 		applyRecovery(&state, v.recoveryAfter(s))
-		missing = append(missing, joinConfigMap(v.c, v.labels, state, v.ledger, v.clusterID))
-	} else if state, ok := v.observedJoinState(); ok {
-		// A hold changes nothing, but a quorum recovery's fences and force follow status.
+		missing = append(missing, joinConfigMap(v.c, v.labels, state, v.ledger, v.clusterID, restoredAnnotation(v.obs, v.c), durable{v2LogIndex: v.safe.v2LogIndex, recovery: v.recoveryAfter(s)}))
+	} else if state, ok := v.observedJoinState(); ok && (v.safe.recovery == nil || knownRecoveryPhase(v.safe.recovery.Phase)) {
+		// A hold changes nothing, but a quorum recovery's fences and force follow status (not
+		// one in a phase this build does not know: those stay as they are).
 		want := withoutRecovery(state)
 		applyRecovery(&want, v.recoveryAfter(s))
 		if joinstate.Encode(want) != joinstate.Encode(state) {
 			for i, c := range children {
 				if c.Kind == "ConfigMap" && c.Name == v.join.Name {
-					children[i] = joinConfigMap(v.c, v.labels, want, v.ledger, v.join.Annotations[AnnotationClusterID])
+					children[i] = joinConfigMap(v.c, v.labels, want, v.ledger, v.join.Annotations[AnnotationClusterID], restoredAnnotation(v.obs, v.c), durable{v2LogIndex: v.safe.v2LogIndex, recovery: v.recoveryAfter(s)})
 				}
 			}
 		}
@@ -190,7 +195,7 @@ func (v *view) recoveryAfter(s step) *v1alpha1.RecoveryStatus {
 	if s.recovery != nil {
 		return s.recovery
 	}
-	return v.obs.Cluster.Status.Recovery
+	return v.safe.recovery
 }
 
 // withoutRecovery is st with no quorum recovery and no fences.

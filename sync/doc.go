@@ -26,7 +26,9 @@
 //
 // A backup (backup.go) is a member Job too: one at a time, and never started while a learner
 // joins or a member and its pod are apart. It changes no membership, so while it runs only the
-// normal phases wait for it; a repair does not.
+// normal phases wait for it; a repair does not. A restore drill (drill.go) is one as well, and
+// reads only. With spec.backup, a risky step (a roll of every member, a scale-in, a minor
+// upgrade, a forced quorum recovery) waits for a snapshot that guards it (guard.go).
 //
 // Member Jobs are named after their content and never change under a name; a Job in flight
 // is returned unchanged and waited for, a succeeded one is dropped once membership shows its
@@ -42,8 +44,10 @@
 // exposed to the StatefulSet's rolling update at once, the partition lowered onto a pod only
 // once the pods above it are replaced and up (the StatefulSet controller would otherwise
 // replace it later, unchecked), disturbing a healthy voter only when every other member
-// answered, never removing or replacing a member only the hook cannot reach, and never
-// replacing the leader's pod while another voter could lead.
+// answered, never removing or replacing a member only the hook cannot reach, never
+// replacing the leader's pod while another voter could lead, and, with spec.backup, never
+// disturbing a healthy voter for a risky step, nor forcing a new cluster, before a snapshot
+// guards it.
 // Teardown and bootstrap have checks of their own. A violation becomes a hold whose reason
 // starts with "internal:".
 // When etcd's state is unknown (not asked, inconsistent, a second membership answering, a

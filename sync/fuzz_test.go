@@ -4,14 +4,16 @@ import (
 	"testing"
 	"time"
 
+	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
 )
 
 // FuzzPlanner lets the fuzzer write the story: the first byte picks the size, volumes (bit 7
-// clear) and mounted files a minute or more late (bit 6); each byte after it is one thing
-// happening to a simulated cluster (a sync and a tick, a fault, a fault healed, a spec change,
-// TLS on or off, a new CA, a child deleted, an observation of etcd that cannot be trusted,
-// status lost).
+// clear), mounted files a minute or more late (bit 6) and hourly backups with daily restore
+// drills (bit 5); each byte after it is one thing happening to a simulated cluster (a sync and
+// a tick, a fault, a fault healed, a spec change, TLS on or off, a new CA, a child deleted, an
+// observation of etcd that cannot be trusted, status lost, the backups' storage refusing, Jobs
+// that act late).
 // Every sync must plan without panicking and pass the invariant check (a violation is fatal
 // here, not a hold), the same observation must plan to the same bytes, and the simulator's
 // world checks (no second learner, no member Jobs at once, data kept by a quorum of voters, no
@@ -24,6 +26,9 @@ func FuzzPlanner(f *testing.F) {
 	f.Add([]byte{0x85, 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 7, 0, 0, 0, 9, 11, 0, 0, 0, 14, 0, 0, 0, 0})
 	f.Add([]byte{2, 0, 0, 0, 0, 0, 12, 12, 0, 0, 0, 8, 0, 0, 16, 0, 0, 17, 0, 0, 0, 0, 0})
 	f.Add([]byte{0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 0, 0, 14, 0, 6, 26, 0, 0, 9, 0, 10, 0, 0, 0, 0})
+	// Five members backed up, the storage refusing while a scale-in to three waits for its
+	// snapshot, then healed.
+	f.Add([]byte{0x22, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 19, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, script []byte) {
 		if len(script) == 0 || len(script) > 300 {
 			return
@@ -33,6 +38,10 @@ func FuzzPlanner(f *testing.F) {
 		if script[0]&0x40 != 0 {
 			// Mounted files reach each pod a minute or more late, as from a real kubelet.
 			w.withMountDelays(60*time.Second, 20*time.Second)
+		}
+		if script[0]&0x20 != 0 {
+			w.cluster.Spec.Backup = simBackupSpec("@hourly")
+			w.cluster.Spec.Backup.Verify = &v1alpha1.BackupVerify{Schedule: "@daily"}
 		}
 		var healers []func()
 		for i, b := range script[1:] {
@@ -46,17 +55,24 @@ func FuzzPlanner(f *testing.F) {
 			switch b % 20 {
 			case 6, 7, 8, 16:
 				if p := pick(); p != nil {
-					switch b % 20 {
-					case 6:
+					switch {
+					case b%20 == 6:
 						p.crash = true
-					case 7:
+					case b%20 == 7 && b >= 128:
+						w.deafen(p) // removed, it runs on (sim_fork_test.go)
+					case b%20 == 7:
 						p.down = true
-					case 8:
+					case b%20 == 8 && b >= 128 && w.storage():
+						// Its node goes: the replacement's volume does not attach until healed.
+						ord := p.ord
+						p.terminating, w.attaching[ord] = true, true
+						healers = append(healers, func() { delete(w.attaching, ord) })
+					case b%20 == 8:
 						p.blind = true
 					default:
 						p.slow = true
 					}
-					healers = append(healers, func() { p.crash, p.down, p.blind, p.slow = false, false, false, false })
+					healers = append(healers, func() { p.crash, p.down, p.blind, p.slow, p.deaf = false, false, false, false, false })
 				}
 			case 9:
 				for _, h := range healers {
@@ -88,6 +104,14 @@ func FuzzPlanner(f *testing.F) {
 				w.hideJobs = true
 			case 18:
 				w.failJobs = 1
+			case 19:
+				if b >= 128 {
+					w.destination.refuses = true
+					healers = append(healers, func() { w.destination.refuses = false })
+					break
+				}
+				// Jobs act late from now on (sim_latency_test.go).
+				w.latency = &simLatency{fixed: int(b) / 20 % 4}
 			default:
 				w.step()
 			}

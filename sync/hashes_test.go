@@ -31,6 +31,16 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		return &c
 	}
 	s3 := v1alpha1.BackupDestination{S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example", Bucket: "b", Region: "r", CredentialsSecret: "creds", CASecret: "ca"}}
+	toolSettings := func(c *v1alpha1.EtcdCluster) {
+		c.Spec.PodTemplate = &v1alpha1.PodTemplate{Spec: &v1alpha1.PodSpec{ImagePullSecrets: []v1alpha1.SecretReference{{Name: "etcd-registry"}, {Name: "shared"}}}}
+		c.Spec.Tool = &v1alpha1.ToolSpec{
+			ImagePullSecrets: []v1alpha1.SecretReference{{Name: "tool-registry"}, {Name: "shared"}},
+			Resources: &corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+			},
+		}
+	}
 	pvc := v1alpha1.BackupDestination{PersistentVolumeClaim: &v1alpha1.PVCDestination{ClaimName: "backups", Path: "p"}}
 	for _, tc := range []struct {
 		story                     string
@@ -38,19 +48,19 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		s                         serving
 		config, spec, statefulSet string
 	}{
-		{"plain", cluster(nil), serving{}, "cc76f9f86a", "1c39e1042f", "b8585a5102171714"},
+		{"plain", cluster(nil), serving{}, "22040c19db", "50b101b03d", "3d41a298217ca68c"},
 		{"no storage, options", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec = nil
 			c.Spec.EtcdOptions = []string{"--quota-backend-bytes=4294967296", "--log-level=warn"}
-		}), serving{}, "921ce91d2e", "b5b7267bb5", "91185ec355539904"},
+		}), serving{}, "8376fe3391", "2f3be343d5", "79c9bf9fe93cb304"},
 		{"storage class, limit, delete", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.StorageSpec.StorageClassName, c.Spec.StorageSpec.WhenDeleted = "fast", v1alpha1.PVCDelete
 			c.Spec.StorageSpec.VolumeSizeLimit = ptrTo(resource.MustParse("16Gi"))
-		}), serving{}, "cc76f9f86a", "1c39e1042f", "910ffb1066282dfe"},
-		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "197d8e7f2b", "f0d32e5bee", "4db2ada44847ff01"},
-		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "f45425a179", "4d70c7d6a4", "f1f8acbaddaab6a0"},
-		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "37596d80d2", "828f097aa4", "8a600ccb3e12eca5"},
-		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "e3c2f75b7d", "ac4c093687", "cfaee28f971d6615"},
+		}), serving{}, "22040c19db", "50b101b03d", "e97651ee8dc82577"},
+		{"client port on both schemes", cluster(nil), serving{client: clientBoth, serverSecret: "srv", trust: "0123456789"}, "4b01c5d1a1", "254fd699ae", "a49bc47009f41db5"},
+		{"client TLS", cluster(nil), serving{client: clientTLS, serverSecret: "srv"}, "6904460617", "29f506c34c", "7518f9fa5aad52fd"},
+		{"peer certificate on an http listener", cluster(nil), serving{peer: peerDial, peerSecret: "peer"}, "f91d256cc3", "698eff997f", "22d5a290ce1de7ad"},
+		{"everything TLS", cluster(nil), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer", trust: "0123456789"}, "b42423820b", "548dcddc36", "e5c370c90a3a0321"},
 		{"user pod settings", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.PodTemplate = &v1alpha1.PodTemplate{
 				Metadata: &v1alpha1.PodMetadata{Labels: map[string]string{"team": "db", LabelCluster: "spoofed"}, Annotations: map[string]string{"a": "<&>"}},
@@ -67,13 +77,14 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 					}}}},
 				},
 			}
-		}), serving{}, "51aff7b1c4", "26c65f2aec", "25b1331eaf1c4a65"},
+		}), serving{}, "f5f5e242e2", "888659ccd0", "dd5cdd37a8c050ba"},
+		{"pull secrets, tool resources", cluster(toolSettings), serving{}, "ebfabc5886", "84a07f6fc4", "70c293bdca451760"},
 		{"restore from S3", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: s3, Name: "latest"}}
-		}), serving{}, "62644ea4e8", "ae8f8f11e6", "38a9bc65bedad7c5"},
+		}), serving{}, "177eab8ad1", "f8d2dbbd0a", "3e84fb8bb162b055"},
 		{"restore from a claim, TLS", cluster(func(c *v1alpha1.EtcdCluster) {
 			c.Spec.Bootstrap = &v1alpha1.BootstrapSpec{FromBackup: &v1alpha1.FromBackup{BackupDestination: pvc, Name: "snap.db"}}
-		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "4a0e722f64", "dc7f016904", "63b0e5df943d8277"},
+		}), serving{client: clientTLS, peer: peerTLS, serverSecret: "srv", peerSecret: "peer"}, "5d59094119", "8fd75eb0b0", "f3a606932e00b4ef"},
 	} {
 		ps := renderPodSpec(simConfig, tc.c, tc.s)
 		sts := digest(t, statefulSet(tc.c, tc.c.Spec.StorageSpec, labelsOf(tc.c), ps, 3, 1, retainClaims).Object)
@@ -95,10 +106,11 @@ func TestRenderedBytesDoNotChange(t *testing.T) {
 		j     memberJob
 		want  string
 	}{
-		{"add a learner", cluster(nil), memberJob{verb: verbAddLearner, member: "etcd-3", peerURL: "http://etcd-3.etcd.db.svc.cluster.local:2380", endpoints: endpoints}, "etcd-add-learner-etcd-3-60b6aeebdf 9083a52caef282d8"},
-		{"remove over TLS", cluster(nil), memberJob{verb: verbRemove, member: "etcd-2", id: 0xabc, endpoints: endpoints, attempt: 2, clientSecret: "cli"}, "etcd-remove-etcd-2-a920a0bb23 6a5a8d51dbfe62dd"},
-		{"backup to S3", backup(s3), memberJob{verb: verbBackup, member: "etcd-0", endpoints: endpoints, backupFor: "scheduled"}, "etcd-backup-etcd-0-7a82a56f97 93412ab5ace0f848"},
-		{"backup to a claim over TLS", backup(pvc), memberJob{verb: verbBackup, member: "etcd-0", endpoints: endpoints, backupFor: "now", clientSecret: "cli"}, "etcd-backup-etcd-0-7ce9e8527f 4b2af62fd5b1cdd8"},
+		{"add a learner", cluster(nil), memberJob{verb: verbAddLearner, member: "etcd-3", peerURL: "http://etcd-3.etcd.db.svc.cluster.local:2380", endpoints: endpoints}, "etcd-add-learner-etcd-3-11b54589b1 8d186688968b967d"},
+		{"remove over TLS", cluster(nil), memberJob{verb: verbRemove, member: "etcd-2", id: 0xabc, endpoints: endpoints, attempt: 2, clientSecret: "cli"}, "etcd-remove-etcd-2-d4aff0b250 20d9699bdc5775ab"},
+		{"backup to S3", backup(s3), memberJob{verb: verbBackup, member: "etcd-0", endpoints: endpoints, backupFor: "scheduled", scratch: "1Gi"}, "etcd-backup-etcd-0-b0b1c7b0f3 9878e647b8e07a3f"},
+		{"backup to a claim over TLS", backup(pvc), memberJob{verb: verbBackup, member: "etcd-0", endpoints: endpoints, backupFor: "now", clientSecret: "cli", scratch: "4Gi"}, "etcd-backup-etcd-0-f16d89727e 64c834b76d27a959"},
+		{"a learner with pull secrets and resources", cluster(toolSettings), memberJob{verb: verbAddLearner, member: "etcd-3", peerURL: "http://etcd-3.etcd.db.svc.cluster.local:2380", endpoints: endpoints}, "etcd-add-learner-etcd-3-07e03fc226 9b22d2d6644d8b79"},
 	} {
 		j := tc.j.render(simConfig, tc.c)
 		if got := j.Name + " " + digest(t, j.Object); got != tc.want {

@@ -50,6 +50,9 @@ func checkInvariants(v *view, s step) error {
 	if n := countChanges(v, s, len(exposed), forcing); n > 1 {
 		return fmt.Errorf("%d changes in one sync", n)
 	}
+	if err := checkGuard(v, s, exposed, forcing); err != nil {
+		return err
+	}
 	if err := checkTLSStep(v, s, exposed); err != nil {
 		return err
 	}
@@ -72,6 +75,42 @@ func countChanges(v *view, s step, exposed int, forcing bool) int {
 	return n
 }
 
+// checkGuard refuses a risky step taken, with spec.backup, before a snapshot (or a person's
+// go-ahead) guards it in status.backup.guard (guard.go): a healthy voter removed, or its pod
+// exposed for replacement, while a roll, a scale-in or a minor upgrade is ahead; a survivor
+// told to force a new cluster.
+func checkGuard(v *view, s step, exposed []int, forcing bool) error {
+	if v.c.Spec.Backup == nil {
+		return nil
+	}
+	b := s.backup
+	if b == nil {
+		b = v.obs.Cluster.Status.Backup
+	}
+	if forcing && !guardedBy(b, "recovery-"+s.recovery.Token) {
+		return fmt.Errorf("forcing a new cluster from %s before a snapshot guards it", s.recovery.Survivor)
+	}
+	key, _ := v.riskyStep()
+	if key == "" || guardedBy(b, key) {
+		return nil
+	}
+	var m *member
+	if s.job != nil && s.job.verb == verbRemove {
+		ord, _ := Ordinal(v.c.Name, s.job.member)
+		m = v.byOrd[ord]
+	}
+	if len(exposed) == 1 {
+		m = v.byOrd[exposed[0]]
+	}
+	if m != nil && !m.IsLearner && m.Healthy {
+		return fmt.Errorf("disturbing %s, a healthy voter, before a snapshot guards %s", m.name, key)
+	}
+	return nil
+}
+
+// readsOnly: a Job of this verb changes nothing in the cluster (a backup, a restore drill).
+func readsOnly(verb string) bool { return verb == verbBackup || verb == verbDrill }
+
 // checkJob guards a member Job: never beside another Job but a backup, never a second learner
 // or a backup while one joins, and a removal only while the voters keep a healthy quorum. It
 // returns the voter the Job disturbs: the one it removes, or the leader it moves leadership
@@ -80,10 +119,10 @@ func checkJob(v *view, s step) (*member, error) {
 	if s.job == nil {
 		return nil, nil
 	}
-	// A backup outstanding changes no membership: a fix may start beside it, never a second
-	// backup.
+	// A backup or a drill outstanding changes no membership: a fix may start beside it, never
+	// a second backup or drill.
 	for _, j := range s.keep {
-		if j.Labels[LabelAction] != verbBackup || s.job.verb == verbBackup {
+		if !readsOnly(j.Labels[LabelAction]) || readsOnly(s.job.verb) {
 			return nil, fmt.Errorf("new %s Job while Job %s is outstanding", s.job.verb, j.Name)
 		}
 	}
@@ -320,7 +359,7 @@ func ownPods(obs *Observed) []int {
 // until etcd lists the survivor alone or the force has been out of the join ConfigMap long
 // enough that no pod can still read it.
 func checkRecoveryStep(v *view, next *v1alpha1.RecoveryStatus) (forcing bool, err error) {
-	prev := v.obs.Cluster.Status.Recovery
+	prev := v.safe.recovery
 	if next == nil || next == prev {
 		return false, nil
 	}

@@ -179,6 +179,54 @@ func TestInvariantsCatchUnsafeSteps(t *testing.T) {
 			"recovery from etcd-0 leaves Withdrawing for Cancelled while its pod may still read the force",
 		},
 		{
+			"a drill beside a backup",
+			nil,
+			func(p *planner) step {
+				s := p.base(Action{Type: RestoreDrill, Member: "etcd-2"}, resyncSoon)
+				s.job = &memberJob{verb: verbDrill, member: "etcd-2", backupFor: "scheduled", clusterID: "c1"}
+				running := &batchv1.Job{}
+				running.Name, running.Labels = "etcd-backup-etcd-2-0123456789", map[string]string{LabelAction: verbBackup}
+				s.keep = []*batchv1.Job{running}
+				return s
+			},
+			"new drill Job while Job etcd-backup-etcd-2-0123456789 is outstanding",
+		},
+		{
+			"rolling a healthy member before a snapshot guards the roll",
+			func(w *simWorld) {
+				w.cluster.Spec.Backup = &v1alpha1.BackupSpec{Schedule: "@daily", Destination: v1alpha1.BackupDestination{
+					S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
+				w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=1"}
+			},
+			func(p *planner) step { return p.replacePod(2, "etcd-2", "") },
+			"disturbing etcd-2, a healthy voter, before a snapshot guards roll-",
+		},
+		{
+			"removing a healthy member for a scale-in guarded by an older step's snapshot",
+			func(w *simWorld) {
+				w.cluster.Spec.Backup = &v1alpha1.BackupSpec{Schedule: "@daily", Destination: v1alpha1.BackupDestination{
+					S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
+				w.cluster.Spec.Size = ptrTo(int32(1))
+				w.cluster.Status.Backup = &v1alpha1.BackupStatus{Guard: &v1alpha1.StepGuard{Step: "scale-in-3", Snapshot: "s3://backups/old.db"}}
+			},
+			func(p *planner) step {
+				return p.runJob(memberJob{verb: verbRemove, member: "etcd-2", id: p.byOrd[2].ID}, RemoveMember, "")
+			},
+			"disturbing etcd-2, a healthy voter, before a snapshot guards scale-in-1",
+		},
+		{
+			"forcing a new cluster before the survivor's snapshot",
+			func(w *simWorld) {
+				w.cluster.Spec.Backup = &v1alpha1.BackupSpec{Schedule: "@daily", Destination: v1alpha1.BackupDestination{
+					S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
+				// Their etcd stopped, the fences standing long enough: only the snapshot is missing.
+				w.pods[1].running, w.pods[2].running = false, false
+				w.cluster.Status.Recovery = &v1alpha1.RecoveryStatus{Survivor: "etcd-0", Token: "t", Phase: recoveryFencing, Since: metav1.NewTime(w.now.Add(-time.Hour))}
+			},
+			forceFromEtcd0,
+			"forcing a new cluster from etcd-0 before a snapshot guards it",
+		},
+		{
 			"replacing the leader's pod while another voter could lead",
 			func(w *simWorld) {
 				w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=1"}
@@ -323,7 +371,7 @@ func TestPlannerHoldsOnPartialInput(t *testing.T) {
 		want   Action // Type and Reason substring
 	}{
 		{
-			"a learner whose pod is still Pending is not stuck, however long it waits",
+			"a learner whose pod is still Pending is not stuck, however long it waits: it is held as a pod that cannot start",
 			func(w *simWorld) {
 				w.cluster.Spec.Size = ptrTo(int32(4))
 				for range 3 {
@@ -334,7 +382,7 @@ func TestPlannerHoldsOnPartialInput(t *testing.T) {
 				w.now = w.now.Add(stuckAfter + time.Minute)
 			},
 			func(obs *Observed) { obs.Pods[3].Status.Phase = corev1.PodPending },
-			Action{Type: Wait, Reason: "learner etcd-3 catching up (its pod is Pending)"},
+			Action{Type: Hold, Reason: "learner etcd-3 cannot start (Pending since "},
 		},
 		{
 			"no pod recreated in a hold while another is terminating",

@@ -54,8 +54,8 @@ type memberJob struct {
 	member string // pod name the change is about; for move-leader the new leader
 	// peerURL: add-learner, update-peer-url.
 	peerURL string
-	// id: promote, remove, move-leader, update-peer-url, defragment, and disarm of one
-	// member's alarm.
+	// id: promote, remove, move-leader, update-peer-url, defragment, restart-pod (the member on
+	// the pod, if any), and disarm of one member's alarm.
 	id uint64
 	// alarm: disarm.
 	alarm     string
@@ -65,24 +65,37 @@ type memberJob struct {
 	// (view.lineageArgs).
 	backupFor string
 	lineage   []string
+	// survivor: a backup from the survivor of a quorum recovery, which sees no leader.
+	survivor bool
+	// clusterID and image: drill, the lineage it restores and the etcd image it runs.
+	clusterID, image string
 	// clientSecret is the client certificate the tool presents; "" while no member serves TLS.
 	clientSecret string
 	// claim and size: expand-claim, the claim and the storage it is to ask for.
 	claim, size string
 	// podUID: restart-pod, the UID of the pod it deletes (the member's, as observed).
 	podUID string
+	// scratch: backup and drill, the bound of its scratch volume (scratchLimit).
+	scratch string
+	// create: expand-claim creates the claim when it is missing, as the StatefulSet would.
+	create bool
 }
 
 // args is the member tool's command line (docs/architecture.md).
 func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbExpandClaim {
 		// It talks to the Kubernetes API, not to etcd.
-		return []string{toolName, j.verb, "--member=" + j.member, "--namespace=" + c.Namespace, "--claim=" + j.claim, "--size=" + j.size}
-	}
-	if j.verb == verbRestartPod {
-		return []string{toolName, j.verb, "--member=" + j.member, "--namespace=" + c.Namespace, "--uid=" + j.podUID}
+		args := []string{toolName, j.verb, "--member=" + j.member, "--namespace=" + c.Namespace, "--claim=" + j.claim, "--size=" + j.size}
+		if j.create {
+			args = append(args, createClaimArgs(c)...)
+		}
+		return args
 	}
 	args := []string{toolName, j.verb, "--endpoints=" + strings.Join(j.endpoints, ","), "--member=" + j.member}
+	if j.verb == verbRestartPod {
+		// It deletes the pod through the Kubernetes API once etcd says the member may go.
+		args = append(args, "--namespace="+c.Namespace, "--uid="+j.podUID)
+	}
 	if j.peerURL != "" {
 		args = append(args, "--peer-url="+j.peerURL)
 	}
@@ -99,6 +112,14 @@ func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbBackup {
 		args = append(args, backupArgs(c)...)
 		args = append(args, j.lineage...)
+		if j.survivor {
+			args = append(args, "--survivor")
+		}
+	}
+	if j.verb == verbDrill {
+		// The Job runs the etcd image, the member tool copied in beside it (drillPod).
+		args[0] = toolPath
+		args = append(args, drillArgs(c, j.clusterID)...)
 	}
 	if j.clientSecret != "" {
 		args = append(args, "--cacert="+ClientTLSDir+"/ca.crt", "--cert="+ClientTLSDir+"/tls.crt", "--key="+ClientTLSDir+"/tls.key")
@@ -117,21 +138,32 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 		labels[LabelAlarm] = j.alarm
 	}
 
-	container := object{"name": "member", "image": cfg.ToolImage, "command": j.args(c), "securityContext": containerSecurityContext()}
+	role := v1alpha1.ToolMemberJob
+	switch j.verb {
+	case verbBackup:
+		role = v1alpha1.ToolBackup
+	case verbDrill:
+		role = v1alpha1.ToolDrill
+	}
+	container := object{"name": "member", "image": cfg.ToolImage, "command": j.args(c), "securityContext": containerSecurityContext(),
+		"resources": toolResources(c, role)}
 	// The member tool talks to etcd only, never to the Kubernetes API, but to patch a claim or
-	// delete a pod.
+	// delete a pod (restart-pod asks etcd first).
 	podSpec := object{
 		"restartPolicy":                "Never",
 		"containers":                   []any{container},
 		"securityContext":              podSecurityContext(),
 		"automountServiceAccountToken": false,
 	}
+	if refs := pullSecrets(c, false); len(refs) > 0 {
+		podSpec["imagePullSecrets"] = refs
+	}
 	kube := j.verb == verbExpandClaim || j.verb == verbRestartPod
 	if kube {
 		podSpec["serviceAccountName"] = ClaimsAccountName(c.Name)
 		podSpec["automountServiceAccountToken"] = true
 	}
-	if j.clientSecret != "" && !kube {
+	if j.clientSecret != "" && j.verb != verbExpandClaim {
 		container["volumeMounts"] = []volumeMount{{Name: "client-tls", MountPath: ClientTLSDir, ReadOnly: true}}
 		podSpec["volumes"] = []volume{{Name: "client-tls", Secret: &secretSource{SecretName: j.clientSecret}}}
 	}
@@ -148,8 +180,11 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 			"spec":     podSpec,
 		},
 	}
-	if j.verb == verbBackup {
+	switch j.verb {
+	case verbBackup:
 		backupPod(c, j, labels, podLabels, spec, podSpec, container)
+	case verbDrill:
+		drillPod(cfg, c, j, labels, podLabels, spec, podSpec, container)
 	}
 	hash := shortHash([]any{labels, j.id, spec})
 	name := fmt.Sprintf("%s-%s-%s", c.Name, j.verb, j.member)
@@ -160,14 +195,20 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	}
 	name += "-" + hash
 	meta := metadata(c, name, labels)
+	annotate := func(k, v string) {
+		if meta.Annotations == nil {
+			meta.Annotations = map[string]string{}
+		}
+		meta.Annotations[k] = v
+	}
 	if j.id != 0 {
-		meta.Annotations = map[string]string{AnnotationMemberID: fmt.Sprintf("%x", j.id)}
+		annotate(AnnotationMemberID, fmt.Sprintf("%x", j.id))
 	}
 	if j.size != "" {
-		meta.Annotations = map[string]string{AnnotationClaimSize: j.size}
+		annotate(AnnotationClaimSize, j.size)
 	}
 	if j.podUID != "" {
-		meta.Annotations = map[string]string{AnnotationPodUID: j.podUID}
+		annotate(AnnotationPodUID, j.podUID)
 	}
 	return child("batch/v1", "Job", meta, spec)
 }

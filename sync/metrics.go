@@ -40,6 +40,10 @@ type ClusterMetrics struct {
 	Alarms map[string]int
 	// Conditions are the status conditions, in status order.
 	Conditions []metav1.Condition
+	// Backup is what spec.backup's alerts read; nil without spec.backup (backupmetrics.go).
+	Backup *BackupMetrics
+	// Restores are the last restore of each kind the cluster knows of (backupmetrics.go).
+	Restores []RestoreMetrics
 }
 
 // MemberMetrics is one member that answered the hook.
@@ -71,6 +75,7 @@ func Metrics(obs Observed, d Decision) ClusterMetrics {
 	if st.Action != nil {
 		m.ActionSince = st.Action.Since.Time
 	}
+	m.Backup, m.Restores = backupMetrics(obs, &c, st)
 	for _, ms := range st.Members {
 		if ms.IsLearner {
 			m.Learners++

@@ -46,8 +46,9 @@ type servicePort struct {
 }
 
 type pdbSpec struct {
-	MaxUnavailable int           `json:"maxUnavailable"`
-	Selector       labelSelector `json:"selector"`
+	// MinAvailable is an int or a percentage.
+	MinAvailable any           `json:"minAvailable"`
+	Selector     labelSelector `json:"selector"`
 }
 
 type statefulSetSpec struct {
@@ -128,6 +129,7 @@ type etcdPodSpec struct {
 	Affinity                     any               `json:"affinity,omitempty"`
 	AutomountServiceAccountToken bool              `json:"automountServiceAccountToken"`
 	Containers                   []container       `json:"containers"`
+	ImagePullSecrets             []secretRef       `json:"imagePullSecrets,omitempty"`
 	InitContainers               []container       `json:"initContainers"`
 	NodeSelector                 map[string]string `json:"nodeSelector,omitempty"`
 	PriorityClassName            string            `json:"priorityClassName,omitempty"`
@@ -232,8 +234,15 @@ type configMapSource struct {
 	Name string `json:"name"`
 }
 
-// emptyDir encodes as {}.
-type emptyDir struct{}
+// emptyDir encodes as {} unless bounded.
+type emptyDir struct {
+	SizeLimit string `json:"sizeLimit,omitempty"`
+}
+
+// secretRef is an imagePullSecrets entry.
+type secretRef struct {
+	Name string `json:"name"`
+}
 
 type claimSource struct {
 	ClaimName string `json:"claimName"`

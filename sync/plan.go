@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,6 +67,9 @@ func decide(cfg Config, obs Observed) Decision {
 		}
 		s := v.hold(v.unknown, v.unknown)
 		s.degradedBy = v.unknownBy
+		if v.unknownBy == ReasonEtcdForked {
+			s = v.confirmFork(s)
+		}
 		return v.decision(s)
 	}
 	// 6 on: one step on a cluster whose state is known (plan).
@@ -246,7 +250,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	cannotStart := ""
 	if pod := v.pods[0]; pod != nil && !isTerminating(pod) && !v.outdated(pod) {
 		// An outdated seed is recreated from the current spec, which may be its fix.
-		cannotStart = podStartFailure(pod)
+		cannotStart = v.cannotStart(pod)
 	}
 	switch {
 	case held:
@@ -263,7 +267,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	children := []Child{
 		headlessService(c, v.labels),
 		clientService(c, v.labels),
-		joinConfigMap(c, v.labels, state, ledger{seed: {}}, ""),
+		joinConfigMap(c, v.labels, state, ledger{seed: {}}, "", restoredAnnotation(obs, c), bootstrapDurable(c)),
 		podDisruptionBudget(c, v.labels, 1, false),
 		statefulSet(c, v.claimTemplate(), v.labels, v.spec, 1, partition, retainClaims),
 	}
@@ -278,6 +282,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	}
 	st.TLS = v.tlsStatus()
 	st.Client = client
+	st.V2LogIndex = bootstrapDurable(c).v2LogIndex
 	if held || cannotStart != "" {
 		degradedBy := ReasonNoVolumeToRoll
 		if !held {
@@ -318,6 +323,11 @@ func clusterToken(c *v1alpha1.EtcdCluster) string {
 // unknownStateReason says why etcd's state cannot be trusted, and the Degraded reason for
 // it; "" when it can.
 func unknownStateReason(v *view) (reason, degradedBy string) {
+	if r := v.safe.recovery; r != nil && !knownRecoveryPhase(r.Phase) {
+		// A newer hook's phase: what it allows next is not this build's to guess. Its fences
+		// and force stay as the join ConfigMap has them.
+		return fmt.Sprintf("status.recovery is in phase %q, which this hook does not know (written by a newer one?): nothing is changed until a hook that knows it, or a person, ends the recovery (docs/runbooks.md, a recovery phase this hook does not know)", r.Phase), ReasonRecoveryPhaseUnknown
+	}
 	e := v.obs.Etcd
 	forked := slices.Clone(e.Forked)
 	var conflicts []string
@@ -349,6 +359,39 @@ func unknownStateReason(v *view) (reason, degradedBy string) {
 	return "", ""
 }
 
+// forkConfirmAfter is how long after the first sync that saw a second membership another must
+// see one too before it is reported: the syncs of one event come in quick succession, and a
+// sighting of one observation alone may be etcd mid-election or the hook's caches lagging.
+const forkConfirmAfter = 5 * time.Second
+
+// confirmFork turns hold s on a second membership answering into what is reported. Every sync
+// that sees one holds: no membership change rests on a view that may be two clusters'. But
+// one observation can see two leaders while leadership moves (the Status calls of one sync
+// answer at slightly different moments), or another cluster's pod on an IP reused while the
+// pods the hook was sent are a moment old; the next sync sees neither. So EtcdForked is
+// reported only once a sync at least forkConfirmAfter after the first that saw it sees it
+// too (status.forkSeenSince); until then the Degraded condition stays as the last sync left it.
+func (v *view) confirmFork(s step) step {
+	prev := v.obs.Cluster.Status.ForkSeenSince
+	seen := metav1.NewTime(v.obs.Now)
+	if prev != nil {
+		seen = *prev
+	}
+	s.forkSeen = &seen
+	if prev != nil && v.obs.Now.Sub(prev.Time) >= forkConfirmAfter {
+		return s
+	}
+	s.action.Reason = v.unknown + "; seen at this sync only: nothing is changed, and it is reported (EtcdForked) if the next sync sees it too"
+	s.degraded, s.degradedBy = "", ""
+	for _, c := range v.obs.Cluster.Status.Conditions {
+		if c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue && c.Reason != ReasonEtcdForked {
+			s.degraded, s.degradedBy = c.Message, c.Reason
+		}
+	}
+	s.resync = resyncSoon
+	return s
+}
+
 // refusals says which pods' launchers refuse to start etcd, and why: when etcd cannot be
 // reached, that is often the reason (claims lost, another cluster's volumes), and a hold that
 // only said "not reachable" would hide it.
@@ -366,17 +409,57 @@ func (v *view) refusals() string {
 }
 
 // strangeUnlisted are the answers from outside the member list that are not a removed member
-// still stopping. etcd stops a removed member only once it hears of its removal, so for a
-// while (longer when it is cut off) it answers under the ID it had: the ID the ledger last
-// recorded for its pod. Any other ID at a pod's address is a membership of its own.
+// still running. etcd stops a removed member only once it hears of its removal, so for a
+// while (for good while it is cut off from its peers) it answers under the ID it had: one the
+// ledger recorded for its pod, the last or an earlier one (a member replaced on the same pod).
+// Any other ID at a pod's address is a membership of its own.
 func (v *view) strangeUnlisted() []etcdstate.Unlisted {
 	var out []etcdstate.Unlisted
 	for _, u := range v.obs.Etcd.Unlisted {
-		if e, ok := v.ledger[u.Endpoint]; !ok || e.ID != fmt.Sprintf("%x", u.MemberID) {
+		if e, ok := v.ledger[u.Endpoint]; !ok || !e.hadID(fmt.Sprintf("%x", u.MemberID)) {
 			out = append(out, u)
 		}
 	}
 	return out
+}
+
+// removedStopGrace is how long a removed member may go on answering before it is taken to
+// run on for good: one that reaches its peers hears of its removal within a heartbeat or two
+// and stops, and the hook's view of it may lag by a sync or two.
+const removedStopGrace = time.Minute
+
+// removedRunning is the member ID of a member removed from the cluster whose etcd still runs on
+// the pod at ord and answers the hook there longer than removedStopGrace after its removal
+// (status.history), false when none does: the pod's new member cannot start until that pod
+// restarts. A removal the history does not record (made behind the planner's back, or its
+// record lost) gives no time to count from: its pod is not restarted on that account; should
+// its new member then not start, the learner's own removal as stuck is recorded, and counts.
+func (v *view) removedRunning(ord int) (uint64, bool) {
+	name := PodName(v.c.Name, ord)
+	for _, u := range v.obs.Etcd.Unlisted {
+		if e, ok := v.ledger[name]; ok && u.Endpoint == name && e.hadID(fmt.Sprintf("%x", u.MemberID)) {
+			if at, ok := v.removedAt(name); !ok || v.obs.Now.Sub(at) < removedStopGrace {
+				return 0, false
+			}
+			return u.MemberID, true
+		}
+	}
+	return 0, false
+}
+
+// removedAt is when the last removal of member name finished, as status.history records it,
+// or began while its result is not recorded yet (the sync that first sees it done writes it).
+func (v *view) removedAt(name string) (time.Time, bool) {
+	hist := v.obs.Cluster.Status.History
+	for i := len(hist) - 1; i >= 0; i-- {
+		if r := hist[i]; r.Type == RemoveMember.String() && r.Member == name {
+			if r.Finished != nil {
+				return r.Finished.Time, true
+			}
+			return r.Started.Time, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // rollForward is the one change a hold may make: when etcd cannot be reached and no pod of the

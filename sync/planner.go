@@ -9,6 +9,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
@@ -48,6 +49,9 @@ type jobStage struct {
 	// backupWait, when set, waits for a backup Job still outstanding: it defers the normal
 	// phases, never a fix (backup.go).
 	backupWait *step
+	// backupRetry is what a failed backup Job whose database outgrew its scratch volume was
+	// for (its backupFor): taken again now (backup.go, outgrewScratch).
+	backupRetry string
 }
 
 // step is what a phase from 6 on decided.
@@ -73,6 +77,8 @@ type step struct {
 	maintenance *v1alpha1.MaintenanceStatus
 	recovery    *v1alpha1.RecoveryStatus
 	backup      *v1alpha1.BackupStatus
+	// forkSeen is status.forkSeenSince after this sync: nil unless it saw a fork.
+	forkSeen *metav1.Time
 }
 
 // records takes the status records of from where s has none.
@@ -94,7 +100,7 @@ func plan(v *view) step {
 	progress := p.recoveryProgress()
 	p.recovery = progress
 	if progress == nil {
-		p.recovery = v.obs.Cluster.Status.Recovery
+		p.recovery = v.safe.recovery
 	}
 	// 6. The Job stage: a member Job outstanding is waited for.
 	p.stage = p.memberJobs()
@@ -111,6 +117,7 @@ func (p *planner) decideStep() step {
 	}
 	// Nothing is outstanding here but a backup, which p.stage.keep holds.
 	s, recorded := p.change()
+	s = p.guardNote(s, recorded)
 	if j := p.stage.exhausted; j != nil && (s.job != nil && s.job.verb == j.Labels[LabelAction] && s.job.member == j.Labels[LabelMember] || slices.Contains(s.keep, j)) {
 		s = p.exhaustedHold(j)
 		s.keep = []*batchv1.Job{j}
@@ -134,17 +141,19 @@ func (p *planner) change() (decided, recorded step) {
 		p.peerURLs,         // 12 tls.go: a peer URL the pod does not listen on: update it
 		p.learner,          // 13 planner.go: a learner: remove beyond the size or stuck, or promote
 		p.podWithoutMember, // 14 planner.go: a pod without its member: add it back, or shrink
-		p.backupDue,        // 15 backup.go: a backup that is due
+		p.backupDue,        // 15 backup.go: a backup that is due, or taken again with more scratch space
 		p.failedMember,     // 16 planner.go: a failed voter: remove it to replace it
 	}
 	normal := []func() (step, bool){
-		p.configDrift,   // 17 planner.go: a pod on an outdated template: roll it
-		p.scaleOut,      // 18 planner.go: fewer members than the size: add a learner
-		p.scaleIn,       // 19 planner.go: more members than the size: remove the highest
-		p.upgrade,       // 20 planner.go: an etcd version to roll out
-		p.expandVolumes, // 21 volumes.go: a claim smaller than volumeSizeRequest: expand it; then restart pods for offline resizes
-		p.defragment,    // 22 maintenance.go: scheduled defragmentation
-		p.tlsWaiting,    // 23 tls.go: a TLS change waiting for its Secrets or its pods
+		p.stepSnapshot,  // 17 guard.go: a risky step ahead (a roll, a scale-in, a minor upgrade): a fresh snapshot first
+		p.configDrift,   // 18 planner.go: a pod on an outdated template: roll it
+		p.scaleOut,      // 19 planner.go: fewer members than the size: add a learner
+		p.scaleIn,       // 20 planner.go: more members than the size: remove the highest
+		p.upgrade,       // 21 planner.go: an etcd version to roll out
+		p.expandVolumes, // 22 volumes.go: a claim smaller than volumeSizeRequest: expand it; then restart pods for offline resizes
+		p.defragment,    // 23 maintenance.go: scheduled defragmentation
+		p.drillDue,      // 24 drill.go: a restore drill that is due
+		p.tlsWaiting,    // 25 tls.go: a TLS change waiting for its Secrets or its pods
 	}
 	for _, phase := range fixes {
 		s, ok := phase()
@@ -191,14 +200,21 @@ func (p *planner) memberJobs() jobStage {
 	}
 	for _, j := range p.jobs {
 		verb, who := j.Labels[LabelAction], j.Labels[LabelMember]
-		if verb == verbBackup {
-			// A backup's outcome goes into status.backup, not into a retry (backup.go). One
-			// outstanding is kept, and waited for only by what a fix does not need.
-			if s, keep := p.backupJob(j, backup); keep {
+		if verb == verbBackup || verb == verbDrill {
+			// A backup's or a drill's outcome goes into status.backup, not into a retry
+			// (backup.go, drill.go). One outstanding is kept, and waited for only by what a fix
+			// does not need.
+			jobOf := p.backupJob
+			if verb == verbDrill {
+				jobOf = p.drillJob
+			}
+			if s, keep := jobOf(j, backup); keep {
 				js.keep = append(js.keep, j)
 				if js.backupWait == nil {
 					js.backupWait = &s
 				}
+			} else if verb == verbBackup && p.outgrewScratch(j) {
+				js.backupRetry = j.Labels[LabelBackupFor]
 			}
 			continue
 		}
@@ -373,6 +389,15 @@ func (p *planner) learner() (step, bool) {
 		// once promoted. One only the hook cannot reach is not recreated on that view (below).
 		return p.replacePod(l.ordinal, l.name, "learner "+l.name+" runs an outdated pod: recreating it from the current spec"), true
 	}
+	if id, ok := p.removedRunning(l.ordinal); ok && l.pod != nil && !isTerminating(l.pod) {
+		// The pod still runs the member it had before: the learner cannot start there.
+		return p.restartRemoved(l.ordinal, id, "learner "+l.name+" can start there"), true
+	}
+	if s, ok := p.joinVolume(l.ordinal, "learner "+l.name); ok && !l.unanswered() {
+		// Added before its claim was (an older hook, a claim lost since): the snapshot may not
+		// fit, so the claim grows while it waits.
+		return s, true
+	}
 	if p.leader != nil && isCaughtUp(l.Member, p.leader.Member) {
 		if !etcdstate.QuorumAfterPromotion(len(p.voters()), p.healthyVoters()) {
 			return p.wait(l.name, "learner "+l.name+" caught up, but promoting it now would leave the larger cluster without a healthy quorum", resyncHold), true
@@ -390,7 +415,7 @@ func (p *planner) learner() (step, bool) {
 		return p.blocked(l.name, reason, by), true
 	}
 	if l.pod != nil {
-		if why := podStartFailure(l.pod); why != "" {
+		if why := p.cannotStart(l.pod); why != "" {
 			reason := "learner " + l.name + " cannot start (" + why + "): it is kept until its pod can start; fix the spec or the nodes"
 			return p.blocked(l.name, reason, ReasonPodCannotStart), true
 		}
@@ -444,6 +469,9 @@ func (p *planner) podWithoutMember() (step, bool) {
 		case p.outdated(pod) && p.canReplace(free):
 			return p.replacePod(free, name, "pod "+name+" has no member: recreating it from the current spec before adding it back"), true
 		}
+		if id, ok := p.removedRunning(free); ok {
+			return p.restartRemoved(free, id, "its member can be added back there"), true
+		}
 		return p.addLearner(free, fmt.Sprintf("pod %s has no member: adding it back as a learner", name)), true
 	}
 	// Every ordinal below free has a member, so keep is at least free: the shrink never
@@ -453,6 +481,21 @@ func (p *planner) podWithoutMember() (step, bool) {
 		return step{}, false
 	}
 	return p.scaleTo(keep, PodName(p.c.Name, keep), fmt.Sprintf("pods from %s on hold no member: shrinking the StatefulSet to %d", PodName(p.c.Name, keep), keep)), true
+}
+
+// restartRemoved restarts the pod at ord, on which member id, removed from the cluster, still
+// runs (removedRunning): cut off from its peers, its etcd never heard of its removal, and the
+// member the pod is for can start only once that etcd stops. The pod is deleted by the UID
+// observed, through a restart-pod Job; no member of the cluster runs there, so no quorum is
+// touched and etcd is not asked first. Without a volume the Job's account is not rendered: a
+// person deletes the pod, which loses nothing either.
+func (p *planner) restartRemoved(ord int, id uint64, then string) step {
+	name := PodName(p.c.Name, ord)
+	why := fmt.Sprintf("pod %s still runs member %x, removed from the cluster: that etcd has not heard of its removal (cut off from its peers)", name, id)
+	if p.c.Spec.StorageSpec == nil {
+		return p.blocked(name, why+"; delete the pod (kubectl delete pod "+name+") so that "+then, ReasonRemovedMemberRunning)
+	}
+	return p.runJob(memberJob{verb: verbRestartPod, member: name, podUID: string(p.pods[ord].UID)}, RestartPod, why+": restarting the pod so that "+then)
 }
 
 // failedMember: a voter only the hook cannot reach, while its pod is Ready, is unknown, not failed: it
@@ -501,9 +544,10 @@ func (p *planner) failedMember() (step, bool) {
 				switch {
 				case m.pod == nil || isTerminating(m.pod):
 					s.action.Reason = "member " + m.name + " unhealthy: its pod is being recreated"
-				case podStartFailure(m.pod) != "":
-					// A replacement would fail the same way: the spec or the nodes must change.
-					s = p.blocked(m.name, "member "+m.name+" unhealthy: its pod cannot start ("+podStartFailure(m.pod)+")", ReasonPodCannotStart)
+				case p.cannotStart(m.pod) != "":
+					// A replacement would fail the same way: the spec, the nodes or the volume
+					// must change.
+					s = p.blocked(m.name, "member "+m.name+" unhealthy: its pod cannot start ("+p.cannotStart(m.pod)+")", ReasonPodCannotStart)
 				}
 				waiting = &s
 			}
@@ -537,9 +581,9 @@ func (p *planner) failureReason(m *member) string {
 	switch {
 	case hasAlarm(m.Member, "CORRUPT"):
 		return "CORRUPT alarm"
-	case m.pod == nil || isTerminating(m.pod) || podStartFailure(m.pod) != "":
+	case m.pod == nil || isTerminating(m.pod) || p.cannotStart(m.pod) != "":
 		// Its pod is being (re)created, with the same volume and identity; or it cannot start,
-		// and neither could a replacement.
+		// and neither could a replacement on the same claim: its data there is intact.
 		return ""
 	case strings.HasPrefix(launcherRefusal(m.pod), joinstate.DataLost):
 		// Its pod's own report: its claim no longer holds its data, and no wait brings it back.
@@ -642,8 +686,12 @@ func (p *planner) scaleOut() (step, bool) {
 	return p.addLearner(ord, reason), true
 }
 
+// addLearner adds the member at ord as a learner, once its claim holds the data (joinVolume).
 func (p *planner) addLearner(ord int, reason string) step {
 	name := PodName(p.c.Name, ord)
+	if s, ok := p.joinVolume(ord, name+" (to be added)"); ok {
+		return s
+	}
 	return p.runJob(memberJob{verb: verbAddLearner, member: name, peerURL: p.newMemberPeerURL(ord)}, AddLearner, reason)
 }
 

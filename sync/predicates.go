@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -21,6 +22,11 @@ const (
 	// learnerReadyPercent: a learner whose raft index is within this share of the leader's
 	// is caught up; etcd refuses promotion below 90%.
 	learnerReadyPercent = 90
+	// startDeadline: a pod created this long ago whose containers the kubelet still has not
+	// created cannot start (its volume does not attach or mount, its image does not arrive).
+	// As long as a voter's grace period, which also waits that long for its pod: a voter whose
+	// pod is still Pending then is held, never given up on (failureReason asks first).
+	startDeadline = 10 * time.Minute
 )
 
 // isCaughtUp: the learner answered and its raft index is close enough to the leader's that
@@ -71,6 +77,15 @@ func nodeNotReporting(p *corev1.Pod) bool {
 // runs: Ready, or marked not Ready by the node controller alone.
 func mayServe(p *corev1.Pod) bool {
 	return p != nil && !isTerminating(p) && (isReady(p) || nodeNotReporting(p))
+}
+
+// etcdRunning: the pod is not going away and the kubelet reports its etcd container running.
+func etcdRunning(p *corev1.Pod) bool {
+	if p == nil || isTerminating(p) {
+		return false
+	}
+	cs := etcdStatus(p)
+	return cs != nil && cs.State.Running != nil
 }
 
 // isCrashLooping: the etcd container is in crash-loop back-off after restarting again and
@@ -144,4 +159,69 @@ func podStartFailure(p *corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// cannotStart says why the pod cannot start its etcd, or "": what podStartFailure reads from
+// the pod, a claim whose file system failed to grow while the pod waits to mount it, or a pod
+// still Pending with its containers not created startDeadline after it was created. The
+// kubelet reports a mount that fails (an attach that never completes, a file system that
+// cannot grow on an offline resize) only in Events, which the hook is not sent: the pod stays
+// Pending, its containers waiting (ContainerCreating, or PodInitializing behind the init
+// container). Nothing the planner does to the member helps then: replacing it would create the
+// same pod on the same claim.
+func (v *view) cannotStart(p *corev1.Pod) string {
+	if why := podStartFailure(p); why != "" {
+		return why
+	}
+	if p.Status.Phase != corev1.PodPending || isTerminating(p) {
+		return ""
+	}
+	if ord, ok := ownPod(v.c, p); ok {
+		if why := v.resizeFailure(ord); why != "" {
+			return why
+		}
+	}
+	if v.elapsedSince(p.CreationTimestamp.Time) < startDeadline {
+		return ""
+	}
+	waiting := "its containers are not created"
+	if cs := etcdStatus(p); cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
+		waiting = "container etcd " + cs.State.Waiting.Reason
+	}
+	name := p.Name
+	if c := podCondition(p, corev1.PodReadyToStartContainers); c != nil && c.Status == corev1.ConditionFalse {
+		waiting += ", PodReadyToStartContainers False: its volumes are not mounted"
+	}
+	return fmt.Sprintf("Pending since %s, more than %s (%s); kubectl describe pod %s shows the kubelet's events",
+		p.CreationTimestamp.UTC().Format(time.RFC3339), startDeadline, waiting, name)
+}
+
+// resizeFailure says why the claim at ord cannot grow, as its status reports it: the node or
+// the controller failed to resize it (the NodeResizeError and ControllerResizeError
+// conditions, or a resize marked infeasible); "" when it does not say so.
+func (v *view) resizeFailure(ord int) string {
+	vol := v.volumeOf(ord)
+	if vol.claim == nil {
+		return ""
+	}
+	for _, c := range vol.claim.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == corev1.PersistentVolumeClaimNodeResizeError || c.Type == corev1.PersistentVolumeClaimControllerResizeError) {
+			return fmt.Sprintf("claim %s reports %s: %s", vol.name, c.Type, c.Message)
+		}
+	}
+	switch s := vol.claim.Status.AllocatedResourceStatuses[corev1.ResourceStorage]; s {
+	case corev1.PersistentVolumeClaimNodeResizeInfeasible, corev1.PersistentVolumeClaimControllerResizeInfeasible:
+		return fmt.Sprintf("claim %s reports its resize %s", vol.name, s)
+	}
+	return ""
+}
+
+// podCondition is the pod's condition of type t, or nil.
+func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
 }

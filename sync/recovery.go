@@ -173,10 +173,20 @@ func (p *planner) fence(cur *v1alpha1.RecoveryStatus) step {
 		s.recovery = &r
 		return s
 	}
+	// The survivor's data is what the new cluster will hold: a snapshot of it first (guard.go).
+	guard, wait := p.recoveryGuard(&r)
+	if wait {
+		if guard.degraded == "" {
+			guard.degraded, guard.degradedBy = guard.action.Reason, ReasonQuorumLost
+		}
+		guard.recovery = &r
+		return guard
+	}
 	r.Phase, r.Since = recoveryForcing, metav1.NewTime(p.obs.Now)
 	s := p.wait(r.Survivor, fmt.Sprintf("recovering quorum from %s (raft index %d): the others are fenced; telling it to restart with --force-new-cluster", r.Survivor, r.RaftIndex), resyncSoon)
 	s.action.Type = RecoverQuorum
 	s.recovery = &r
+	s.records(guard)
 	return s
 }
 
@@ -321,7 +331,7 @@ func (p *planner) quorumLostSince() time.Time {
 // the join ConfigMap has stopped telling it for fenceMountDelay. A withdrawal's clock
 // restarts whenever the ConfigMap is seen still telling it, with quorum or without.
 func (p *planner) recoveryProgress() *v1alpha1.RecoveryStatus {
-	prev := p.obs.Cluster.Status.Recovery
+	prev := p.safe.recovery
 	if prev == nil || prev.Phase == recoveryDone || prev.Phase == recoveryCancelled {
 		return nil
 	}

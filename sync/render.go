@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash"
+	"slices"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
@@ -81,13 +82,22 @@ func clientService(c *v1alpha1.EtcdCluster, lb childLabels) Child {
 	})
 }
 
-// joinConfigMap renders the join state; clusterID is "" until etcd first answered.
-func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.State, l ledger, clusterID string) Child {
+// joinConfigMap renders the join state; clusterID is "" until etcd first answered, restored
+// until the seed of a restore reported what it restored (restoredAnnotation); d are the copies
+// of status's safety state (durable.go).
+func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.State, l ledger, clusterID, restored string, d durable) Child {
 	meta := metadata(c, JoinConfigMapName(c.Name), lb.common)
 	meta.Annotations = map[string]string{AnnotationLedger: l.encode()}
 	if clusterID != "" {
 		meta.Annotations[AnnotationClusterID] = clusterID
 	}
+	if f := fromBackup(c); f != nil {
+		meta.Annotations[AnnotationRestoredFrom] = f.Name
+	}
+	if restored != "" {
+		meta.Annotations[AnnotationRestored] = restored
+	}
+	d.annotate(meta.Annotations)
 	return Child{APIVersion: "v1", Kind: "ConfigMap", Name: meta.Name, Object: apiObject{
 		APIVersion: "v1", Kind: "ConfigMap", Metadata: meta,
 		Data: map[string]string{joinstate.ConfigMapKey: joinstate.Encode(state)},
@@ -96,15 +106,18 @@ func joinConfigMap(c *v1alpha1.EtcdCluster, lb childLabels, state joinstate.Stat
 
 // podDisruptionBudget lets voluntary disruptions take down only as many pods as the voters
 // can lose without losing quorum, and none while the operator's own step takes a member down
-// (disruption.go).
+// (disruption.go). It asks for a quorum of the voters' pods to stay Ready (minAvailable): a
+// pod is Ready only while its member is a voter (readinessProbe), so a learner, or a pod
+// without a member, counts neither for nor against it. Closed, it asks for every pod the
+// StatefulSet should have (100%), which leaves no disruption to allow.
 func podDisruptionBudget(c *v1alpha1.EtcdCluster, lb childLabels, voters int, disrupting bool) Child {
-	spare := max(0, voters-etcdstate.Quorum(voters))
+	var minAvailable any = etcdstate.Quorum(voters)
 	if disrupting {
-		spare = 0
+		minAvailable = "100%"
 	}
 	return child("policy/v1", "PodDisruptionBudget", metadata(c, PDBName(c.Name), lb.common), pdbSpec{
-		MaxUnavailable: spare,
-		Selector:       labelSelector{MatchLabels: lb.selector},
+		MinAvailable: minAvailable,
+		Selector:     labelSelector{MatchLabels: lb.selector},
 	})
 }
 
@@ -122,6 +135,32 @@ func podSecurityContext() podSecurity {
 // only to its volumes.
 func containerSecurityContext() containerSecurity {
 	return containerSecurity{AllowPrivilegeEscalation: false, Capabilities: capabilities{Drop: []string{"ALL"}}, ReadOnlyRootFilesystem: true}
+}
+
+// toolResources are the resources of a container of role running the operator's image, in
+// their JSON form.
+func toolResources(c *v1alpha1.EtcdCluster, role v1alpha1.ToolRole) any {
+	return plain(v1alpha1.ToolResources(c.Spec, role))
+}
+
+// pullSecrets are the imagePullSecrets of a pod running the operator's image
+// (spec.tool.imagePullSecrets) and, for an etcd pod, etcd's too
+// (spec.podTemplate.spec.imagePullSecrets, first): each Secret once.
+func pullSecrets(c *v1alpha1.EtcdCluster, etcdPod bool) []secretRef {
+	var names []v1alpha1.SecretReference
+	if pt := c.Spec.PodTemplate; etcdPod && pt != nil && pt.Spec != nil {
+		names = append(names, pt.Spec.ImagePullSecrets...)
+	}
+	if t := c.Spec.Tool; t != nil {
+		names = append(names, t.ImagePullSecrets...)
+	}
+	var refs []secretRef
+	for _, n := range names {
+		if !slices.Contains(refs, secretRef{Name: n.Name}) {
+			refs = append(refs, secretRef{Name: n.Name})
+		}
+	}
+	return refs
 }
 
 // shortHash is a stable 10-hex-digit digest of v's JSON, as json.Marshal writes it. The JSON

@@ -105,8 +105,9 @@ func TestRenderingIsStableAndOwnsOnlyItsFields(t *testing.T) {
 	if etcd.Image != "gcr.io/etcd-development/etcd:v3.6.16" || pod.Spec.InitContainers[0].Image != simConfig.ToolImage {
 		t.Errorf("images %s, %s", etcd.Image, pod.Spec.InitContainers[0].Image)
 	}
-	if p := etcd.ReadinessProbe; p == nil || p.HTTPGet.Port.IntValue() != MetricsPort || !strings.Contains(p.HTTPGet.Path, "exclude=linearizable_read") || !strings.Contains(p.HTTPGet.Path, "exclude=non_learner") {
-		t.Errorf("readiness probe %+v must need neither quorum nor a vote", p)
+	if p := etcd.ReadinessProbe; p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, []string{"/opt/etcdops/etcdops-member", "ready",
+		"--readyz=http://127.0.0.1:2381/readyz?exclude=linearizable_read", "--metrics=http://127.0.0.1:2381/metrics", "--join-state=/etc/etcdops/join/join-state.json"}) {
+		t.Errorf("readiness probe %+v must need no quorum, and no learner may pass it", p)
 	}
 	if p := etcd.LivenessProbe; p == nil || p.Exec == nil || !slices.Contains(p.Exec.Command, "probe") || !slices.Contains(p.Exec.Command, "--health=http://127.0.0.1:2381/livez") {
 		t.Errorf("liveness probe %+v must be the member tool's probe of /livez", p)

@@ -43,7 +43,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	     nospace=POLICY | defragment     (defragment: spec.maintenance.defragment, defaults)
 //	leader POD                           make POD's member the leader
 //	fault POD crash|down|unreachable|slow|corrupt|nospace|gone|lost|wipe|partitioned|force-deleted|
-//	     node-lost|node-gone|cut-off|forked-cluster|forked-member|heal
+//	     node-lost|node-gone|cut-off|deaf|claim-lost|pretoken-foreign|forked-cluster|forked-member|heal
 //	                                     unreachable: the hook alone cannot reach it, etcd and
 //	                                     the kubelet see it healthy; slow: it keeps its raft role
 //	                                     but fails health checks; lost: its volume is gone for
@@ -58,7 +58,13 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	                                     pod goes, and its replacement waits for its volume, etcd
 //	                                     not started, until healed; cut-off: its etcd runs on but
 //	                                     answers neither the hook nor its peers, its pod still
-//	                                     running; forked-*: a second membership answers at its
+//	                                     running; pretoken-foreign: its claim is swapped for
+//	                                     another etcd cluster's, of before the cluster token;
+//	                                     claim-lost: its claim and volume are gone, the
+//	                                     StatefulSet creates both again from its template; deaf:
+//	                                     its etcd is cut off from its peers but
+//	                                     answers the hook, and never hears of its removal;
+//	                                     forked-*: a second membership answers at its
 //	                                     address (sim_fork_test.go)
 //	mount-delay BASE STEP                mounted ConfigMaps reach pod 0 BASE late, each higher
 //	                                     ordinal STEP later still; a new pod mounts them fresh
@@ -77,7 +83,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	bad-image VERSION                    pods of that etcd version cannot pull their image
 //	allow-quorum-loss                    the story breaks quorum on purpose
 //	fail-jobs N | hide-jobs              the next N Jobs fail | Job outcomes lag one sync
-//	slow-backups N                       backup Jobs run N ticks before they finish
+//	slow-backups N                       backup and drill Jobs run N ticks before they finish
 //	foreign-children                     a ConfigMap, Service, budget and StatefulSet of names
 //	                                     this hook does not render (sim_foreign_test.go)
 //	foreign-job NAME running|done        a Job without a member Job's labels
@@ -91,14 +97,24 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of sync/t
 //	age DURATION                         time passes without anything happening
 //	backup SCHEDULE | suspend | resume   spec.backup to an S3 bucket on that schedule
 //	                                     (@hourly, @every 30m, */3 * * * *)
+//	backup verify SCHEDULE | max-age D   spec.backup.verify's restore drills; beforeRiskySteps.maxAge
+//	storage refuses|alters|heals         the backups' destination refuses every store and fetch;
+//	                                     holds backups that restore to other keys (sim_guard_test.go)
+//	backups                              the BackedUp and BackupVerified conditions, the risky
+//	                                     step's guard and the last drill
 //	restore NAME [in-place] [time=T] [lineage=L]   spec.bootstrap.fromBackup: the snapshot a new
 //	                                     world starts from, with the old one's backups; in-place:
 //	                                     set on the world as it is; time, lineage: as in the spec
 //	new ... tls=client,peer | spec tls=client|peer|client,peer|none   TLS on the client port
 //	                                     (etcd-server, etcd-client Secrets) and between peers (etcd-peer)
 //	secret NAME CA | secret-delete NAME  a TLS Secret with CA bundle CA (a digest), or none
+//	mount-gone NAME                      a Secret or claim deleted: a pod whose template mounts
+//	                                     it cannot start, one running keeps its files
+//	                                     (sim_restore_test.go)
 //	bad-cert NAME WHY... | good-cert NAME   members would reject the Secret's certificate, or not
 //	pending POD DURATION | catch-up POD DURATION   slow nodes (sim_pending_test.go)
+//	job-latency N                        Jobs act N ticks after the sync that decided them
+//	                                     (sim_latency_test.go)
 //	stream up REV | behind D [ERR...] | down | superseded D WRITER...   the continuous backup's
 //	                                     progress as its pod serves it (sim_stream_test.go)
 //	volume-size S | no-expansion | offline-resize | remount-fails | node-resize-online | volumes
@@ -340,6 +356,20 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			// down while its volume is still attached to the node it left.
 			p.stuck, p.terminating = false, true
 			w.startDown[ord] = true
+		case "pretoken-foreign":
+			// Its claim is swapped for one of another etcd cluster, written by a launcher of
+			// before the cluster token: a marker, data, no token. The pod goes with its old
+			// claim, and its replacement mounts that one.
+			w.data[ord] = &simData{inc: 0, id: 0xdead, cluster: 0xbad}
+			p.running, p.terminating = false, true
+		case "claim-lost":
+			// Its claim and volume are gone for good: the pod goes, and the StatefulSet
+			// creates both again, the claim from its template (sim_volumes_test.go).
+			w.loseClaim(ord)
+		case "deaf":
+			// Its etcd is cut off from its peers, not from the hook: its member is down for
+			// the cluster, it answers the hook, and removed it never hears of it.
+			w.deafen(p)
 		case "cut-off":
 			// Its etcd runs on, paused or behind a partition: it answers neither the hook nor
 			// its peers, and its pod's last status (running) stands.
@@ -358,7 +388,7 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		case simForkCluster, simForkMember, simForkCopy:
 			w.fork(p, arg(1))
 		case "heal":
-			p.crash, p.down, p.blind, p.slow, p.stuck, p.forked, p.nodeLost = false, false, false, false, false, "", false
+			p.crash, p.down, p.blind, p.slow, p.stuck, p.forked, p.nodeLost, p.deaf = false, false, false, false, false, "", false, false
 			delete(w.startDown, ord)
 			delete(w.attaching, ord)
 			if m != nil {
@@ -438,6 +468,8 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w.secrets[arg(0)] = arg(1)
 	case "secret-delete":
 		delete(w.secrets, arg(0))
+	case "mount-gone":
+		w.goneMounts[arg(0)] = true
 	case "bad-cert":
 		w.badCerts[arg(0)] = "Secret " + arg(0) + ": " + strings.Join(args[1:], " ")
 	case "good-cert":
@@ -508,12 +540,30 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 			w.cluster.Spec.Backup.Continuous = &v1alpha1.ContinuousBackup{}
 		case "discontinue":
 			w.cluster.Spec.Backup.Continuous = nil
+		case "verify":
+			w.cluster.Spec.Backup.Verify = &v1alpha1.BackupVerify{Schedule: strings.Join(args[1:], " ")}
+		case "max-age":
+			d, err := time.ParseDuration(arg(1))
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			w.cluster.Spec.Backup.BeforeRiskySteps = &v1alpha1.RiskyStepSnapshots{MaxAge: &metav1.Duration{Duration: d}}
 		default:
 			w.cluster.Spec.Backup = &v1alpha1.BackupSpec{Schedule: strings.Join(args, " "), Destination: v1alpha1.BackupDestination{
 				S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
 		}
 	case "stream":
 		w.streamCommand(t, line, args)
+	case "storage":
+		w.storageCommand(t, line, args)
+	case "backups":
+		st := w.cluster.Status
+		for _, c := range st.Conditions {
+			if c.Type == v1alpha1.ConditionBackedUp || c.Type == v1alpha1.ConditionBackupVerified {
+				fmt.Fprintf(out, "%s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+		out.WriteString(backupLine(st))
 	case "restore":
 		from := &v1alpha1.FromBackup{Name: arg(0), BackupDestination: v1alpha1.BackupDestination{
 			S3: &v1alpha1.S3Destination{Endpoint: "https://s3.example.test", Bucket: "backups", CredentialsSecret: "s3-credentials"}}}
@@ -543,6 +593,8 @@ func runCommand(t *testing.T, w *simWorld, line string, out *strings.Builder) *s
 		w = w.recreated()
 	case "pending", "catch-up":
 		w.paceCommand(t, cmd, args)
+	case "job-latency":
+		w.latencyCommand(t, line, args)
 	case "mount-delay":
 		base, err1 := time.ParseDuration(arg(0))
 		step, err2 := time.ParseDuration(arg(1))
@@ -603,7 +655,7 @@ func (w *simWorld) newCluster() {
 		m.id = w.nextID
 		w.nextID++
 		if d := w.data[m.ord]; d != nil && d.id == old {
-			d.id = m.id
+			d.id, d.cluster = m.id, w.clusterID
 		}
 		if w.leader == old {
 			w.leader = m.id
@@ -652,7 +704,11 @@ func decisionText(t *testing.T, d Decision) string {
 			if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
 				partition = *ru.Partition
 			}
-			fmt.Fprintf(&b, "  statefulset: replicas=%d partition=%d\n", *s.Spec.Replicas, partition)
+			source := ""
+			if slices.ContainsFunc(s.Spec.Template.Spec.Containers[0].Command, func(a string) bool { return strings.HasPrefix(a, "--restore-") }) {
+				source = " restore-source"
+			}
+			fmt.Fprintf(&b, "  statefulset: replicas=%d partition=%d%s\n", *s.Spec.Replicas, partition, source)
 		case "ConfigMap":
 			var cm corev1.ConfigMap
 			if err := json.Unmarshal(raw, &cm); err != nil {
@@ -703,6 +759,12 @@ func decisionText(t *testing.T, d Decision) string {
 					args = append(args, a.(string))
 				}
 			}
+			vols, _ := ps["volumes"].([]any)
+			for _, v := range vols {
+				if ed, _ := v.(map[string]any)["emptyDir"].(map[string]any); ed["sizeLimit"] != nil {
+					args = append(args, fmt.Sprintf("(scratch %v)", ed["sizeLimit"]))
+				}
+			}
 			fmt.Fprintf(&b, "  job %s: %s\n", c.Name, strings.Join(args, " "))
 		}
 	}
@@ -742,6 +804,12 @@ func decisionText(t *testing.T, d Decision) string {
 		}
 		if f := r.LastFailure; f != nil {
 			fmt.Fprintf(&b, " failure=%q", f.Reason)
+		}
+		if g := r.Guard; g != nil {
+			fmt.Fprintf(&b, " guard=%s:%s", g.Step, g.Snapshot)
+		}
+		if d := r.LastDrill; d != nil {
+			fmt.Fprintf(&b, " drill=%s", d.Result)
 		}
 		if c := r.Continuous; c != nil {
 			fmt.Fprintf(&b, " stored=%d", c.StoredRevision)

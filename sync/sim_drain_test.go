@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,14 +14,14 @@ import (
 )
 
 // simDrain is a node drain against the PodDisruptionBudget as rendered: the disruption
-// controller, which counts the selected pods that are Ready and not terminating against the
-// StatefulSet's replicas once per tick, and the eviction API, which refuses while the
-// budget's spec changed since the controller last counted (status.observedGeneration behind
-// metadata.generation) or when it allows no more disruptions, and otherwise deletes the pod
-// gracefully and counts one disruption more. Evictions come between an answer being applied
-// and the world moving on, when the controller has not seen the answer's effect yet. Installed
-// as the world's drain, it counts after every tick and, while draining, evicts a pod at random
-// in one step of three (simWorld.step).
+// controller, which counts the selected pods that are Ready and not terminating against
+// minAvailable (a count, or "100%" of the StatefulSet's replicas) once per tick, and the
+// eviction API, which refuses while the budget's spec changed since the controller last
+// counted (status.observedGeneration behind metadata.generation) or when it allows no more
+// disruptions, and otherwise deletes the pod gracefully and counts one disruption more.
+// Evictions come between an answer being applied and the world moving on, when the controller
+// has not seen the answer's effect yet. Installed as the world's drain, it counts after every
+// tick and, while draining, evicts a pod at random in one step of three (simWorld.step).
 type simDrain struct {
 	w        *simWorld
 	rng      *rand.Rand
@@ -33,27 +34,28 @@ type simDrain struct {
 	evicted, refused     int
 }
 
-// maxUnavailable is the applied budget's; false when there is none.
-func (d *simDrain) maxUnavailable() (int, bool) {
+// minAvailable is the applied budget's: a count, or every expected pod ("100%"); false when
+// there is none.
+func (d *simDrain) minAvailable() (string, bool) {
 	raw, ok := d.w.applied["PodDisruptionBudget/"+PDBName(d.w.cluster.Name)]
 	if !ok {
-		return 0, false
+		return "", false
 	}
-	return maxUnavailableOf(d.w.t, raw), true
+	return minAvailableOf(d.w.t, raw), true
 }
 
-// maxUnavailableOf reads a rendered budget's maxUnavailable.
-func maxUnavailableOf(t testing.TB, raw []byte) int {
+// minAvailableOf reads a rendered budget's minAvailable, as it is written.
+func minAvailableOf(t testing.TB, raw []byte) string {
 	t.Helper()
 	var pdb struct {
 		Spec struct {
-			MaxUnavailable int `json:"maxUnavailable"`
+			MinAvailable json.RawMessage `json:"minAvailable"`
 		} `json:"spec"`
 	}
-	if err := json.Unmarshal(raw, &pdb); err != nil {
-		t.Fatalf("the PodDisruptionBudget: %v", err)
+	if err := json.Unmarshal(raw, &pdb); err != nil || len(pdb.Spec.MinAvailable) == 0 {
+		t.Fatalf("the PodDisruptionBudget has no minAvailable: %v", err)
 	}
-	return pdb.Spec.MaxUnavailable
+	return strings.Trim(string(pdb.Spec.MinAvailable), `"`)
 }
 
 // applied notes a change of the budget's spec, as the API server bumps its generation.
@@ -69,14 +71,23 @@ func (d *simDrain) applied() {
 func (d *simDrain) count() {
 	d.applied()
 	d.observed = d.generation
-	mu, ok := d.maxUnavailable()
+	ma, ok := d.minAvailable()
 	if !ok {
 		d.allowed = 0
 		return
 	}
-	expected := len(d.w.pods)
+	// A percentage is of the StatefulSet's replicas, which the controller reads through its
+	// scale subresource; a count is the count.
+	desired := len(d.w.pods)
 	if d.w.sts != nil {
-		expected = d.w.sts.replicas
+		desired = d.w.sts.replicas
+	}
+	if ma != "100%" {
+		n, err := strconv.Atoi(ma)
+		if err != nil {
+			d.w.t.Fatalf("minAvailable %q", ma)
+		}
+		desired = n
 	}
 	healthy := 0
 	for ord, p := range d.w.pods {
@@ -84,7 +95,7 @@ func (d *simDrain) count() {
 			healthy++
 		}
 	}
-	d.allowed = max(0, healthy-(expected-mu))
+	d.allowed = max(0, healthy-desired)
 }
 
 // evictSometimes is the drain's move between a sync and the next tick: while draining, in one
@@ -178,8 +189,8 @@ func TestBudgetClosesForTheOperatorsSteps(t *testing.T) {
 			w, _ := created(t, 3, tc.storage)
 			w.lag = nil
 			d := &simDrain{w: w}
-			if got := pdbOf(t, w.sync()); got != 1 {
-				t.Fatalf("steady: maxUnavailable %d, want 1", got)
+			if got := pdbOf(t, w.sync()); got != "2" {
+				t.Fatalf("steady: minAvailable %s, want 2", got)
 			}
 			w.tick()
 			d.count()
@@ -197,8 +208,8 @@ func TestBudgetClosesForTheOperatorsSteps(t *testing.T) {
 				}
 				dec = w.sync()
 			}
-			if got := pdbOf(t, dec); got != 0 {
-				t.Errorf("%v: maxUnavailable %d, want 0", dec.Action.Type, got)
+			if got := pdbOf(t, dec); got != "100%" {
+				t.Errorf("%v: minAvailable %s, want 100%%", dec.Action.Type, got)
 			}
 			// The lowest pod the step is not about: with the step's own member, two of three go.
 			victim := w.pods[0]
@@ -219,8 +230,8 @@ func TestBudgetClosesForTheOperatorsSteps(t *testing.T) {
 	}
 }
 
-// pdbOf is the maxUnavailable of the budget a decision renders.
-func pdbOf(t *testing.T, d Decision) int {
+// pdbOf is the minAvailable of the budget a decision renders.
+func pdbOf(t *testing.T, d Decision) string {
 	t.Helper()
 	for _, c := range d.Children {
 		if c.Kind == "PodDisruptionBudget" {
@@ -228,9 +239,9 @@ func pdbOf(t *testing.T, d Decision) int {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return maxUnavailableOf(t, b)
+			return minAvailableOf(t, b)
 		}
 	}
 	t.Fatal("no PodDisruptionBudget in the answer")
-	return 0
+	return ""
 }

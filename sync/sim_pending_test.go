@@ -4,6 +4,8 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // The simulator's slow node: a pod stays Pending after it is created while its image pulls
@@ -65,6 +67,40 @@ func (w *simWorld) followed(m, leader *simMember) uint64 {
 	}
 	delete(w.pace.catchUp, m.ord)
 	return leader.raft
+}
+
+// notStarted renders a pod the kubelet has not started, as Kubernetes reports it: Pending and
+// scheduled, its init container and etcd waiting PodInitializing (the kubelet's reason while a
+// pod with init containers has started none), not ready to start containers (its volumes are
+// not mounted yet). Why it waits, a slow pull or attach or a mount that keeps failing, is in the
+// kubelet's Events alone, which a hook is not sent.
+func notStarted(pod *corev1.Pod, etcd *corev1.ContainerStatus) {
+	pod.Status.Phase = corev1.PodPending
+	pod.Status.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+		{Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionFalse},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionFalse, Reason: "ContainersNotInitialized"},
+		{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady"},
+	}
+	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}
+	etcd.State, etcd.Ready = waiting, false
+	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "install", State: waiting}}
+}
+
+// mountFails: p cannot start because its volume cannot be mounted: an attach that never
+// completes (mount-fails), or a claim whose file system waits to grow on this very mount while
+// the node fails to grow it (remount-fails): the kubelet does not start a pod on a volume in an
+// uncertain state. It stays Pending.
+func (w *simWorld) mountFails(p *simPod) bool {
+	c := w.volumes.claims[p.ord]
+	switch {
+	case c != nil && c.fsPending && w.volumes.remountFails && p.uid != c.mountedBy:
+		p.mountFails, c.resizeFailed = true, true
+	case p.mountFails && c != nil && c.resizeFailed:
+		// The node can grow it again: the kubelet's next try mounts it.
+		p.mountFails, c.resizeFailed = false, false
+	}
+	return p.mountFails
 }
 
 // paceCommand runs the scenario commands of this file:

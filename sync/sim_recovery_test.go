@@ -83,6 +83,80 @@ func TestRecoveryJoinStateKeepsFences(t *testing.T) {
 	})
 }
 
+// TestRecoveryOutlivesItsStatus: status.recovery has a copy on the join ConfigMap. A status
+// lost during Forcing, or rewritten by an older hook replica without the field, keeps the
+// fences and the force, at once and on every sync after.
+func TestRecoveryOutlivesItsStatus(t *testing.T) {
+	w := recoveringWorld(t, recoveryForcing)
+	w.cluster.Status.Recovery = nil
+	for range 3 {
+		w.step()
+		fencedBy(t, w.join, "etcd-0", true)
+	}
+	if r := w.cluster.Status.Recovery; r == nil || r.Phase != recoveryForcing {
+		t.Errorf("status.recovery %+v, want Forcing again", r)
+	}
+}
+
+// TestRecoveryPhaseUnknownHolds: a recovery in a phase this build does not know (a newer
+// hook's) is not acted on: every sync holds, says so, and leaves the join ConfigMap's fences
+// and force as they are.
+func TestRecoveryPhaseUnknownHolds(t *testing.T) {
+	w := recoveringWorld(t, recoveryForcing)
+	before := joinstate.Encode(*w.join)
+	r := *w.cluster.Status.Recovery
+	r.Phase = "Verifying"
+	w.cluster.Status.Recovery = &r
+	w.applied["ConfigMap/"+JoinConfigMapName(w.cluster.Name)] = withAnnotation(t, w.applied["ConfigMap/"+JoinConfigMapName(w.cluster.Name)], AnnotationRecovery, "")
+	for range 3 {
+		d := w.step()
+		cond := apimetaCondition(d, v1alpha1.ConditionDegraded)
+		if d.Action.Type != Hold || !strings.Contains(d.Action.Reason, `phase "Verifying", which this hook does not know`) || cond == nil || cond.Reason != ReasonRecoveryPhaseUnknown {
+			t.Fatalf("%v: %s (Degraded %+v), want a hold naming the phase", d.Action.Type, d.Action.Reason, cond)
+		}
+		if got := joinstate.Encode(*w.join); got != before {
+			t.Fatalf("the join state changed:\n%s\nwant\n%s", got, before)
+		}
+		if p := w.cluster.Status.Recovery; p == nil || p.Phase != "Verifying" {
+			t.Fatalf("status.recovery %+v, want it kept", p)
+		}
+	}
+}
+
+// withAnnotation is a child's JSON with annotation k set to v, or dropped when v is "".
+func withAnnotation(t *testing.T, raw []byte, k, v string) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := m["metadata"].(map[string]any)
+	ann, _ := md["annotations"].(map[string]any)
+	if ann == nil {
+		ann = map[string]any{}
+		md["annotations"] = ann
+	}
+	if v == "" {
+		delete(ann, k)
+	} else {
+		ann[k] = v
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func apimetaCondition(d Decision, typ string) *metav1.Condition {
+	for i := range d.Status.Conditions {
+		if d.Status.Conditions[i].Type == typ {
+			return &d.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
 // TestRecoveryNeverUnfencesWhileTheSurvivorMayForce: the survivor has been told to force, and
 // the two fenced members come back healthy on the old membership anyway (their kubelets could
 // neither refresh the fence nor report: the guarantee a person gives when declaring them lost

@@ -275,12 +275,16 @@ func TestScenariosWithLaggingCaches(t *testing.T) {
 	}
 }
 
-// TestRandomSingleFaults runs scale and rolling changes in a slowWorld while single members
-// crash, hang, lose their node (it stops reporting) or have a second membership answer at
-// their address, a drain evicts pods as the budget allows, or every database fragments, at
-// random moments, each healed later. A fault may strike right after a pod was taken down on
-// purpose, so availability may dip; the data must survive every step, and the cluster must
-// converge once the fault heals.
+// TestRandomSingleFaults runs scale and rolling changes in a slowWorld, with member Jobs acting
+// up to three ticks after they were decided, while single members crash, hang, lose their node
+// (it stops reporting, or it goes and the replacement's volume does not attach), are cut off
+// from their peers but not the hook (removed, they run on), lose their claim for good, or have
+// a second membership answer at their address, nodes fail to grow file systems on a mount (a
+// restarted pod stays Pending), a drain evicts pods as the budget allows, or every database
+// fragments, at random moments, each healed later. The last change grows the cluster after
+// its data outgrew the claim template's size: each new learner's volume must hold it. A fault
+// may strike right after a pod was taken down on purpose, so availability may dip; the data
+// must survive every step, and the cluster must converge once the fault heals.
 func TestRandomSingleFaults(t *testing.T) {
 	var slow simSlowness
 	for seed := int64(1); seed <= 6; seed++ {
@@ -290,7 +294,15 @@ func TestRandomSingleFaults(t *testing.T) {
 			// Seeds 1 and 5 with a driver that grows file systems only on a remount, 3 with
 			// one that grows them on the node a minute after the volume.
 			w.volumes.offline, w.volumes.nodeOnline = seed%4 == 1, seed == 3
+			// Jobs act up to 30 s after the sync that decided them (sim_latency_test.go).
+			w.randomLatency(rng, 3)
 			w.faulty = true
+			if seed%3 == 2 {
+				// Seeds 2 and 5 back up hourly and drill daily: risky steps wait for their snapshots,
+				// and the storage refuses for a while among the faults.
+				w.cluster.Spec.Backup = simBackupSpec("@hourly")
+				w.cluster.Spec.Backup.Verify = &v1alpha1.BackupVerify{Schedule: "@daily"}
+			}
 			changes := []func(){
 				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },
 				func() { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} },
@@ -300,6 +312,18 @@ func TestRandomSingleFaults(t *testing.T) {
 					if w.storage() {
 						w.cluster.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi")
 					}
+				},
+				func() {
+					// The rendered whenScaled: Delete took the claims of etcd-3 and etcd-4 with them.
+					if got := sortedInts(w.data); len(got) != 3 {
+						t.Errorf("claims %v at size 3 after scaling in from 5", got)
+					}
+					// The data outgrows the claim template's 1Gi, and the cluster grows onto new
+					// claims: a learner's snapshot must fit its volume (sim_volumes_test.go).
+					for _, m := range w.members {
+						m.live = max(m.live, 1536<<20)
+					}
+					w.cluster.Spec.Size = ptrTo(int32(4))
 				},
 			}
 			var heal []func()
@@ -329,9 +353,39 @@ func TestRandomSingleFaults(t *testing.T) {
 					}
 				},
 				func() { w.randomFork(rng, &heal) }, // a second membership answers (sim_fork_test.go)
+				func() { // cut off from its peers, not the hook: removed, it runs on (sim_fork_test.go)
+					if p := w.randomPod(rng); p != nil {
+						w.deafen(p)
+						heal = append(heal, func() { p.deaf, p.down = false, false })
+					}
+				},
+				func() {
+					// A claim lost for good, created again from the template (sim_volumes_test.go).
+					// It cannot heal: only while every voter is up, so that it is a single fault.
+					v, h := w.voters()
+					if p := w.randomPod(rng); p != nil && w.storage() && w.memberAt(p.ord) != nil && v == h && v == len(w.members) {
+						w.loseClaim(p.ord)
+					}
+				},
+				func() { // a pod's node goes: its replacement's volume does not attach for a while
+					if p := w.randomPod(rng); p != nil && w.storage() {
+						ord := p.ord
+						p.terminating = true
+						w.attaching[ord] = true
+						heal = append(heal, func() { delete(w.attaching, ord) })
+					}
+				},
+				func() { // nodes fail to grow file systems on a mount: a restarted pod stays Pending
+					w.volumes.remountFails = true
+					heal = append(heal, func() { w.volumes.remountFails = false })
+				},
 				func() { // the claims' class stops allowing expansion for a while
 					w.volumes.noExpansion = true
 					heal = append(heal, func() { w.volumes.noExpansion = false })
+				},
+				func() { // the backups' storage refuses for a while (sim_guard_test.go)
+					w.destination.refuses = true
+					heal = append(heal, func() { w.destination.refuses = false })
 				},
 			}, w.slowFaults(&heal)...)
 			for _, change := range changes {
@@ -339,10 +393,6 @@ func TestRandomSingleFaults(t *testing.T) {
 				w.cluster.Generation++
 				w.faultsDuring(rng, faults, 8, healAll)
 				w.run(400)
-			}
-			// The rendered whenScaled: Delete took the claims of etcd-3 and etcd-4 with them.
-			if got := sortedInts(w.data); len(got) != 3 {
-				t.Errorf("claims %v at size 3 after scaling in from 5", got)
 			}
 			slow.add(w)
 		})
@@ -547,6 +597,8 @@ func (w *simWorld) slowFaults(heal *[]func()) []func() {
 // its drains evicted nothing or no defragmentation ran under the probes.
 type simSlowness struct {
 	evicted, refused, defragmentations int
+	// claims is how many claims expand-claim Jobs created for members to come.
+	claims int
 }
 
 // add counts w's figures, and fails w's run when a liveness probe restarted a member during
@@ -558,6 +610,7 @@ func (s *simSlowness) add(w *simWorld) {
 	}
 	s.evicted, s.refused = s.evicted+w.drain.evicted, s.refused+w.drain.refused
 	s.defragmentations += w.probes.begun
+	s.claims += w.volumes.created
 }
 
 func (s *simSlowness) check(t *testing.T) {
@@ -565,5 +618,5 @@ func (s *simSlowness) check(t *testing.T) {
 	if s.evicted == 0 || s.defragmentations == 0 {
 		t.Errorf("%d pods evicted, %d defragmentations: the slow worlds were not slow", s.evicted, s.defragmentations)
 	}
-	t.Logf("%d pods evicted, %d evictions refused, %d defragmentations", s.evicted, s.refused, s.defragmentations)
+	t.Logf("%d pods evicted, %d evictions refused, %d defragmentations, %d claims created before their member joined", s.evicted, s.refused, s.defragmentations, s.claims)
 }

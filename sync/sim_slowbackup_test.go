@@ -11,9 +11,9 @@ import (
 // during which anything may fail. With backupTicks set, a backup Job runs that many ticks
 // before it finishes; what it checks of the world it checks at its first tick.
 
-// backupStillRuns: j is a backup Job that has not run its ticks yet; it counts one.
+// backupStillRuns: j is a backup or drill Job that has not run its ticks yet; it counts one.
 func (w *simWorld) backupStillRuns(j *simJob) bool {
-	if j.verb != verbBackup || j.ticks >= w.backupTicks {
+	if !readsOnly(j.verb) || j.ticks >= w.backupTicks {
 		return false
 	}
 	if j.ticks == 0 {

@@ -72,6 +72,8 @@ type simData struct {
 	// token is the join state token of the cluster whose member wrote it; "" on a volume
 	// written before the launcher recorded it.
 	token string
+	// cluster is the etcd cluster ID its data is of, as its write-ahead log records it.
+	cluster uint64
 }
 
 // simBackup is a snapshot stored by a backup Job: the raft index it holds stands for the
@@ -117,6 +119,9 @@ type simPod struct {
 	// old: its etcd runs as a member of a membership a quorum recovery forced the survivor
 	// out of (sim_oldquorum_test.go).
 	old bool
+	// deaf: its etcd is cut off from its peers but still answers the hook on its client port,
+	// so once removed it never hears of it (sim_fork_test.go); a new pod at the ordinal is not.
+	deaf bool
 	// told: it runs for a membership it was removed from (the old one of a quorum recovery, or
 	// the cluster's, whose member it no longer is) and has reached a member that answers that
 	// it was removed: its etcd stops. Until then it answers as the member it was.
@@ -131,6 +136,9 @@ type simPod struct {
 	created time.Time
 	// pendingUntil: its image pulls and its volume attaches until then.
 	pendingUntil time.Time
+	// mountFails: the kubelet cannot mount its volume (an attach that never completes, a file
+	// system that fails to grow on the mount): it stays Pending, its containers not created.
+	mountFails bool
 	// unseen: deleted, its etcd already stopped, while the hook's cache still shows it as it
 	// was (podsSeenLate).
 	unseen bool
@@ -172,6 +180,18 @@ type simJob struct {
 	claim, size string
 	// podUID: restart-pod's.
 	podUID string
+	// scratch is a backup's scratch bound in bytes, 0 for none; evicted, that its pod was
+	// evicted for outgrowing it (sim_restore_test.go).
+	scratch int64
+	evicted bool
+	// create: expand-claim creates a missing claim.
+	create bool
+	// delay is how many more ticks the Job waits before it acts (sim_latency_test.go).
+	delay int
+	// survivor: a backup from the survivor of a quorum recovery; drill: a drill's report
+	// (sim_guard_test.go).
+	survivor bool
+	drill    backupresult.Drill
 }
 
 type simStats struct {
@@ -237,8 +257,10 @@ type simWorld struct {
 	// growth bytes are written per tick; past the quota etcd raises NOSPACE and refuses them.
 	growth int64
 	// lost counts voters whose volumes a story lost for good: fewer voters hold the data,
-	// until a quorum recovery makes a cluster of the survivor.
-	lost int
+	// until a quorum recovery makes a cluster of the survivor, or the member of a claim lost
+	// (lostClaims, by member ID) is replaced by a voter.
+	lost       int
+	lostClaims []uint64
 	// backupTicks: a backup Job runs this many ticks before it finishes
 	// (sim_slowbackup_test.go).
 	backupTicks int
@@ -247,6 +269,8 @@ type simWorld struct {
 	log    []string
 	// backups are the snapshots backup Jobs stored, oldest first; a restore reads the last.
 	backups []simBackup
+	// destination is how the backups' destination behaves (sim_guard_test.go).
+	destination simStorage
 	// stream is the continuous backup's progress, as its pod serves it (sim_stream_test.go).
 	stream simStream
 	// secrets are the TLS Secrets that exist, each with a digest of its CA bundle;
@@ -263,6 +287,8 @@ type simWorld struct {
 	// attaching ordinals: their next pod waits for its volume to attach, its etcd not started,
 	// until healed.
 	attaching map[int]bool
+	// goneMounts are Secrets and claims deleted while pods mount them (sim_restore_test.go).
+	goneMounts map[string]bool
 	// forks are the memberships quorum recoveries forced survivors out of
 	// (sim_oldquorum_test.go).
 	forks []*simFork
@@ -280,6 +306,9 @@ type simWorld struct {
 	volumes simVolumes
 	// podSeq numbers the pods created, for their UIDs.
 	podSeq int
+	// latency, when set, makes Jobs act some ticks after they were decided
+	// (sim_latency_test.go).
+	latency *simLatency
 }
 
 func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
@@ -295,7 +324,7 @@ func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 	return &simWorld{
 		t: t, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
 		pods: map[int]*simPod{}, data: map[int]*simData{}, applied: map[string][]byte{}, jobs: map[string]*simJob{},
-		lag: simLag, unschedulable: map[int]bool{}, startDown: map[int]bool{}, attaching: map[int]bool{},
+		lag: simLag, unschedulable: map[int]bool{}, startDown: map[int]bool{}, attaching: map[int]bool{}, goneMounts: map[string]bool{},
 		secrets:  map[string]string{simServerSecret: "ca-1", simPeerSecret: "ca-1", simClientSecret: "ca-1"},
 		badCerts: map[string]string{},
 	}
@@ -331,10 +360,19 @@ func (w *simWorld) healthy(m *simMember) bool {
 }
 
 // ready is the kubelet's readiness of the pod at ord: its member's own health, which the
-// hook's reach plays no part in.
+// hook's reach plays no part in, and that it is a voter by etcd and by the join state its pod
+// has mounted (etcdops-member ready).
 func (w *simWorld) ready(ord int) bool {
 	m, p := w.memberAt(ord), w.pods[ord]
-	return m != nil && p != nil && w.healthy(m) && !p.slow && !w.anyCorrupt()
+	if m == nil || p == nil || m.learner || !w.healthy(m) || p.slow || w.anyCorrupt() {
+		return false
+	}
+	js := w.mountedJoin(p)
+	if js == nil {
+		return false
+	}
+	jm, ok := js.Find(w.podName(ord))
+	return ok && !jm.Learner
 }
 
 // anyCorrupt: a CORRUPT alarm stands; etcd then serves no reads or writes anywhere, and every
@@ -478,9 +516,8 @@ func (w *simWorld) observe() Observed {
 			pod.Status.Phase = corev1.PodPending
 			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 				Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules"})
-		case w.attaching[ord]:
-			pod.Status.Phase = corev1.PodPending
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+		case w.attaching[ord] || p.mountFails || !p.running && w.mountMissing(p):
+			notStarted(&pod, &cs)
 		case p.running:
 			cs.State.Running = &corev1.ContainerStateRunning{}
 			if p.restored != "" {
@@ -495,7 +532,7 @@ func (w *simWorld) observe() Observed {
 				cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 3, Message: p.refusal}
 			}
 		default:
-			pod.Status.Phase = corev1.PodPending
+			notStarted(&pod, &cs)
 		}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
 		nodeStoppedReporting(p, &pod)
@@ -782,6 +819,11 @@ func (w *simWorld) newJob(b []byte) *simJob {
 	var j batchv1.Job
 	w.decode(b, &j)
 	sj := &simJob{name: j.Name, verb: j.Labels[LabelAction], member: j.Labels[LabelMember]}
+	for _, v := range j.Spec.Template.Spec.Volumes {
+		if v.Name == volumeBackupWork && v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil {
+			sj.scratch = v.EmptyDir.SizeLimit.Value()
+		}
+	}
 	for _, a := range j.Spec.Template.Spec.Containers[0].Command {
 		if v, ok := strings.CutPrefix(a, "--peer-url="); ok {
 			sj.peerURL = v
@@ -807,12 +849,15 @@ func (w *simWorld) newJob(b []byte) *simJob {
 		if v, ok := strings.CutPrefix(a, "--uid="); ok {
 			sj.podUID = v
 		}
+		sj.create = sj.create || a == "--create"
 		sj.clientCert = sj.clientCert || strings.HasPrefix(a, "--cert=")
+		sj.survivor = sj.survivor || a == "--survivor"
 	}
 	if w.failJobs > 0 {
 		w.failJobs--
 		sj.failNow = true
 	}
+	sj.delay = w.jobLatency()
 	return sj
 }
 
@@ -826,7 +871,9 @@ func (w *simWorld) tick() {
 		w.defragmentationsEnd()
 	}
 	for _, name := range sortedKeysOf(w.jobs) {
-		if j := w.jobs[name]; j.state == jobRunning {
+		if j := w.jobs[name]; j.state == jobRunning && j.delay > 0 {
+			j.delay--
+		} else if j.state == jobRunning {
 			w.runJob(j)
 		}
 	}
@@ -860,6 +907,9 @@ func (w *simWorld) runJob(j *simJob) {
 		}
 		return
 	}
+	if (j.verb == verbBackup || j.verb == verbDrill) && w.readOnlyJob(j, fail) {
+		return
+	}
 	if j.failNow || !w.hasQuorum() || !w.jobReaches(j) {
 		fail()
 		return
@@ -891,10 +941,15 @@ func (w *simWorld) runJob(j *simJob) {
 		}
 		m.learner = false
 		w.stats.promotes++
+		w.replacedLost(m)
 	case verbRemove:
 		m := w.memberByID(j.id)
 		if m == nil {
 			break
+		}
+		if !m.learner && !w.quorumAfterRemoval(m) {
+			fail() // the tool: the voters left that answer would not keep quorum
+			return
 		}
 		for i, x := range w.members {
 			if x == m {
@@ -928,6 +983,11 @@ func (w *simWorld) runJob(j *simJob) {
 	case verbDisarm:
 		w.disarm(j.alarm, j.id)
 	case verbBackup:
+		if w.outgrows(j) {
+			j.evicted = true
+			fail()
+			return
+		}
 		if !w.backup(j.ticks > 0) {
 			fail()
 			return
@@ -1034,7 +1094,7 @@ func (w *simWorld) statefulSetController() {
 func (w *simWorld) kubelet() {
 	for _, ord := range sortedInts(w.pods) {
 		p := w.pods[ord]
-		if p.terminating || p.noImage || w.unschedulable[ord] || w.attaching[ord] || w.now.Before(p.pendingUntil) {
+		if p.terminating || p.noImage || w.unschedulable[ord] || w.attaching[ord] || !p.running && w.mountMissing(p) || w.now.Before(p.pendingUntil) || w.mountFails(p) {
 			continue
 		}
 		if p.running && p.old && (p.stuck || !p.told) {
@@ -1049,10 +1109,10 @@ func (w *simWorld) kubelet() {
 			continue
 		}
 		m := w.memberAt(ord)
-		if d := w.data[ord]; p.running && d != nil && !p.crash && (m == nil || d.id != m.id) && (p.stuck || !p.told) {
+		if d := w.data[ord]; p.running && d != nil && !p.crash && (m == nil || d.id != m.id) && (p.stuck || p.deaf || !p.told) {
 			// Its member was removed from the cluster: etcd learns it from the members it
 			// reaches, a tick later, and never while cut off. Until then it runs and answers.
-			p.told = !p.stuck
+			p.told = !p.stuck && !p.deaf
 			continue
 		}
 		if d := w.data[ord]; p.running && (m == nil || d == nil || d.id != m.id || p.crash) {
@@ -1132,7 +1192,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 		}
 		m = &simMember{id: w.nextID, ord: p.ord, started: true, peerURL: join.Members[0].PeerURL}
 		w.nextID++
-		w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id, token: dec.Token}
+		w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id, token: dec.Token, cluster: w.clusterID}
 		if dec.Restore {
 			// etcdutl snapshot restore: the snapshot's data under a new cluster ID.
 			if len(w.backups) == 0 {
@@ -1145,6 +1205,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 			p.restored = joinstate.RestoredMessage(joinstate.RestoredPoint{Revision: int64(b.revision), Lineage: fmt.Sprintf("%x", w.clusterID),
 				Object: fmt.Sprintf("s3://backups/default/etcd/lineages/%x/etcd-r%d.db", w.clusterID, b.revision)})
 			w.clusterID++
+			w.data[p.ord].cluster = w.clusterID
 		}
 		w.members = append(w.members, m)
 		w.leader = m.id
@@ -1171,7 +1232,7 @@ func (w *simWorld) launch(p *simPod, m *simMember) string {
 		m.snap = l.snap
 		w.replaysV2(p, m.snap)
 	}
-	w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id, token: dec.Token}
+	w.data[p.ord] = &simData{inc: dec.Incarnation, id: m.id, token: dec.Token, cluster: w.clusterID}
 	return ""
 }
 
@@ -1180,7 +1241,11 @@ func volumeOf(d *simData) launcher.Volume {
 	if d == nil {
 		return launcher.Volume{}
 	}
-	return launcher.Volume{HasData: true, HasMarker: true, Incarnation: d.inc, Token: d.token, Recovered: d.recovered, Restored: d.restored}
+	v := launcher.Volume{HasData: true, HasMarker: true, Incarnation: d.inc, Token: d.token, Recovered: d.recovered, Restored: d.restored}
+	if d.token == "" && d.cluster != 0 {
+		v.ClusterID = fmt.Sprintf("%x", d.cluster)
+	}
+	return v
 }
 
 // forceNewCluster is etcd started with --force-new-cluster on the data d at ord: the member
@@ -1225,6 +1290,9 @@ func (w *simWorld) raft() {
 		if m.learner && m.raft == 0 {
 			m.raft = 1
 			continue
+		}
+		if m.learner && w.diskTooSmall(m, leader) {
+			continue // the snapshot does not fit its volume (sim_volumes_test.go)
 		}
 		m.raft = w.followed(m, leader)
 	}
@@ -1537,6 +1605,9 @@ func (w *simWorld) backupPods(jobs []batchv1.Job) []corev1.Pod {
 	var out []corev1.Pod
 	for _, j := range jobs {
 		sj := w.jobs[j.Name]
+		if j.Labels[LabelAction] == verbDrill && sj != nil && sj.state != jobRunning {
+			out = append(out, w.drillPod(j, sj))
+		}
 		if j.Labels[LabelAction] != verbBackup || sj == nil || sj.state == jobRunning {
 			continue
 		}
@@ -1544,7 +1615,16 @@ func (w *simWorld) backupPods(jobs []batchv1.Job) []corev1.Pod {
 		pod.Name, pod.Namespace = j.Name+"-x1", w.cluster.Namespace
 		pod.Labels = map[string]string{LabelBackupOf: w.cluster.Name, batchv1.JobNameLabel: j.Name}
 		r := backupresult.Result{Error: "no member could give a snapshot"}
+		if w.destination.refuses {
+			r.Error = "s3://backups/default/etcd/: Access Denied"
+		}
 		pod.Status.Phase = corev1.PodFailed
+		if sj.evicted {
+			pod.Status.Reason = "Evicted"
+			pod.Status.Message = fmt.Sprintf("Usage of EmptyDir volume %q exceeds the limit %q. ", volumeBackupWork, resource.NewQuantity(sj.scratch, resource.BinarySI).String())
+			out = append(out, pod)
+			continue
+		}
 		if sj.state == jobSucceeded {
 			b := w.backups[len(w.backups)-1]
 			r = backupresult.Result{Object: fmt.Sprintf("s3://backups/default/etcd/etcd-r%d.db", b.revision), Revision: int64(b.revision), Size: 4096, MemberID: fmt.Sprintf("%x", b.member)}

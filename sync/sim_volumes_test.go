@@ -38,6 +38,8 @@ type simClaim struct {
 	fsPending    bool
 	pendingSince time.Time
 	mountedBy    string
+	// resizeFailed: the node failed to grow the file system on a mount (NodeResizeError).
+	resizeFailed bool
 }
 
 // simVolumes is the storage side of the world.
@@ -50,13 +52,15 @@ type simVolumes struct {
 	// expansions counts claims patched by expand-claim Jobs.
 	expansions int
 	// offline: the driver grows a file system only when the volume is mounted again;
-	// remountFails: the node fails to grow it then, and the claim keeps waiting.
+	// remountFails: the node fails to grow it then, the claim keeps waiting, and the pod that
+	// mounts it stays Pending (mountFails).
 	offline, remountFails bool
 	// nodeOnline: the file system grows on the node while mounted, a minute after the
 	// volume grew: the claim is FileSystemResizePending meanwhile.
 	nodeOnline bool
-	// restarts counts pods deleted by restart-pod Jobs.
-	restarts int
+	// restarts counts pods deleted by restart-pod Jobs, created the claims expand-claim Jobs
+	// created.
+	restarts, created int
 }
 
 // claimFor creates the claim of ord from the StatefulSet's template if it has none.
@@ -81,7 +85,7 @@ func (w *simWorld) resizeClaims() {
 		case c.requested.Cmp(c.capacity) <= 0:
 			c.fsPending = false
 		case c.fsPending:
-			remounted := p != nil && p.running && p.uid != c.mountedBy && !w.volumes.remountFails
+			remounted := p != nil && p.running && p.uid != c.mountedBy
 			if remounted || w.volumes.nodeOnline && w.now.Sub(c.pendingSince) >= time.Minute {
 				c.capacity, c.fsPending = c.requested, false
 			}
@@ -110,9 +114,16 @@ func (w *simWorld) remountUntil(ord int, since time.Time) time.Time {
 }
 
 // restartPod is the restart-pod Job: the member's pod deleted if it is still the pod of the
-// Job's UID (the API server's delete precondition); another pod, or none, is left alone.
+// Job's UID (the API server's delete precondition); another pod, or none, is left alone. It
+// asks etcd first, as the tool does (membership.CheckRestart): the member of its --id, while
+// still listed, must not lead, and every other voter must be healthy; otherwise it fails.
 func (w *simWorld) restartPod(j *simJob) {
 	w.mustBeAllowed(j, "pods", "delete", j.member)
+	if m := w.memberByID(j.id); j.id != 0 && m != nil && (!w.hasQuorum() || m.id == w.leader || !w.othersHealthy(m)) {
+		j.state = jobFailed
+		w.stats.jobFailures++
+		return
+	}
 	ord, _ := Ordinal(w.cluster.Name, j.member)
 	if p := w.pods[ord]; p != nil && p.uid == j.podUID && !p.terminating {
 		p.terminating = true
@@ -122,7 +133,9 @@ func (w *simWorld) restartPod(j *simJob) {
 
 // mustBeAllowed is the API server's RBAC check of a volume Job's request, as its service
 // account makes it: the claims Role applied must grant verb on resource, for that name when
-// the rule lists names. A refusal fails the story: the Job would fail for good.
+// the rule lists names (a create names nothing: the API server authorizes it without the
+// object's name, so only a rule without names grants it). A refusal fails the story: the Job
+// would fail for good.
 func (w *simWorld) mustBeAllowed(j *simJob, resource, verb, name string) {
 	raw, ok := w.applied["Role/"+ClaimsAccountName(w.cluster.Name)]
 	if ok {
@@ -154,7 +167,9 @@ func (w *simWorld) checkRestarts() {
 	}
 }
 
-// expandClaim is the expand-claim Job: the claim's request raised, never lowered.
+// expandClaim is the expand-claim Job: the claim's request raised, never lowered; with
+// --create a missing claim is created at the size, provisioned at once, and the StatefulSet
+// adopts it (claimFor).
 func (w *simWorld) expandClaim(j *simJob) {
 	ord, _ := Ordinal(w.cluster.Name, j.member)
 	c := w.volumes.claims[ord]
@@ -162,13 +177,22 @@ func (w *simWorld) expandClaim(j *simJob) {
 		w.t.Fatalf("expand-claim Job %s names claim %s for member %s", j.name, j.claim, j.member)
 	}
 	w.mustBeAllowed(j, "persistentvolumeclaims", "get", j.claim)
+	size := resource.MustParse(j.size)
+	if c == nil && j.create {
+		w.mustBeAllowed(j, "persistentvolumeclaims", "create", "")
+		if w.volumes.claims == nil {
+			w.volumes.claims = map[int]*simClaim{}
+		}
+		w.volumes.claims[ord] = &simClaim{requested: size, capacity: size}
+		w.volumes.created++
+		return
+	}
 	w.mustBeAllowed(j, "persistentvolumeclaims", "patch", j.claim)
 	if c == nil {
 		j.state = jobFailed
 		w.stats.jobFailures++
 		return
 	}
-	size := resource.MustParse(j.size)
 	if c.requested.Cmp(size) < 0 {
 		c.requested = size
 		w.volumes.expansions++
@@ -195,6 +219,12 @@ func (w *simWorld) observedVolumes(obs *Observed) {
 		if c.fsPending {
 			pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimFileSystemResizePending, Status: corev1.ConditionTrue,
 				LastTransitionTime: metav1.NewTime(c.pendingSince)}}
+		}
+		if c.resizeFailed && c.fsPending {
+			// What the kubelet reports with RecoverVolumeExpansionFailure (on by default from
+			// Kubernetes 1.32); the mount's own failure is an Event on the pod.
+			pvc.Status.Conditions = append(pvc.Status.Conditions, corev1.PersistentVolumeClaimCondition{Type: corev1.PersistentVolumeClaimNodeResizeError, Status: corev1.ConditionTrue,
+				Message: "resize of the file system failed on the node: exit status 1"})
 		}
 		obs.Claims = append(obs.Claims, pvc)
 	}
@@ -439,4 +469,88 @@ func volumesExpandedMessage(d Decision) string {
 		}
 	}
 	return ""
+}
+
+// othersHealthy: every voter but m is healthy.
+func (w *simWorld) othersHealthy(m *simMember) bool {
+	for _, o := range w.members {
+		if o != m && !o.learner && !w.healthy(o) {
+			return false
+		}
+	}
+	return true
+}
+
+// diskTooSmall: learner m's claim is smaller than the database it must receive (the leader's,
+// in use), so the snapshot does not fit and it cannot catch up. Voters are not bounded here,
+// so neither is a learner beyond what the leader's own claim holds: what matters is a new
+// member's volume against the data it joins, where that data fits.
+func (w *simWorld) diskTooSmall(m, leader *simMember) bool {
+	c, lc := w.volumes.claims[m.ord], w.volumes.claims[leader.ord]
+	if !w.storage() || c == nil || lc == nil {
+		return false
+	}
+	return c.capacity.Value() < min(leader.live+leader.history, lc.capacity.Value())
+}
+
+// loseClaim is a member's claim and volume lost for good (a zone gone, a claim deleted): its
+// pod goes too, and the StatefulSet creates both again, the claim from its template.
+func (w *simWorld) loseClaim(ord int) {
+	delete(w.volumes.claims, ord)
+	delete(w.data, ord)
+	if p := w.pods[ord]; p != nil {
+		p.terminating = true
+	}
+	if m := w.memberAt(ord); m != nil && !m.learner {
+		w.lost++
+		w.lostClaims = append(w.lostClaims, m.id)
+	}
+}
+
+// replacedLost: the member whose claim was lost is gone, replaced by member m, a voter now:
+// the data is held where it was lost again.
+func (w *simWorld) replacedLost(m *simMember) {
+	for i, id := range w.lostClaims {
+		if w.memberByID(id) == nil && w.memberAt(m.ord) == m {
+			w.lostClaims = append(w.lostClaims[:i], w.lostClaims[i+1:]...)
+			w.lost = max(0, w.lost-1)
+			return
+		}
+	}
+}
+
+// TestNewMemberVolumeAtSpecSize: once the volumes grew and the data outgrew the claim
+// template's size, a member added later (a scale-out, a voter replaced on a lost claim) gets
+// its claim at the spec's size before it receives data: created at that size, or grown, by an
+// expand-claim Job. On a claim of the template's size its snapshot would not fit: it could
+// never catch up, would be removed as stuck every ten minutes and added back on the same claim.
+func TestNewMemberVolumeAtSpecSize(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(w *simWorld)
+	}{
+		{"scale-out", func(w *simWorld) { w.cluster.Spec.Size = ptrTo(int32(5)) }},
+		{"replaced on a lost claim", func(w *simWorld) { w.loseClaim(2) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, _ := created(t, 3, true)
+			w.edit(func(w *simWorld) { w.cluster.Spec.StorageSpec.VolumeSizeRequest = resource.MustParse("2Gi") })
+			for _, m := range w.members {
+				m.live = 1536 << 20 // past the template's 1Gi, within 2Gi
+			}
+			tc.change(w)
+			w.cluster.Generation++
+			w.run(300)
+			for _, line := range w.log {
+				if strings.Contains(line, "is stuck") {
+					t.Errorf("a learner was given up on: %s", line)
+				}
+			}
+			for _, m := range w.members {
+				if c := w.volumes.claims[m.ord]; c == nil || c.capacity.Cmp(resource.MustParse("2Gi")) < 0 {
+					t.Errorf("member %s on claim %+v", w.podName(m.ord), c)
+				}
+			}
+		})
+	}
 }

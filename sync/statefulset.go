@@ -73,13 +73,21 @@ func (t *podTemplateSpec) annotate(key, value string) {
 	t.Metadata.Annotations[key] = value
 }
 
-// readinessProbe: etcd serves reads from its own data and no CORRUPT alarm stands. Neither
-// quorum nor voting is asked for (a seed or a joining learner becomes ready while the cluster
-// forms), nor the absence of a NOSPACE alarm: reads still work then.
+// readinessProbe: etcd serves reads from its own data, no CORRUPT alarm stands, and the member
+// is no learner, by the mounted join state and by etcd (etcdops-member ready; $POD_NAME).
+// Quorum is not asked for (a seed becomes ready while the cluster forms), nor the absence of a
+// NOSPACE alarm: reads still work then. A learner
+// refuses what clients send through the client Service (writes, linearizable reads, watches,
+// lease keep-alives: "rpc not supported for learner"), so it is not Ready, and the Service
+// routes to voters only; the disruption budget counts Ready pods against the voters' quorum
+// (podDisruptionBudget), so a learner costs it nothing, and the roll gates ask for a healthy
+// voter anyway (notUp).
 func readinessProbe() probe {
+	metrics := "http://127.0.0.1:" + strconv.Itoa(MetricsPort)
 	return probe{
-		HTTPGet:       httpGet{Path: readinessPath, Port: MetricsPort, Scheme: "HTTP"},
-		PeriodSeconds: 5, FailureThreshold: 3,
+		Exec: execAction{Command: []string{toolPath, "ready", "--readyz=" + metrics + readinessPath, "--metrics=" + metrics + "/metrics",
+			"--join-state=" + joinDir + "/" + joinstate.ConfigMapKey}},
+		PeriodSeconds: 5, TimeoutSeconds: 3, FailureThreshold: 3,
 	}
 }
 
@@ -155,7 +163,10 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string) *
 		SecurityContext: containerSecurityContext(),
 	}
 	if user != nil && user.Resources != nil {
+		// The install container runs before etcd: its share is etcd's own (podTemplate's
+		// doc comment says why).
 		etcd.Resources = plain(user.Resources)
+		install.Resources = etcd.Resources
 	}
 
 	// fsGroup makes a member volume writable by etcd's user; ownership is changed only when
@@ -169,6 +180,7 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string) *
 		SecurityContext: security,
 		// etcd never talks to the Kubernetes API.
 		AutomountServiceAccountToken: false,
+		ImagePullSecrets:             pullSecrets(c, true),
 	}
 	withRestore(c, &t.Spec)
 	if user != nil {
@@ -185,8 +197,10 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string) *
 }
 
 // etcd's probe endpoints, served on the metrics port from v3.5.11 (v1alpha1.MinVersion).
+// Readiness leaves linearizable_read out (no quorum needed); its non_learner check, from
+// v3.5.19 on, says what etcdops-member ready reads from the metrics on every release.
 const (
-	readinessPath = "/readyz?exclude=linearizable_read&exclude=non_learner"
+	readinessPath = "/readyz?exclude=linearizable_read"
 	livenessPath  = "/livez"
 )
 

@@ -25,19 +25,24 @@ const (
 	ReasonStrangerMember           = "StrangerMember"
 	ReasonClusterIDChanged         = "ClusterIDChanged"
 	ReasonQuorumLost               = "QuorumLost"
+	ReasonRecoveryPhaseUnknown     = "RecoveryPhaseUnknown"
 	ReasonQuorumUnconfirmed        = "QuorumUnconfirmed"
 	ReasonMemberUnanswered         = "MemberUnanswered"
 	ReasonNodeNotReporting         = "NodeNotReporting"
 	ReasonMemberUnhealthy          = "MemberUnhealthy"
 	ReasonPodCannotStart           = "PodCannotStart"
+	ReasonRemovedMemberRunning     = "RemovedMemberRunning"
+	ReasonVolumeTooSmall           = "VolumeTooSmall"
 	ReasonJobFailing               = "JobFailing"
 	ReasonJobAttemptsExhausted     = "JobAttemptsExhausted"
 	ReasonNoSpace                  = "NoSpace"
 	ReasonUnplacedAlarm            = "UnplacedAlarm"
 	ReasonNoVolumeToRoll           = "NoVolumeToRoll"
 	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	ReasonLearnerOverdue           = "LearnerOverdue"
 	ReasonTLSSecretMissing         = "TLSSecretMissing"
 	ReasonTLSCertificate           = "TLSCertificateInvalid"
+	ReasonStepSnapshotFailed       = "StepSnapshotFailed"
 	ReasonBlocked                  = "Blocked"
 )
 
@@ -76,6 +81,8 @@ func stepDeadline(t ActionType) time.Duration {
 		return replaceDeadline
 	case AddLearner, PromoteLearner, RemoveMember, MoveLeader, Compact, Defragment, DisarmAlarm, TakeBackup, UpdatePeerURL, ExpandVolume:
 		return jobDeadline * time.Second
+	case RestoreDrill:
+		return drillDeadline * time.Second
 	case ScaleStatefulSet, Bootstrap:
 		return stuckAfter
 	}
@@ -138,6 +145,7 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		// The seed reports the revision it restored once; status keeps it.
 		RestoredRevision: prev.RestoredRevision,
 		RestoredTime:     prev.RestoredTime,
+		RestoreDuration:  prev.RestoreDuration,
 		RestoredLineage:  prev.RestoredLineage,
 		Client:           prev.Client,
 	}
@@ -221,6 +229,9 @@ type health struct {
 	blocked bool
 	// noSpace are the members with a NOSPACE alarm, which refuses every write.
 	noSpace []*member
+	// lateLearner says why a learner has waited past its deadline (learnerOverdue), "" when
+	// none has.
+	lateLearner string
 }
 
 // judge sorts the unhealthy voters into planned and unplanned against the current step, and
@@ -238,6 +249,7 @@ func (v *view) judge(s step, hist []v1alpha1.StepRecord, asked bool) health {
 	if asked {
 		h.planned, h.unplanned, h.electing = v.sortUnhealthy(cur)
 		h.noSpace = v.alarmed("NOSPACE")
+		h.lateLearner = v.learnerOverdue()
 	}
 	if held := v.heldMember(s); v.holdIsPlanned(cur, held) {
 		h.plannedHold = true
@@ -354,7 +366,7 @@ func podDownAsPlanned(v *view, p *corev1.Pod) bool {
 	if p == nil || isTerminating(p) {
 		return true
 	}
-	if v.outdated(p) || podStartFailure(p) != "" {
+	if v.outdated(p) || v.cannotStart(p) != "" {
 		return false
 	}
 	cs := etcdStatus(p)
@@ -444,9 +456,7 @@ func (v *view) status(s step, job *Child) v1alpha1.EtcdClusterStatus {
 	if s.maintenance != nil {
 		st.Maintenance = s.maintenance
 	}
-	if s.recovery != nil {
-		st.Recovery = s.recovery
-	}
+	st.Recovery, st.V2LogIndex, st.ForkSeenSince = v.recoveryAfter(s), v.safe.v2LogIndex, s.forkSeen
 	jobName := ""
 	if job != nil {
 		jobName = job.Name
@@ -490,6 +500,8 @@ func degradedCondition(s step, h health) (degraded bool, reason, msg string) {
 		return true, ReasonMemberUnhealthy, "unhealthy: " + strings.Join(h.unplanned, ", ")
 	case h.overdue:
 		return true, ReasonProgressDeadlineExceeded, overdueMessage(h.current, s)
+	case h.lateLearner != "":
+		return true, ReasonLearnerOverdue, h.lateLearner
 	case len(h.planned) > 0:
 		c := h.current
 		return false, ReasonPlannedDisruption, fmt.Sprintf("down for the current step: %s (%s %s, started %s, deadline %s)",
@@ -568,7 +580,7 @@ func (v *view) reportMembership(st *v1alpha1.EtcdClusterStatus) {
 	}
 	st.ClusterID = fmt.Sprintf("%x", v.obs.Etcd.ClusterID)
 	st.CurrentVersion = v.runningVersion()
-	st.V2LogIndex = v2LogIndex(v.obs.Cluster.Status, st.CurrentVersion, v.obs.Etcd.Members)
+	st.V2LogIndex = v.v2LogIndexAfter()
 	st.Client = v.clientStatus()
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
@@ -177,8 +178,8 @@ func (v *view) backupStream() (Child, bool) {
 		args = append(args, fmt.Sprintf("--max-bandwidth=%d", q.Value()))
 	}
 	vols, mounts := destinationVolumes(b.Destination, false)
-	vols = append(vols, volume{Name: "backup-work", EmptyDir: &emptyDir{}})
-	mounts = append(mounts, volumeMount{Name: "backup-work", MountPath: backupWorkDir})
+	vols = append(vols, volume{Name: volumeBackupWork, EmptyDir: &emptyDir{SizeLimit: v.streamScratch()}})
+	mounts = append(mounts, volumeMount{Name: volumeBackupWork, MountPath: backupWorkDir})
 	if cs.ClientSecret != "" {
 		args = append(args, "--cacert="+ClientTLSDir+"/ca.crt", "--cert="+ClientTLSDir+"/tls.crt", "--key="+ClientTLSDir+"/tls.key")
 		vols = append(vols, volume{Name: "client-tls", Secret: &secretSource{SecretName: cs.ClientSecret}})
@@ -186,24 +187,57 @@ func (v *view) backupStream() (Child, bool) {
 	}
 	container := object{"name": "stream", "image": v.cfg.ToolImage, "command": args, "securityContext": containerSecurityContext(),
 		"env":          []envVar{{Name: "POD_NAME", ValueFrom: envVarSource{FieldRef: fieldRef{FieldPath: "metadata.name"}}}},
-		"volumeMounts": mounts, "ports": []object{{"name": "metrics", "containerPort": StreamMetricsPort}}}
+		"volumeMounts": mounts, "ports": []object{{"name": "metrics", "containerPort": StreamMetricsPort}},
+		"resources": toolResources(v.c, v1alpha1.ToolStream)}
 	podLabels := map[string]string{LabelBackupStreamOf: v.c.Name, LabelManagedBy: ManagedBy}
+	// The member tool talks to etcd and the storage only, never to the Kubernetes API.
+	podSpec := object{
+		"containers":                   []any{container},
+		"volumes":                      vols,
+		"securityContext":              podSecurityContext(),
+		"automountServiceAccountToken": false,
+	}
+	if refs := pullSecrets(v.c, false); len(refs) > 0 {
+		podSpec["imagePullSecrets"] = refs
+	}
 	spec := object{
 		"replicas": 1,
 		"strategy": object{"type": "Recreate"},
 		"selector": object{"matchLabels": podLabels},
 		"template": object{
 			"metadata": object{"labels": podLabels},
-			// The member tool talks to etcd and the storage only, never to the Kubernetes API.
-			"spec": object{
-				"containers":                   []any{container},
-				"volumes":                      vols,
-				"securityContext":              podSecurityContext(),
-				"automountServiceAccountToken": false,
-			},
+			"spec":     podSpec,
 		},
 	}
 	labels := commonLabels(v.c)
 	labels[LabelAction] = verbStreamBackup
 	return child("apps/v1", "Deployment", metadata(v.c, BackupStreamName(v.c.Name), labels), spec), true
+}
+
+// streamScratch bounds the stream's scratch volume, which holds a chunk and, when a chain
+// starts afresh, a snapshot: the bound of the largest database observed, never below the
+// bound its observed Deployment has. So its template, and with it its pod, changes only when
+// the database doubles past a bound, not when the member with the largest database misses a
+// sync. A bound the operator would not render (edited by hand) is not kept.
+func (v *view) streamScratch() string {
+	limit := resource.MustParse(scratchLimit(v.largestDB()))
+	for _, d := range v.obs.Children.Deployments {
+		if d.Name != BackupStreamName(v.c.Name) {
+			continue
+		}
+		for _, vol := range d.Spec.Template.Spec.Volumes {
+			if vol.Name != volumeBackupWork || vol.EmptyDir == nil || vol.EmptyDir.SizeLimit == nil {
+				continue
+			}
+			if q := *vol.EmptyDir.SizeLimit; isScratchBound(q.Value()) && q.Cmp(limit) > 0 {
+				limit = q
+			}
+		}
+	}
+	return limit.String()
+}
+
+// isScratchBound: n is a bound scratchLimit renders.
+func isScratchBound(n int64) bool {
+	return n >= scratchFloor && n&(n-1) == 0
 }

@@ -99,31 +99,78 @@ const v36SnapshotCount = 10000
 // the index was recorded, and etcd applying entries in batches.
 const v2LogMargin = 1000
 
-// v2LogIndex is status.v2LogIndex after this sync: recorded as the highest raft index any
-// member reports on the sync that first sees every member past v3.5 (running), kept until
-// every member runs v3.7, then cleared.
-func v2LogIndex(prev v1alpha1.EtcdClusterStatus, running string, members []etcdstate.Member) int64 {
+// v2LogIndex is status.v2LogIndex after this sync: the bound recorded (or, without one, taken
+// from what etcd answers: v2Fallback), kept until every member runs v3.7, then cleared;
+// recorded as the highest raft index any member reports on the sync that first sees every
+// member past v3.5 (running), after prevVersion, the last status's, was v3.5.
+func v2LogIndex(bound int64, prevVersion, running string, members []etcdstate.Member) int64 {
 	switch {
-	case running == "" || minorOf(running) >= 7:
+	case running == "":
+		return bound
+	case minorOf(running) >= 7:
 		return 0
-	case prev.V2LogIndex != 0:
-		return prev.V2LogIndex
-	case minorOf(prev.CurrentVersion) != 5 || minorOf(running) != 6:
+	case bound != 0:
+		return bound
+	case minorOf(prevVersion) != 5 || minorOf(running) != 6:
 		return 0
 	}
+	return int64(topRaftIndex(members))
+}
+
+// v2LogIndexAfter is status.v2LogIndex as this sync leaves it, and the copy the join ConfigMap
+// carries.
+func (v *view) v2LogIndexAfter() int64 {
+	if v.unknown != "" {
+		return v.safe.v2LogIndex
+	}
+	return v2LogIndex(v.v2Bound, v.obs.Cluster.Status.CurrentVersion, v.runningVersion(), v.obs.Etcd.Members)
+}
+
+// v2Fallback is the v2 bound the move to v3.7 waits for: the one on record (status, else the
+// join ConfigMap); without a record, on a cluster that runs v3.6 and is asked for v3.7 before
+// any pod runs it, the highest raft index etcd reports now (at least 1, so that a cluster that
+// did not answer waits too). Any v2 request was written before that index, so the wait is
+// longer than the recorded bound's and never too short: the record was lost (a status lost or
+// rewritten without the field, the ConfigMap deleted), or predates the copy.
+func (v *view) v2Fallback() int64 {
+	if v.safe.v2LogIndex != 0 {
+		return v.safe.v2LogIndex
+	}
+	if minorOf(v.c.Spec.Version) < 7 || minorOf(v.runningVersion()) != 6 {
+		return 0
+	}
+	for _, pv := range podVersions(v.obs) {
+		if minorOf(pv) >= 7 {
+			return 0
+		}
+	}
+	return max(1, int64(topRaftIndex(v.obs.Etcd.Members)))
+}
+
+// topRaftIndex is the highest raft index a member reports.
+func topRaftIndex(members []etcdstate.Member) uint64 {
 	var top uint64
 	for _, m := range members {
 		top = max(top, m.RaftIndex)
 	}
-	return int64(top)
+	return top
+}
+
+// bootstrapDurable is the safety state a new cluster starts with: created on v3.6 or later,
+// its log never holds a v2 request (noV2Log).
+func bootstrapDurable(c *v1alpha1.EtcdCluster) durable {
+	if minorOf(c.Spec.Version) >= 6 {
+		return durable{v2LogIndex: noV2Log}
+	}
+	return durable{}
 }
 
 // v37Wait says why the move to v3.7 waits for the members' raft snapshots, "" when it does not:
-// no index is recorded, the spec does not ask for v3.7, or a pod runs v3.7 already (the move
-// began before the index was recorded, or the spec went back and forth: holding it half-way
-// would help nobody).
+// no index is recorded or could be, the spec does not ask for v3.7, or a pod runs v3.7 already
+// (the move began before the index was recorded, or the spec went back and forth: holding it
+// half-way would help nobody).
 func (v *view) v37Wait() string {
-	idx := v.obs.Cluster.Status.V2LogIndex
+	idx := v.v2Bound
 	if idx <= 0 || minorOf(v.c.Spec.Version) < 7 {
 		return ""
 	}
@@ -149,8 +196,12 @@ func (v *view) v37Wait() string {
 	if len(behind) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("etcd v3.5 members may have written etcd v2 requests up to raft index %d, which %s cannot apply: it waits until every member has taken a raft snapshot past them, "+
-		"which each does by applied index %d (--snapshot-count %d); %s", idx, v.c.Spec.Version, need, count, strings.Join(behind, ", "))
+	upTo := fmt.Sprintf("etcd v3.5 members may have written etcd v2 requests up to raft index %d", idx)
+	if v.safe.v2LogIndex == 0 {
+		upTo = fmt.Sprintf("no record says up to which raft index etcd v3.5 members may have written etcd v2 requests (status.v2LogIndex and its copy on the join ConfigMap are gone), so the highest index seen, %d, is taken", idx)
+	}
+	return fmt.Sprintf("%s, which %s cannot apply: it waits until every member has taken a raft snapshot past them, "+
+		"which each does by applied index %d (--snapshot-count %d); %s", upTo, v.c.Spec.Version, need, count, strings.Join(behind, ", "))
 }
 
 // heldVersion is the release the template keeps while v37Wait holds the move: the one the

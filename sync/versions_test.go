@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
 )
 
@@ -55,23 +54,25 @@ func TestGateAndRunningVersion(t *testing.T) {
 }
 
 // TestV2LogIndex: the index is recorded on the sync that first sees the cluster past v3.5, as
-// the highest raft index any member reports, kept through v3.6 and cleared on v3.7.
+// the highest raft index any member reports, kept through v3.6 and cleared on v3.7; a bound
+// taken without a record is kept as the record.
 func TestV2LogIndex(t *testing.T) {
 	members := []etcdstate.Member{{RaftIndex: 900}, {RaftIndex: 1200}, {RaftIndex: 1100}}
 	for _, tc := range []struct {
-		name             string
-		prev, running    string
-		prevIndex, index int64
+		name          string
+		prev, running string
+		bound, index  int64
 	}{
 		{"the last v3.5 member left", "v3.5.35", "v3.6.16", 0, 1200},
 		{"still on v3.5", "v3.5.35", "v3.5.35", 0, 0},
 		{"recorded before", "v3.6.16", "v3.6.16", 700, 700},
-		{"created on v3.6: no v2 requests", "v3.6.15", "v3.6.16", 0, 0},
+		{"created on v3.6: no v2 requests, recorded", "v3.6.15", "v3.6.16", noV2Log, noV2Log},
 		{"every member on v3.7", "v3.6.16", "v3.7.3", 700, 0},
-		{"status lost: nothing known", "", "v3.6.16", 0, 0},
+		{"status lost, no move asked for: nothing known", "", "v3.6.16", 0, 0},
+		{"status lost, v3.7 asked for: the highest index seen", "", "v3.6.16", 1200, 1200},
+		{"nothing running known", "", "", 700, 700},
 	} {
-		prev := v1alpha1.EtcdClusterStatus{CurrentVersion: tc.prev, V2LogIndex: tc.prevIndex}
-		if got := v2LogIndex(prev, tc.running, members); got != tc.index {
+		if got := v2LogIndex(tc.bound, tc.prev, tc.running, members); got != tc.index {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.index)
 		}
 	}

@@ -62,6 +62,12 @@ type view struct {
 	// versionWait says why the spec's etcd release waits (v37Wait), "" when it does not; the
 	// template keeps the release the StatefulSet runs meanwhile.
 	versionWait string
+	// safe is the safety state status and the join ConfigMap record, merged (durable.go).
+	safe durable
+	// v2Bound is the raft index up to which v2 requests may be in the log: the recorded one, or
+	// without a record the highest one seen, while a cluster on v3.6 is asked for v3.7
+	// (versions.go); 0 when there is nothing to wait for or nothing to know.
+	v2Bound int64
 }
 
 // member is an etcd member with its ordinal and pod.
@@ -120,6 +126,7 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 		}
 	}
 	v.ledger = mergeLedgers(v.ledger, ledgerFromStatus(obs.Cluster.Status.Ledger))
+	v.safe = mergedDurable(obs.Cluster.Status, v.join)
 	v.clusterID = obs.Cluster.Status.ClusterID
 	if v.clusterID == "" && v.join != nil {
 		v.clusterID = v.join.Annotations[AnnotationClusterID]
@@ -136,6 +143,7 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 	// The template follows the pods through a TLS change, so it is rendered from what they run.
 	v.tls = newTLSView(v)
 	rendered := c
+	v.v2Bound = v.v2Fallback()
 	if held := v.heldVersion(); held != "" {
 		if v.versionWait = v.v37Wait(); v.versionWait != "" {
 			kept := *c
@@ -143,7 +151,7 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 			rendered = &kept
 		}
 	}
-	v.spec = renderPodSpec(cfg, rendered, v.tls.desired)
+	v.spec = renderPodSpec(cfg, restoreRendered(obs, rendered), v.tls.desired)
 	if b := c.Spec.Backup; b != nil {
 		if sched, err := v1alpha1.ParseSchedule(b.Schedule); err == nil {
 			v.schedule = sched
@@ -212,16 +220,22 @@ func (v *view) unansweredVoters() []*member {
 
 // unanswered: the member did not answer the hook, but its pod is Ready, so the kubelet's
 // probe of its own health passes, or only the node controller marked it not Ready
-// (nodeNotReporting). Nothing from etcd or the kubelet says something is wrong: the member is
-// unknown, not failed, and is never removed or replaced on that view alone.
+// (nodeNotReporting); for a learner that has started, whose pod is never Ready
+// (readinessProbe), its etcd container runs, which its liveness probe keeps so only while etcd
+// answers it. Nothing from etcd or the kubelet says something is wrong: the member is unknown,
+// not failed, and is never removed or replaced on that view alone. (A learner that has not
+// started is not expected to answer: its container may run something else, or wait.)
 func (m *member) unanswered() bool {
-	return !m.Reachable && mayServe(m.pod)
+	return !m.Reachable && (mayServe(m.pod) || m.IsLearner && m.Started() && etcdRunning(m.pod))
 }
 
 // unansweredWhy says why an unanswered member may still serve, and the Degraded reason for it.
 func (m *member) unansweredWhy() (why, degradedBy string) {
-	if nodeNotReporting(m.pod) {
+	switch {
+	case nodeNotReporting(m.pod):
 		return "its node stopped reporting (the node controller marked its pod not Ready; its etcd was last seen running)", ReasonNodeNotReporting
+	case !mayServe(m.pod):
+		return "its etcd container runs", ReasonMemberUnanswered
 	}
 	return "its pod is Ready", ReasonMemberUnanswered
 }

@@ -217,7 +217,7 @@ func (p *planner) restartForResize() (step, bool) {
 	if !etcdstate.QuorumWhileOneIsDown(len(p.voters()), p.healthyVoters()-1) {
 		return p.wait(next.name, why+": restarting "+next.name+" would leave no healthy quorum", resyncHold), true
 	}
-	return p.runJob(memberJob{verb: verbRestartPod, member: next.name, podUID: string(next.pod.UID)}, RestartPod, why+": restarting pod "+next.name), true
+	return p.runJob(memberJob{verb: verbRestartPod, member: next.name, id: next.ID, podUID: string(next.pod.UID)}, RestartPod, why+": restarting pod "+next.name), true
 }
 
 // awaitOnlineResize waits for the first claim that awaits a restart within the grace (a
@@ -270,11 +270,13 @@ func (v *view) disruptionBlocker() (name, why string) {
 	return "", ""
 }
 
-// restartedForResize: the member at ord is back after a restart-pod step, a healthy member
-// on a ready pod that no longer awaits a restart.
+// restartedForResize: the member at ord is back after a restart-pod step, on a pod that no
+// longer awaits a restart: a healthy voter on a ready pod, or a learner that started (a
+// learner's pod is never Ready).
 func (v *view) restartedForResize(ord int) bool {
 	pod, m := v.pods[ord], v.byOrd[ord]
-	return pod != nil && !isTerminating(pod) && isReady(pod) && m != nil && m.Healthy && !v.awaitsRestart(ord)
+	back := m != nil && (m.IsLearner && m.Started() || m.Healthy && isReady(pod))
+	return pod != nil && !isTerminating(pod) && back && !v.awaitsRestart(ord)
 }
 
 // podRestarted reports whether the pod a restart-pod Job deleted is gone: the member's pod
@@ -402,13 +404,15 @@ func (v *view) volumesCondition(st *v1alpha1.EtcdClusterStatus) {
 
 // claimsAccess renders, with spec.storageSpec, the ServiceAccount expand-claim and
 // restart-pod Jobs run as, a Role that may read and patch the claims and delete the pods of
-// the cluster's first ordinals members and nothing else, each by name, and its binding. A
-// cluster without storage has no claims and gets none of them.
+// the cluster's first ordinals members and nothing else, each by name, and create claims, and
+// its binding. A cluster without storage has no claims and gets none of them.
 //
 // RBAC checks a name against the Role when the request comes, so the Role lists every ordinal
 // that has or may soon have a claim or a pod (view.accessOrdinals), not only those a Job
 // works on now: Metacontroller applies a sync's children in no set order, and a Role that
-// grew only beside the Job that needs it might come after the Job's pod has asked.
+// grew only beside the Job that needs it might come after the Job's pod has asked. RBAC
+// cannot narrow a create by name (the object has no name until it is created), so creating
+// claims, which expand-claim does for a member about to join, is a rule of its own.
 func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels, ordinals int) []Child {
 	if c.Spec.StorageSpec == nil {
 		return nil
@@ -429,6 +433,7 @@ func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels, ordinals int) []Child
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
 			"rules": []object{
 				{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "resourceNames": claims, "verbs": []string{"get", "patch"}},
+				{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "verbs": []string{"create"}},
 				{"apiGroups": []string{""}, "resources": []string{"pods"}, "resourceNames": pods, "verbs": []string{"delete"}},
 			},
 		}},
@@ -463,6 +468,104 @@ func (v *view) accessOrdinals(replicas int) int {
 		}
 	}
 	return n
+}
+
+// createClaimArgs are expand-claim's flags to create a member's claim as the StatefulSet
+// would from its claim template (volumeClaimTemplate), with the label its selector gives it.
+func createClaimArgs(c *v1alpha1.EtcdCluster) []string {
+	st := c.Spec.StorageSpec
+	mode := string(st.AccessModes)
+	if mode == "" {
+		mode = "ReadWriteOnce"
+	}
+	args := []string{"--create", "--access-mode=" + mode, "--label=" + LabelCluster + "=" + c.Name}
+	if st.StorageClassName != "" {
+		args = append(args, "--storage-class="+st.StorageClassName)
+	}
+	if st.VolumeSizeLimit != nil {
+		args = append(args, "--limit="+st.VolumeSizeLimit.String())
+	}
+	return args
+}
+
+// joinVolume: the member to be added at ord, or the learner there, gets a claim that holds the
+// data before it receives any. The StatefulSet's claim template keeps the size the cluster was
+// created with, and claims grow only in the normal phases: a member added after they grew (a
+// scale-out, a voter replaced on a lost claim) would join on the template's size, and a
+// database grown past it does not fit: the learner could never catch up. So before the member
+// is added, a claim that asks for less than volumeSizeRequest is grown, a missing one is
+// created at that size (the StatefulSet adopts a claim of its name) when the template asks for
+// less, and the member waits while the volume grows; a file system that grows only on a mount
+// has the pod there restarted. who says who waits, for status. false when nothing is to be
+// done: no volumes, the claim holds the size, or it cannot be known (the claims were not sent).
+func (p *planner) joinVolume(ord int, who string) (step, bool) {
+	st := p.c.Spec.StorageSpec
+	if st == nil {
+		return step{}, false
+	}
+	want := st.VolumeSizeRequest
+	name := PodName(p.c.Name, ord)
+	vol := p.volumeOf(ord)
+	switch {
+	case vol.claim == nil:
+		tmpl := p.claimTemplate().VolumeSizeRequest
+		if tmpl.Cmp(want) >= 0 || !p.claimsObserved() || slices.Contains(p.stage.done, verbExpandClaim+"/"+name) {
+			// The StatefulSet creates it at the size asked; or the claims were not sent; or
+			// the Job that created it is done and the claim is not observed yet.
+			return step{}, false
+		}
+		reason := fmt.Sprintf("%s waits on its volume: claim %s does not exist, and the StatefulSet's claim template asks for %s, less than volumeSizeRequest %s: creating it at %s first",
+			who, vol.name, tmpl.String(), want.String(), want.String())
+		return p.runJob(memberJob{verb: verbExpandClaim, member: name, claim: vol.name, size: want.String(), create: true}, ExpandVolume, reason), true
+	case vol.short(want):
+		switch {
+		case vol.refused != "" && vol.capacity.Cmp(p.largestVoterVolume()) >= 0:
+			// It cannot grow, but holds as much as any voter's: the data fits as it does there.
+			return step{}, false
+		case vol.refused != "":
+			reason := fmt.Sprintf("%s waits on its volume: claim %s has %s, less than volumeSizeRequest %s and than the voters' claims, and %s", who, vol.name, vol.capacity.String(), want.String(), vol.refused)
+			return p.blocked(name, reason, ReasonVolumeTooSmall), true
+		case vol.claim.Status.Phase != corev1.ClaimBound:
+			// The API server lets only a bound claim grow, and one binds only for its pod.
+			return step{}, false
+		}
+		reason := fmt.Sprintf("%s waits on its volume: claim %s asks for %s, less than volumeSizeRequest %s: expanding it first", who, vol.name, vol.requested.String(), want.String())
+		return p.runJob(memberJob{verb: verbExpandClaim, member: name, claim: vol.name, size: want.String()}, ExpandVolume, reason), true
+	case vol.claim.Status.Phase != corev1.ClaimBound || vol.capacity.Cmp(want) >= 0:
+		// Provisioned at the size asked when its pod binds it; or it has that size.
+		return step{}, false
+	case p.awaitsRestart(ord):
+		// Its file system grows only when the volume is mounted again: the pod there now
+		// holds no voter (a pod without a member, or a learner's that has not caught up).
+		why := fmt.Sprintf("%s waits on its volume: claim %s grows its file system when mounted again (FileSystemResizePending)", who, vol.name)
+		return p.runJob(memberJob{verb: verbRestartPod, member: name, podUID: string(p.pods[ord].UID)}, RestartPod, why+": restarting pod "+name), true
+	case vol.resizing == string(corev1.PersistentVolumeClaimFileSystemResizePending):
+		// The next mount grows it, before etcd starts.
+		return step{}, false
+	}
+	return p.wait(name, fmt.Sprintf("%s waits on its volume: claim %s grows to %s (%s)", who, vol.name, want.String(), vol.resizing), resyncSoon), true
+}
+
+// claimsObserved: Metacontroller sent the claims, as the customize hook asks: at least one
+// member's claim is in the request.
+func (v *view) claimsObserved() bool {
+	for _, m := range v.members {
+		if v.volumeOf(m.ordinal).claim != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// largestVoterVolume is the largest capacity of a voter's claim.
+func (v *view) largestVoterVolume() resource.Quantity {
+	var top resource.Quantity
+	for _, m := range v.voters() {
+		if c := v.volumeOf(m.ordinal).capacity; c.Cmp(top) > 0 {
+			top = c
+		}
+	}
+	return top
 }
 
 // claimTemplate is the storage the StatefulSet's claim template carries: the spec's, but the

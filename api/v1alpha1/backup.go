@@ -50,7 +50,62 @@ type BackupSpec struct {
 	//
 	// +optional
 	Continuous *ContinuousBackup `json:"continuous,omitempty"`
+	// Verify, when set, proves the backups by restoring them on a schedule: a restore drill
+	// restores the newest snapshot and its stored changes as a real restore does, into a
+	// scratch directory of a Job, and compares every key with the live cluster
+	// (docs/backup.md, restore drills).
+	//
+	// +optional
+	Verify *BackupVerify `json:"verify,omitempty"`
+	// BeforeRiskySteps says how fresh a snapshot must be for a risky step to go ahead: a
+	// minor-version upgrade, a scale-in, a roll of every member and a forced quorum recovery
+	// are each preceded by a snapshot unless the newest is younger than maxAge (docs/backup.md,
+	// a snapshot before every risky step). Unset: maxAge 5m.
+	//
+	// +optional
+	BeforeRiskySteps *RiskyStepSnapshots `json:"beforeRiskySteps,omitempty"`
 }
+
+// BackupVerify schedules restore drills.
+type BackupVerify struct {
+	// Schedule is when a drill runs, in cron syntax, in UTC, as spec.backup.schedule; at
+	// most once an hour. A drill restores the whole key space: daily or weekly is usual.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Schedule string `json:"schedule"`
+}
+
+// RiskyStepSnapshots says when a risky step needs a snapshot of its own.
+type RiskyStepSnapshots struct {
+	// MaxAge: a snapshot stored at most this long before a risky step starts guards it; with
+	// an older newest snapshot, one is taken first and the step waits for it. 1m to 24h.
+	//
+	// +kubebuilder:default="5m"
+	// +optional
+	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
+}
+
+// Bounds of spec.backup.beforeRiskySteps.maxAge, and its default.
+const (
+	DefaultRiskyStepMaxAge = 5 * time.Minute
+	MinRiskyStepMaxAge     = time.Minute
+	MaxRiskyStepMaxAge     = 24 * time.Hour
+)
+
+// MinDrillInterval bounds how often spec.backup.verify.schedule runs a drill: each restores
+// the whole key space.
+const MinDrillInterval = time.Hour
+
+// AnnotationDrillNow on an EtcdCluster with spec.backup.verify asks for one restore drill now;
+// its value names the request, so setting a new value asks again
+// (status.backup.lastDrillRequest records the last one taken).
+const AnnotationDrillNow = "etcdops.dev/drill-now"
+
+// AnnotationProceedWithoutSnapshot on an EtcdCluster lets the risky step it names (the step
+// in status.backup.guard.step, e.g. "upgrade-v3.7.3") go ahead without the snapshot that
+// would guard it: for a backup that keeps failing while the step cannot wait.
+const AnnotationProceedWithoutSnapshot = "etcdops.dev/proceed-without-snapshot"
 
 // ContinuousBackup streams the cluster's changes after the newest snapshot to the backup's
 // destination, in chunks.
@@ -120,8 +175,8 @@ type S3Destination struct {
 	Region string `json:"region,omitempty"`
 	// CredentialsSecret names a Secret in the cluster's namespace with the keys
 	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, optional). It is
-	// mounted into the backup Jobs (and into the etcd pods of a cluster restored from it);
-	// the operator itself never reads it.
+	// mounted into the backup Jobs and the continuous backup (and, while it bootstraps, into
+	// the etcd pods of a cluster restored from it); the operator itself never reads it.
 	//
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
@@ -149,8 +204,11 @@ type PVCDestination struct {
 	Path string `json:"path,omitempty"`
 }
 
-// BackupRetention says which snapshots are kept after each backup. With both set, a snapshot
-// goes once it is beyond keep or older than keepFor; the newest is never deleted.
+// BackupRetention says which snapshots are kept after each backup, in tiers: the newest;
+// those within keep and keepFor (with both set, a snapshot beyond either goes); and, beyond
+// them, the newest snapshot of each of the keepHourly most recent hours and of the keepDaily
+// most recent days (UTC) that hold one. A snapshot no tier keeps goes, with its chain of
+// changes (docs/backup.md, retention).
 type BackupRetention struct {
 	// Keep is how many snapshots are kept, newest first.
 	//
@@ -162,6 +220,20 @@ type BackupRetention struct {
 	//
 	// +optional
 	KeepFor *metav1.Duration `json:"keepFor,omitempty"`
+	// KeepHourly also keeps the newest snapshot of each of this many most recent hours that
+	// hold one, e.g. 24.
+	//
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	KeepHourly *int32 `json:"keepHourly,omitempty"`
+	// KeepDaily also keeps the newest snapshot of each of this many most recent days (UTC)
+	// that hold one, e.g. 30, or 365 for a year.
+	//
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	KeepDaily *int32 `json:"keepDaily,omitempty"`
 }
 
 // BootstrapSpec says how a new cluster starts. It is fixed at creation.
@@ -260,6 +332,110 @@ type BackupStatus struct {
 	//
 	// +optional
 	Continuous *ContinuousBackupStatus `json:"continuous,omitempty"`
+	// LastDrillScheduleTime is spec.backup.verify's last schedule time a drill was started for.
+	//
+	// +optional
+	LastDrillScheduleTime *metav1.Time `json:"lastDrillScheduleTime,omitempty"`
+	// LastDrillRequest is the value of the etcdops.dev/drill-now annotation last taken.
+	//
+	// +optional
+	LastDrillRequest string `json:"lastDrillRequest,omitempty"`
+	// LastDrill is the last restore drill that finished.
+	//
+	// +optional
+	LastDrill *DrillRecord `json:"lastDrill,omitempty"`
+	// Guard is the snapshot that guards the risky step under way, or the last one that did.
+	//
+	// +optional
+	Guard *StepGuard `json:"guard,omitempty"`
+}
+
+// DrillRecord is one restore drill.
+type DrillRecord struct {
+	// Job is the drill's Job.
+	Job string `json:"job"`
+	// Time is when it finished.
+	Time metav1.Time `json:"time"`
+	// Result: Passed; Mismatch (the restored copy differs from the live cluster: the message
+	// names the first difference); RestoreFailed (the backup could not be restored); Error
+	// (the drill could not read the live cluster, or its Job gave no report).
+	Result string `json:"result"`
+	// Message says what was restored and compared, or what differs or failed.
+	//
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Lineage and Snapshot are the lineage and snapshot restored.
+	//
+	// +optional
+	Lineage string `json:"lineage,omitempty"`
+	// +optional
+	Snapshot string `json:"snapshot,omitempty"`
+	// RestoredRevision is the revision restored; Revision the revision compared at.
+	//
+	// +optional
+	RestoredRevision int64 `json:"restoredRevision,omitempty"`
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// Keys counts the restored copy's keys, and Digest is its digest: SHA-256 over every
+	// key, value, create and modification revision, version and lease.
+	//
+	// +optional
+	Keys int64 `json:"keys,omitempty"`
+	// +optional
+	Digest string `json:"digest,omitempty"`
+	// RestoreDuration is how long the restore took: fetching, checking, restoring and
+	// replaying.
+	//
+	// +optional
+	RestoreDuration *metav1.Duration `json:"restoreDuration,omitempty"`
+}
+
+// Results of a restore drill (DrillRecord.Result).
+const (
+	DrillPassed        = "Passed"
+	DrillMismatch      = "Mismatch"
+	DrillRestoreFailed = "RestoreFailed"
+	DrillError         = "Error"
+)
+
+// StepGuard is the snapshot taken, or found fresh enough, before a risky step.
+type StepGuard struct {
+	// Step names the risky step: upgrade-<version> (a minor-version upgrade),
+	// scale-in-<size>, roll-<configuration hash> (a roll of every member), or
+	// recovery-<token> (a forced quorum recovery). AnnotationProceedWithoutSnapshot names it.
+	Step string `json:"step"`
+	// Since is when the step first asked for its snapshot.
+	Since metav1.Time `json:"since"`
+	// Requested is when a snapshot was last asked for it; unset when one was fresh enough.
+	//
+	// +optional
+	Requested *metav1.Time `json:"requested,omitempty"`
+	// Failure says why the last snapshot asked for it failed, at FailureTime: the step holds
+	// until one succeeds.
+	//
+	// +optional
+	Failure string `json:"failure,omitempty"`
+	// +optional
+	FailureTime *metav1.Time `json:"failureTime,omitempty"`
+	// Snapshot is the snapshot that guards the step (object name), of Revision, stored at
+	// SnapshotTime; unset while it is taken.
+	//
+	// +optional
+	Snapshot string `json:"snapshot,omitempty"`
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// +optional
+	SnapshotTime *metav1.Time `json:"snapshotTime,omitempty"`
+	// Skipped: a person let the step go ahead without a snapshot
+	// (AnnotationProceedWithoutSnapshot).
+	//
+	// +optional
+	Skipped bool `json:"skipped,omitempty"`
+	// Done is when the step was over (nothing risky left to do, or another step guarded); the
+	// record stays as the last guard.
+	//
+	// +optional
+	Done *metav1.Time `json:"done,omitempty"`
 }
 
 // ContinuousBackupStatus is how far the continuous backup has stored the cluster's changes.
@@ -331,6 +507,10 @@ type BackupFailure struct {
 // backup succeeded.
 const ConditionBackedUp = "BackedUp"
 
+// ConditionBackupVerified is the condition of a cluster with spec.backup.verify: True while
+// the last restore drill passed.
+const ConditionBackupVerified = "BackupVerified"
+
 // scheduleProbe is any fixed time: how often a schedule fires is read from two of its times.
 var scheduleProbe = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -358,9 +538,27 @@ func checkBackup(s EtcdClusterSpec) []string {
 			if r.Keep != nil && *r.Keep < 1 {
 				p = append(p, fmt.Sprintf("spec.backup.retention.keep %d is below 1; allowed: 1 or more (the newest snapshot is always kept)", *r.Keep))
 			}
+			for _, tier := range []struct {
+				field string
+				n     *int32
+			}{{"keepHourly", r.KeepHourly}, {"keepDaily", r.KeepDaily}} {
+				if tier.n != nil && *tier.n < 1 {
+					p = append(p, fmt.Sprintf("spec.backup.retention.%s %d is below 1; allowed: 1 or more, or unset", tier.field, *tier.n))
+				}
+			}
 			if r.KeepFor != nil && r.KeepFor.Duration <= 0 {
 				p = append(p, fmt.Sprintf("spec.backup.retention.keepFor %s is not positive", r.KeepFor.Duration))
 			}
+		}
+		if v := b.Verify; v != nil {
+			if sched, err := ParseSchedule(v.Schedule); err != nil {
+				p = append(p, fmt.Sprintf("spec.backup.verify.schedule %q is not a cron schedule (%v); allowed: five fields such as \"0 3 * * *\", or @daily, @weekly", v.Schedule, err))
+			} else if t := sched.Next(scheduleProbe); sched.Next(t).Sub(t) < MinDrillInterval {
+				p = append(p, fmt.Sprintf("spec.backup.verify.schedule %q runs a drill more often than once an hour; allowed: at most once an hour (each drill restores the whole key space)", v.Schedule))
+			}
+		}
+		if g := b.BeforeRiskySteps; g != nil && g.MaxAge != nil && (g.MaxAge.Duration < MinRiskyStepMaxAge || g.MaxAge.Duration > MaxRiskyStepMaxAge) {
+			p = append(p, fmt.Sprintf("spec.backup.beforeRiskySteps.maxAge %s is out of range; allowed: %s to %s", g.MaxAge.Duration, MinRiskyStepMaxAge, MaxRiskyStepMaxAge))
 		}
 		if q := b.MaxBandwidth; q != nil && q.Sign() <= 0 {
 			p = append(p, fmt.Sprintf("spec.backup.maxBandwidth %s must be greater than zero, e.g. 32Mi", q.String()))

@@ -48,6 +48,22 @@ func TestValidateBackup(t *testing.T) {
 		{"no credentials", withBackup(func(b *BackupSpec) { b.Destination.S3.CredentialsSecret = "" }), "credentialsSecret"},
 		{"a prefix that climbs out", withBackup(func(b *BackupSpec) { b.Destination.S3.Prefix = "../other" }), `must not start with "/" or contain ".."`},
 		{"keep zero", withBackup(func(b *BackupSpec) { n := int32(0); b.Retention = &BackupRetention{Keep: &n} }), "retention.keep 0 is below 1"},
+		{"tiers: a day of hours, a year of days", withBackup(func(b *BackupSpec) {
+			h, d := int32(24), int32(365)
+			b.Retention = &BackupRetention{KeepHourly: &h, KeepDaily: &d}
+		}), ""},
+		{"keepDaily zero", withBackup(func(b *BackupSpec) { n := int32(0); b.Retention = &BackupRetention{KeepDaily: &n} }), "retention.keepDaily 0 is below 1"},
+		{"a daily drill", withBackup(func(b *BackupSpec) { b.Verify = &BackupVerify{Schedule: "@daily"} }), ""},
+		{"a drill every ten minutes", withBackup(func(b *BackupSpec) { b.Verify = &BackupVerify{Schedule: "*/10 * * * *"} }),
+			`spec.backup.verify.schedule "*/10 * * * *" runs a drill more often than once an hour`},
+		{"a drill schedule that is not cron", withBackup(func(b *BackupSpec) { b.Verify = &BackupVerify{Schedule: "nightly"} }),
+			`spec.backup.verify.schedule "nightly" is not a cron schedule`},
+		{"risky steps guarded by a snapshot of the last 15 minutes", withBackup(func(b *BackupSpec) {
+			b.BeforeRiskySteps = &RiskyStepSnapshots{MaxAge: &metav1.Duration{Duration: 15 * time.Minute}}
+		}), ""},
+		{"risky steps guarded by a snapshot of the last 10 seconds", withBackup(func(b *BackupSpec) {
+			b.BeforeRiskySteps = &RiskyStepSnapshots{MaxAge: &metav1.Duration{Duration: 10 * time.Second}}
+		}), "spec.backup.beforeRiskySteps.maxAge 10s is out of range; allowed: 1m0s to 24h0m0s"},
 		{"continuous with the defaults", withBackup(func(b *BackupSpec) { b.Continuous = &ContinuousBackup{} }), ""},
 		{"continuous every 5s in 1Mi chunks", withBackup(func(b *BackupSpec) {
 			q := resource.MustParse("1Mi")
@@ -102,7 +118,14 @@ func TestDefaultedBackup(t *testing.T) {
 	if d.Spec.Backup.MaxBandwidth == nil || d.Spec.Backup.MaxBandwidth.String() != DefaultBackupMaxBandwidth || d.Spec.Bootstrap.FromBackup.Name != LatestBackup {
 		t.Fatalf("defaults: %+v %+v", d.Spec.Backup, d.Spec.Bootstrap.FromBackup)
 	}
-	if c.Spec.Backup.MaxBandwidth != nil || c.Spec.Bootstrap.FromBackup.Name != "" {
+	if d.Spec.Backup.BeforeRiskySteps != nil {
+		t.Fatalf("beforeRiskySteps unset defaults to %+v: the planner's own default applies, as the API server leaves it unset", d.Spec.Backup.BeforeRiskySteps)
+	}
+	c.Spec.Backup.BeforeRiskySteps = &RiskyStepSnapshots{}
+	if g := Defaulted(c).Spec.Backup.BeforeRiskySteps; g == nil || g.MaxAge == nil || g.MaxAge.Duration != DefaultRiskyStepMaxAge {
+		t.Fatalf("beforeRiskySteps defaults: %+v", g)
+	}
+	if c.Spec.Backup.MaxBandwidth != nil || c.Spec.Backup.BeforeRiskySteps.MaxAge != nil || c.Spec.Bootstrap.FromBackup.Name != "" {
 		t.Fatal("Defaulted changed its argument")
 	}
 	c.Spec.Backup.Continuous = &ContinuousBackup{}

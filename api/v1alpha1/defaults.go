@@ -82,6 +82,9 @@ func Defaulted(c EtcdCluster) EtcdCluster {
 			q := resource.MustParse(DefaultBackupMaxBandwidth)
 			b.MaxBandwidth = &q
 		}
+		if b.BeforeRiskySteps != nil && b.BeforeRiskySteps.MaxAge == nil {
+			b.BeforeRiskySteps = &RiskyStepSnapshots{MaxAge: &metav1.Duration{Duration: DefaultRiskyStepMaxAge}}
+		}
 		if b.Continuous != nil {
 			c := *b.Continuous
 			if c.Interval == nil {

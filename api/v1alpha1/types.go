@@ -118,6 +118,13 @@ type EtcdClusterSpec struct {
 	//
 	// +optional
 	PodTemplate *PodTemplate `json:"podTemplate,omitempty"`
+	// Tool sets what the containers running the operator's own image (the hook's
+	// --tool-image, with etcdops-member) get: every pod the operator runs besides the etcd
+	// pods (member and backup Jobs, the continuous backup) and the etcd pods' install
+	// container (docs/operate.md, "Resources and pull secrets").
+	//
+	// +optional
+	Tool *ToolSpec `json:"tool,omitempty"`
 	// Paused stops every change: the hook only reports status.
 	//
 	// +optional
@@ -339,10 +346,21 @@ type PodMetadata struct {
 
 // PodSpec is the subset of a pod spec a user may set.
 type PodSpec struct {
-	// Resources of the etcd container.
+	// Resources of the etcd container, and of the pods' install container, which runs
+	// before it: it costs the pod nothing beyond etcd's own (a pod asks for the larger of its
+	// init containers' and the sum of its containers'), and a namespace whose ResourceQuota
+	// admits etcd's container admits it. Unset, neither has any: in a namespace with a
+	// ResourceQuota and no LimitRange, set it.
 	//
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// ImagePullSecrets of the etcd pods, for pulling the etcd image (imageRegistry). The
+	// operator's own image's are spec.tool.imagePullSecrets, which the etcd pods get too.
+	//
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	ImagePullSecrets []SecretReference `json:"imagePullSecrets,omitempty"`
 	// Affinity of the etcd pods, e.g. a pod anti-affinity that spreads members over nodes.
 	//
 	// +optional
@@ -362,6 +380,38 @@ type PodSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+}
+
+// ToolSpec is what the containers running the operator's image get.
+type ToolSpec struct {
+	// ImagePullSecrets for pulling the operator's image: every pod that runs it gets them,
+	// every pod of the operator's own (member and backup Jobs, the continuous backup) and the
+	// etcd pods (for their install container).
+	//
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	ImagePullSecrets []SecretReference `json:"imagePullSecrets,omitempty"`
+	// Resources of every container in the pods the operator runs besides the etcd pods:
+	// member and backup Jobs, the continuous backup. Unset, each gets a
+	// default with requests and limits, measured for what it does (docs/operate.md,
+	// "Resources and pull secrets"), so that a namespace's ResourceQuota admits it. Set, it
+	// replaces every default as a whole. The etcd pods' install container takes
+	// spec.podTemplate.spec.resources instead.
+	//
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// SecretReference names a Secret in the cluster's namespace; the same shape as a pod's
+// imagePullSecrets entries.
+type SecretReference struct {
+	// Name of the Secret.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
 }
 
 // EtcdClusterStatus is what the hook observed and decided. Metacontroller replaces the whole
@@ -399,14 +449,24 @@ type EtcdClusterStatus struct {
 	// +optional
 	CurrentVersion string `json:"currentVersion,omitempty"`
 	// V2LogIndex is the raft index up to which etcd v3.5 members may have written etcd v2
-	// requests to the raft log, recorded when the last v3.5 member left. etcd v3.7 cannot
-	// apply them, so the move to v3.7 waits until every member has taken a raft snapshot past
-	// it. Cleared once every member runs v3.7.
+	// requests to the raft log, recorded when the last v3.5 member left (or, with no record,
+	// the highest raft index seen when v3.7 is asked for). etcd v3.7 cannot apply them, so the
+	// move to v3.7 waits until every member has taken a raft snapshot past it. -1: the cluster
+	// was created on v3.6 or later and never ran v3.5. Cleared once every member runs v3.7.
+	// The join ConfigMap keeps a copy (annotation etcdops.dev/v2-log-index).
 	//
 	// +optional
 	V2LogIndex int64 `json:"v2LogIndex,omitempty"`
-	// Conditions: Available, Progressing, Degraded; BackedUp with spec.backup; VolumesExpanded
-	// once a volume grows (docs/operate.md, "Conditions").
+	// ForkSeenSince is when the syncs began to see a second membership answer (EtcdForked). A
+	// sync that sees one holds; it is reported only from a sync at least 5 seconds after the
+	// first, so that one observation caught mid-election, or a pod IP reused while the caches
+	// lag, is not reported. Cleared by a sync that sees none.
+	//
+	// +optional
+	ForkSeenSince *metav1.Time `json:"forkSeenSince,omitempty"`
+	// Conditions: Available, Progressing, Degraded; BackedUp with spec.backup; BackupVerified
+	// with spec.backup.verify; VolumesExpanded once a volume grows (docs/operate.md,
+	// "Conditions").
 	//
 	// +listType=map
 	// +listMapKey=type
@@ -448,7 +508,9 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	Maintenance *MaintenanceStatus `json:"maintenance,omitempty"`
-	// Recovery is the quorum recovery in progress, or the last one done.
+	// Recovery is the quorum recovery in progress, or the last one done. The join ConfigMap
+	// keeps a copy (annotation etcdops.dev/recovery); the later of the two is read. A phase
+	// the hook does not know stops every change.
 	//
 	// +optional
 	Recovery *RecoveryStatus `json:"recovery,omitempty"`
@@ -474,6 +536,11 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	RestoredTime *metav1.MicroTime `json:"restoredTime,omitempty"`
+	// RestoreDuration is how long the seed's restore took: fetching and checking the snapshot,
+	// restoring it and replaying the changes after it. Unset when the seed does not say.
+	//
+	// +optional
+	RestoreDuration *metav1.Duration `json:"restoreDuration,omitempty"`
 	// RestoredLineage is the lineage the seed restored from: the etcd cluster ID (hex) of
 	// the cluster that stored it, or "legacy".
 	//
@@ -613,6 +680,13 @@ type LedgerRecord struct {
 	//
 	// +optional
 	Established bool `json:"established,omitempty"`
+	// PastIDs are the member IDs in hex the name carried before ID, oldest first, the last
+	// few kept: an answer under one of them at the name's pod is a member removed from the
+	// cluster that still runs there, not a second membership.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	PastIDs []string `json:"pastIDs,omitempty"`
 }
 
 // Phase summarises the cluster's state.
@@ -720,8 +794,8 @@ type VolumeStatus struct {
 type Action struct {
 	// Type: Steady, Wait, Hold, Bootstrap, AddLearner, PromoteLearner, RemoveMember,
 	// MoveLeader, ReplacePod, ScaleStatefulSet, Teardown, Compact, Defragment, DisarmAlarm,
-	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod (docs/operate.md,
-	// "Actions").
+	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod, RestoreDrill
+	// (docs/operate.md, "Actions").
 	//
 	// +optional
 	Type string `json:"type"`

@@ -2,11 +2,13 @@ package v1alpha1
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/version"
 )
@@ -89,6 +91,11 @@ func Validate(c EtcdCluster) error {
 	}
 	if s.PodTemplate != nil {
 		for _, msg := range checkPodTemplate(*s.PodTemplate) {
+			add("%s", msg)
+		}
+	}
+	if t := s.Tool; t != nil {
+		for _, msg := range checkTool(*t) {
 			add("%s", msg)
 		}
 	}
@@ -259,7 +266,95 @@ func checkPodTemplate(t PodTemplate) []string {
 			p = append(p, fmt.Sprintf("spec.podTemplate.spec.priorityClassName %q is not a valid name (%s)", t.Spec.PriorityClassName, strings.Join(errs, ", ")))
 		}
 	}
+	if t.Spec != nil {
+		if r := t.Spec.Resources; r != nil {
+			p = append(p, checkResources("spec.podTemplate.spec.resources", *r, false)...)
+		}
+		p = append(p, checkPullSecrets("spec.podTemplate.spec.imagePullSecrets", t.Spec.ImagePullSecrets)...)
+	}
 	return p
+}
+
+func checkTool(t ToolSpec) []string {
+	var p []string
+	if r := t.Resources; r != nil {
+		p = append(p, checkResources("spec.tool.resources", *r, true)...)
+	}
+	return append(p, checkPullSecrets("spec.tool.imagePullSecrets", t.ImagePullSecrets)...)
+}
+
+func checkPullSecrets(field string, refs []SecretReference) []string {
+	var p []string
+	seen := map[string]bool{}
+	for i, r := range refs {
+		f := fmt.Sprintf("%s[%d].name", field, i)
+		switch {
+		case r.Name == "":
+			p = append(p, f+" is empty; allowed: the name of a Secret in the cluster's namespace")
+		case seen[r.Name]:
+			p = append(p, fmt.Sprintf("%s names %q a second time; allowed: each Secret once", f, r.Name))
+		default:
+			p = append(p, checkSecretName(f, r.Name)...)
+		}
+		seen[r.Name] = true
+	}
+	return p
+}
+
+// toolResourceNames are what the operator's own containers may ask for: they use no device.
+var toolResourceNames = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage}
+
+// checkResources refuses what the API server would refuse in a container's resources, so
+// that the spec says why rather than a pod, a Job or a StatefulSet the API server does not
+// take: a negative quantity, a request above its limit, an invalid resource name, a claim
+// (dynamic resources are not the operator's to allocate). tool limits the names to cpu,
+// memory and ephemeral-storage, and a memory limit of at least MinToolMemory.
+func checkResources(field string, r corev1.ResourceRequirements, tool bool) []string {
+	var p []string
+	if len(r.Claims) > 0 {
+		p = append(p, field+".claims is not allowed: the operator's pods use no dynamic resources")
+	}
+	for _, part := range []struct {
+		name string
+		list corev1.ResourceList
+	}{{"requests", r.Requests}, {"limits", r.Limits}} {
+		for _, name := range slices.Sorted(maps.Keys(part.list)) {
+			q := part.list[name]
+			f := fmt.Sprintf("%s.%s[%s]", field, part.name, name)
+			switch {
+			case tool && !slices.Contains(toolResourceNames, name):
+				p = append(p, fmt.Sprintf("%s: the operator's containers use no %s; allowed: cpu, memory, ephemeral-storage", f, name))
+			case !tool && !isResourceName(name):
+				p = append(p, fmt.Sprintf("%s is not a resource name; allowed: cpu, memory, ephemeral-storage, hugepages-<size> or a domain-qualified extended resource", f))
+			case q.Sign() < 0:
+				p = append(p, fmt.Sprintf("%s %s is negative", f, q.String()))
+			case tool && part.name == "limits" && name == corev1.ResourceMemory && q.Cmp(resource.MustParse(MinToolMemory)) < 0:
+				p = append(p, fmt.Sprintf("%s %s is below %s: etcdops-member needs more to start (docs/operate.md, \"Resources and pull secrets\")", f, q.String(), MinToolMemory))
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Requests)) {
+		req := r.Requests[name]
+		if limit, ok := r.Limits[name]; ok && req.Cmp(limit) > 0 {
+			p = append(p, fmt.Sprintf("%s.requests[%s] %s is above its limit %s; allowed: a request at most the limit", field, name, req.String(), limit.String()))
+		}
+	}
+	return p
+}
+
+// isResourceName accepts a container's resource names as the API server does: the native
+// ones, hugepages of a size, and extended resources named with a domain.
+func isResourceName(name corev1.ResourceName) bool {
+	n := string(name)
+	switch {
+	case name == corev1.ResourceCPU || name == corev1.ResourceMemory || name == corev1.ResourceEphemeralStorage:
+		return true
+	case strings.HasPrefix(n, corev1.ResourceHugePagesPrefix):
+		_, err := resource.ParseQuantity(strings.TrimPrefix(n, corev1.ResourceHugePagesPrefix))
+		return err == nil
+	}
+	domain, _, ok := strings.Cut(n, "/")
+	return ok && len(validation.IsQualifiedName(n)) == 0 && len(validation.IsDNS1123Subdomain(domain)) == 0 && !strings.HasSuffix(domain, "kubernetes.io")
 }
 
 func sortedKeys(m map[string]string) []string {

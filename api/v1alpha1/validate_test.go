@@ -126,6 +126,43 @@ func TestValidate(t *testing.T) {
 			[]string{`metadata.name "1etcd" is not a DNS-1035 label (a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')); it names Services and pods`}},
 		{"a long name would overflow the pods' revision label", func(c *EtcdCluster) { c.Name = "a23456789012345678901234567890123456789012345678901234" },
 			[]string{`metadata.name "a23456789012345678901234567890123456789012345678901234" is 54 characters; at most 52 are allowed so pod labels fit`}},
+		{"resources and pull secrets for every pod", func(c *EtcdCluster) {
+			c.Spec.PodTemplate = &PodTemplate{Spec: &PodSpec{
+				Resources:        &corev1.ResourceRequirements{Requests: quantities("cpu", "1", "memory", "2Gi", "hugepages-2Mi", "64Mi", "example.com/accelerator", "1"), Limits: quantities("memory", "4Gi", "hugepages-2Mi", "64Mi")},
+				ImagePullSecrets: []SecretReference{{Name: "etcd-registry"}},
+			}}
+			c.Spec.Tool = &ToolSpec{
+				Resources:        &corev1.ResourceRequirements{Requests: quantities("cpu", "10m", "memory", "32Mi", "ephemeral-storage", "1Gi"), Limits: quantities("cpu", "1", "memory", "256Mi")},
+				ImagePullSecrets: []SecretReference{{Name: "tool-registry"}, {Name: "etcd-registry"}},
+			}
+		}, nil},
+		{"quantities the API server would refuse in a pod are refused in the spec", func(c *EtcdCluster) {
+			c.Spec.PodTemplate = &PodTemplate{Spec: &PodSpec{Resources: &corev1.ResourceRequirements{
+				Requests: quantities("cpu", "2", "memory", "-1Gi", "gpu", "1"),
+				Limits:   quantities("cpu", "1"),
+				Claims:   []corev1.ResourceClaim{{Name: "gpu"}},
+			}}}
+			c.Spec.Tool = &ToolSpec{Resources: &corev1.ResourceRequirements{
+				Requests: quantities("memory", "128Mi", "nvidia.com/gpu", "1", "cpu", "1m"),
+				Limits:   quantities("memory", "16Mi"),
+			}}
+		}, []string{
+			"spec.podTemplate.spec.resources.claims is not allowed: the operator's pods use no dynamic resources",
+			"spec.podTemplate.spec.resources.requests[gpu] is not a resource name; allowed: cpu, memory, ephemeral-storage, hugepages-<size> or a domain-qualified extended resource",
+			"spec.podTemplate.spec.resources.requests[memory] -1Gi is negative",
+			"spec.podTemplate.spec.resources.requests[cpu] 2 is above its limit 1; allowed: a request at most the limit",
+			"spec.tool.resources.requests[nvidia.com/gpu]: the operator's containers use no nvidia.com/gpu; allowed: cpu, memory, ephemeral-storage",
+			`spec.tool.resources.limits[memory] 16Mi is below 64Mi: etcdops-member needs more to start (docs/operate.md, "Resources and pull secrets")`,
+			"spec.tool.resources.requests[memory] 128Mi is above its limit 16Mi; allowed: a request at most the limit",
+		}},
+		{"pull secrets are Secret names, each once", func(c *EtcdCluster) {
+			c.Spec.PodTemplate = &PodTemplate{Spec: &PodSpec{ImagePullSecrets: []SecretReference{{Name: "Registry_Creds"}, {}}}}
+			c.Spec.Tool = &ToolSpec{ImagePullSecrets: []SecretReference{{Name: "registry"}, {Name: "registry"}}}
+		}, []string{
+			`spec.podTemplate.spec.imagePullSecrets[0].name "Registry_Creds" is not a valid Secret name (a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'))`,
+			"spec.podTemplate.spec.imagePullSecrets[1].name is empty; allowed: the name of a Secret in the cluster's namespace",
+			`spec.tool.imagePullSecrets[1].name names "registry" a second time; allowed: each Secret once`,
+		}},
 		{"every problem is listed, not just the first", func(c *EtcdCluster) {
 			c.Spec.Size = ptr(int32(11))
 			c.Spec.Version = "v3.x"
@@ -162,4 +199,13 @@ func TestInvalidSpecErrorMessage(t *testing.T) {
 	if got, want := err.Error(), "invalid EtcdCluster: a is wrong; b is wrong"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
+}
+
+// quantities is a resource list from name, quantity pairs.
+func quantities(kv ...string) corev1.ResourceList {
+	l := corev1.ResourceList{}
+	for i := 0; i < len(kv); i += 2 {
+		l[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+	}
+	return l
 }

@@ -219,7 +219,7 @@ var controllers = []string{
 	"root-ca-certificate-publisher-controller", "persistentvolume-binder-controller",
 	"persistentvolume-expander-controller", "persistentvolumeclaim-protection-controller",
 	"persistentvolume-protection-controller", "ttl-after-finished-controller", "disruption-controller",
-	"namespace-controller", "clusterrole-aggregation-controller",
+	"namespace-controller", "clusterrole-aggregation-controller", "resourcequota-controller",
 }
 
 func (p *Plane) file(name string) string { return filepath.Join(p.Dir, name) }

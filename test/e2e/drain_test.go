@@ -65,7 +65,7 @@ type drainer struct {
 	// attempts counts evictions asked for; evicted those that went through; refused those
 	// the budget refused, and refusedInStep those refused while a step of the operator's
 	// had a member down (the hook's status said so) or was about to (the budget's
-	// maxUnavailable 0).
+	// minAvailable 100%).
 	attempts, evicted, refused, refusedInStep int
 }
 
@@ -148,8 +148,8 @@ func (d *drainer) evict(pod string) (evicted, retry bool) {
 	// Read before asking: a sync may move the step on meanwhile.
 	inStep := condition(d.env.Store.Parent().Status, v1alpha1.ConditionDegraded).Reason == sync.ReasonPlannedDisruption
 	if o, ok := d.env.Store.Get("PodDisruptionBudget", d.env.Cluster); ok {
-		mu := o.(*policyv1.PodDisruptionBudget).Spec.MaxUnavailable
-		inStep = inStep || mu != nil && mu.IntValue() == 0
+		ma := o.(*policyv1.PodDisruptionBudget).Spec.MinAvailable
+		inStep = inStep || ma != nil && ma.String() == "100%"
 	}
 	err := d.env.Drain(pod)
 	d.mu.Lock()

@@ -132,13 +132,19 @@ func scaleInDropsClaims(t *testing.T, env *harness.Env, from, to int) {
 	}
 }
 
-// checkClaimsRetained: at rest the StatefulSet keeps every claim, whatever happens to it.
+// checkClaimsRetained: at rest the StatefulSet keeps every claim, whatever happens to it. The
+// cluster is steady once the scaled-away pods are gone, but the sync that shrank the
+// StatefulSet may have seen them terminating and set whenScaled: Delete for them: the next
+// sync, which the pods' deletion brings, sets it back, so the check waits for it.
 func checkClaimsRetained(t *testing.T, env *harness.Env) {
 	t.Helper()
-	o, _ := env.Store.Get("StatefulSet", env.Cluster)
 	retain := appsv1.RetainPersistentVolumeClaimRetentionPolicyType
-	if pol := o.(*appsv1.StatefulSet).Spec.PersistentVolumeClaimRetentionPolicy; pol == nil || pol.WhenScaled != retain || pol.WhenDeleted != retain {
-		t.Errorf("the StatefulSet's claim retention policy is %+v, want Retain for both", pol)
+	if _, err := env.WaitFor(30*time.Second, func() (bool, string) {
+		o, _ := env.Store.Get("StatefulSet", env.Cluster)
+		pol := o.(*appsv1.StatefulSet).Spec.PersistentVolumeClaimRetentionPolicy
+		return pol != nil && pol.WhenScaled == retain && pol.WhenDeleted == retain, fmt.Sprintf("%+v", pol)
+	}); err != nil {
+		t.Errorf("the StatefulSet's claim retention policy is not Retain for both: %v", err)
 	}
 }
 

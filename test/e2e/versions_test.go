@@ -146,8 +146,8 @@ func plannedRestarts(cs corev1.ContainerStatus) int32 {
 }
 
 // checkServes checks that every running member reports release v and answers the probe
-// endpoints its pod renders (the readiness probe's path, the liveness probe's health and
-// metrics URLs) with 200.
+// endpoints its pod renders (the readiness probe's readyz and metrics URLs, the liveness
+// probe's health and metrics URLs) with 200.
 func checkServes(t *testing.T, env *harness.Env, v string) {
 	t.Helper()
 	versions := env.EtcdVersions()
@@ -156,16 +156,16 @@ func checkServes(t *testing.T, env *harness.Env, v string) {
 			t.Errorf("%s reports etcd %q, want %s", p.Name, got, v)
 		}
 		c := p.Spec.Containers[0]
-		urls := []string{fmt.Sprintf("http://%s:%s%s", p.Status.PodIP, c.ReadinessProbe.HTTPGet.Port.String(), c.ReadinessProbe.HTTPGet.Path)}
-		for _, a := range c.LivenessProbe.Exec.Command {
-			for _, f := range []string{"--health=", "--defrag-metrics="} {
+		var urls []string
+		for _, a := range append(slices.Clone(c.ReadinessProbe.Exec.Command), c.LivenessProbe.Exec.Command...) {
+			for _, f := range []string{"--readyz=", "--metrics=", "--health=", "--defrag-metrics="} {
 				if u, ok := strings.CutPrefix(a, f); ok {
 					urls = append(urls, strings.Replace(u, "//127.0.0.1:", "//"+p.Status.PodIP+":", 1))
 				}
 			}
 		}
-		if len(urls) != 3 {
-			t.Fatalf("%s: probe URLs %q: the liveness probe's --health and --defrag-metrics were not found", p.Name, urls)
+		if len(urls) != 4 {
+			t.Fatalf("%s: probe URLs %q: the readiness probe's --readyz and --metrics, and the liveness probe's --health and --defrag-metrics were not found", p.Name, urls)
 		}
 		for _, u := range urls {
 			code, body := httpGet(u)

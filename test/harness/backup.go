@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,6 +48,10 @@ func (c *Jobs) jobPodArgs(p *corev1.Pod, args []string) ([]string, string, error
 	out := make([]string, len(args))
 	for i, a := range args {
 		out[i] = rewritePath(a, mounts)
+	}
+	if c.EtcdBinary != nil && slices.ContainsFunc(out, func(a string) bool { return strings.HasPrefix(a, "--etcd=") }) {
+		// A restore drill runs the etcd pods' image; its --etcd is that image's binary.
+		out = withImageEtcd(out, nil, p.Spec.Containers[0].Image, c.EtcdBinary, c.logf)
 	}
 	return out, mounts[terminationLog], nil
 }

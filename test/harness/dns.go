@@ -14,12 +14,15 @@ import (
 // DNS stands in for cluster DNS (CoreDNS): an authoritative UDP responder on 127.0.0.1 that
 // answers A queries for the names the harness registers. Installing it replaces
 // net.DefaultResolver, so both the hook's clientv3 and etcd's peer transport resolve
-// <pod>.<svc>.<ns>.svc.<domain> exactly as they would in a pod.
+// <pod>.<svc>.<ns>.svc.<domain> exactly as they would in a pod. A name of several addresses
+// answers them in a rotating order, query after query: a client Service's name stands for its
+// virtual IP, behind which kube-proxy picks any ready pod for each new connection.
 type DNS struct {
 	conn *net.UDPConn
 
-	mu      gosync.RWMutex
+	mu      gosync.Mutex
 	records map[string][]netip.Addr // lower-case FQDN with trailing dot
+	turns   map[string]int          // queries answered, per name: where the rotation starts
 }
 
 // StartDNS listens on an ephemeral UDP port of 127.0.0.1 and serves until ctx ends.
@@ -28,7 +31,7 @@ func StartDNS(ctx context.Context) (*DNS, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &DNS{conn: conn, records: map[string][]netip.Addr{}}
+	d := &DNS{conn: conn, records: map[string][]netip.Addr{}, turns: map[string]int{}}
 	go func() {
 		<-ctx.Done()
 		conn.Close()
@@ -99,9 +102,15 @@ func (d *DNS) answer(query []byte) ([]byte, bool) {
 	if err != nil {
 		return nil, false
 	}
-	d.mu.RLock()
-	addrs, known := d.records[strings.ToLower(q.Name.String())]
-	d.mu.RUnlock()
+	name := strings.ToLower(q.Name.String())
+	d.mu.Lock()
+	addrs, known := d.records[name]
+	if n := len(addrs); n > 1 && q.Type == dnsmessage.TypeA {
+		first := d.turns[name] % n
+		d.turns[name]++
+		addrs = append(append([]netip.Addr(nil), addrs[first:]...), addrs[:first]...)
+	}
+	d.mu.Unlock()
 
 	rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired, RCode: dnsmessage.RCodeSuccess}
 	if !known {

@@ -161,6 +161,7 @@ func Start(opts Options) (*Env, error) {
 	e.Jobs.Mounts = func(p *corev1.Pod) (map[string]string, error) {
 		return e.Kubelet.jobMounts(p, filepath.Join(opts.Root, "pods", p.Name))
 	}
+	e.Jobs.EtcdBinary, e.Jobs.Logf = e.Kubelet.etcdBinaryFor, opts.Logf
 	e.Streams = NewStreams(e.Store, opts.Tools, opts.TimeScale, opts.Logf)
 	e.Streams.Mounts = func(p *corev1.Pod) (map[string]string, error) {
 		return e.Kubelet.jobMounts(p, filepath.Join(opts.Root, "pods", p.Name))

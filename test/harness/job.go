@@ -8,9 +8,12 @@ import (
 	gosync "sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/backup"
 )
 
 // Jobs plays the Job controller and the kubelet for Job pods: each attempt is a pod whose
@@ -28,19 +31,41 @@ type Jobs struct {
 	AfterJob func(job string)
 	// Mounts, when set, materialises a pod's volumes and returns mount path → directory.
 	Mounts func(p *corev1.Pod) (map[string]string, error)
+	// EtcdBinary, when set, is the etcd binary that stands for a Job container's image: a
+	// restore drill runs the etcd pods' image, and its --etcd names that image's binary.
+	EtcdBinary func(image string) (string, error)
+	// Logf hears of what the controller could not do as asked.
+	Logf func(format string, args ...any)
 
-	mu       gosync.Mutex
-	running  map[string]bool // Job name → an attempt is running
-	attempts map[string]int
-	retryAt  map[string]time.Time
-	finished map[string]time.Time
-	seq      int
+	mu gosync.Mutex
+	// drillSeam, when set, is passed to every drill (backup.WithDrillSeam): a test's way to
+	// write into a restored copy.
+	drillSeam func(ctx context.Context, restored *clientv3.Client) error
+	running   map[string]bool // Job name → an attempt is running
+	attempts  map[string]int
+	retryAt   map[string]time.Time
+	finished  map[string]time.Time
+	seq       int
 }
 
 // NewJobs returns the Job controller.
 func NewJobs(s *Store, tools Tools, timeScale float64) *Jobs {
 	return &Jobs{Store: s, Tools: tools, TimeScale: timeScale, running: map[string]bool{}, attempts: map[string]int{},
 		retryAt: map[string]time.Time{}, finished: map[string]time.Time{}}
+}
+
+// SetDrillSeam has every drill from now on call f with a client of its restored copy before
+// it compares (backup.WithDrillSeam); nil removes it.
+func (c *Jobs) SetDrillSeam(f func(ctx context.Context, restored *clientv3.Client) error) {
+	c.mu.Lock()
+	c.drillSeam = f
+	c.mu.Unlock()
+}
+
+func (c *Jobs) logf(format string, args ...any) {
+	if c.Logf != nil {
+		c.Logf(format, args...)
+	}
 }
 
 // Running lists the Jobs with an attempt running.
@@ -149,7 +174,13 @@ func (c *Jobs) attempt(ctx context.Context, j *batchv1.Job, seq int) {
 		if t := pod.Spec.AutomountServiceAccountToken; t != nil && *t {
 			account = pod.Spec.ServiceAccountName
 		}
-		out, err = c.Tools.Member(withClaims(ctx, storeClaims{store: c.Store, account: account}), args[1:])
+		jctx := withClaims(ctx, storeClaims{store: c.Store, account: account})
+		c.mu.Lock()
+		if seam := c.drillSeam; seam != nil && args[1] == "drill" {
+			jctx = backup.WithDrillSeam(jctx, seam)
+		}
+		c.mu.Unlock()
+		out, err = c.Tools.Member(jctx, args[1:])
 	}
 	if ctx.Err() != nil {
 		return

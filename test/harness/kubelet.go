@@ -123,6 +123,8 @@ type podRuntime struct {
 	pendingUntil time.Time
 	// refreshed is when each projected volume was last written from its source.
 	refreshed map[string]time.Time
+	// mounted: the pod's Secret volumes were set up once; its container started since.
+	mounted bool
 }
 
 // VolumeDirs finds the directory that backs a bound claim, "" when it is not bound.
@@ -253,6 +255,11 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 	if err := k.projectVolumes(p, rt); err != nil {
 		k.setLastErr(rt, err)
 	}
+	if why := k.unmountable(p, rt); why != "" {
+		k.setLastErr(rt, errors.New(why))
+		k.writePending(p, rt)
+		return
+	}
 	k.mu.Lock()
 	pending := time.Now().Before(rt.pendingUntil)
 	startNow := !pending && !rt.starting && !rt.held && (rt.proc == nil || rt.proc.Exited()) && !time.Now().Before(rt.next)
@@ -281,6 +288,30 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) {
 	k.mu.Unlock()
 	k.probePod(p, rt)
 	k.writeStatus(p, rt)
+}
+
+// unmountable says why a pod whose container never started cannot start yet: a Secret one
+// of its volumes names (not optional) does not exist. A real kubelet then reports
+// "MountVolume.SetUp failed" and keeps the pod ContainerCreating until the Secret is there; a
+// pod that started keeps the files it mounted, whatever happens to the Secret.
+func (k *Kubelet) unmountable(p *corev1.Pod, rt *podRuntime) string {
+	k.mu.Lock()
+	mounted := rt.mounted
+	k.mu.Unlock()
+	if mounted {
+		return ""
+	}
+	for _, v := range p.Spec.Volumes {
+		if s := v.Secret; s != nil && (s.Optional == nil || !*s.Optional) {
+			if _, ok := k.Store.Get("Secret", s.SecretName); !ok {
+				return fmt.Sprintf("MountVolume.SetUp failed for volume %q : secret %q not found", v.Name, s.SecretName)
+			}
+		}
+	}
+	k.mu.Lock()
+	rt.mounted = true
+	k.mu.Unlock()
+	return ""
 }
 
 // backoff is the kubelet's crash-loop back-off: 10s doubling to 5 minutes, scaled.
@@ -368,19 +399,29 @@ func (k *Kubelet) imageEtcd(image string, args []string) []string {
 	if !slices.ContainsFunc(args[:end], func(a string) bool { return strings.HasPrefix(a, "--restore-") }) {
 		return args
 	}
-	var bin string
-	var err error
+	return withImageEtcd(args[:end], args[end:], image, k.etcdBinaryFor, k.Logf)
+}
+
+// etcdBinaryFor is the etcd binary that stands here for an image's: the real binary of the
+// image's release with EtcdBinary, else that of the release the embedded members link.
+func (k *Kubelet) etcdBinaryFor(image string) (string, error) {
 	if k.EtcdBinary != nil {
-		bin, err = k.EtcdBinary(image)
-	} else {
-		bin, err = etcdbin.Path("v" + version.Version)
+		return k.EtcdBinary(image)
 	}
+	return etcdbin.Path("v" + version.Version)
+}
+
+// withImageEtcd is flags, with its --etcd= pointed at the binary that stands for image's, then
+// rest as it is. One that cannot be built leaves the flag as it is, and what runs it then fails,
+// naming the binary it did not find.
+func withImageEtcd(flags, rest []string, image string, binaryFor func(string) (string, error), logf func(string, ...any)) []string {
+	bin, err := binaryFor(image)
 	if err != nil {
-		k.Logf("image %s: no etcd binary for launch's --etcd: %v", image, err)
-		return args
+		logf("image %s: no etcd binary for --etcd: %v", image, err)
+		return append(slices.Clone(flags), rest...)
 	}
-	out := slices.Clone(args)
-	for i, a := range out[:end] {
+	out := append(slices.Clone(flags), rest...)
+	for i, a := range out[:len(flags)] {
 		if strings.HasPrefix(a, "--etcd=") {
 			out[i] = "--etcd=" + bin
 		}

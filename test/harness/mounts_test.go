@@ -74,3 +74,37 @@ func TestKubeletRefreshesMountsLate(t *testing.T) {
 		t.Errorf("the change never reached every pod: %v", seen)
 	}
 }
+
+// TestKubeletWaitsForMissingSecrets: a pod that never started, one of whose Secret volumes
+// names a Secret that is not there, cannot start (a real kubelet's "MountVolume.SetUp
+// failed"); an optional one does not hold it, and once the Secret is there or the pod has
+// started, its deletion holds nothing.
+func TestKubeletWaitsForMissingSecrets(t *testing.T) {
+	s := NewStore("ns")
+	k := NewKubelet(s, nil, nil, Tools{}, "cluster.local", t.TempDir(), 0.01)
+	secretPod := func(optional bool) *corev1.Pod {
+		p := &corev1.Pod{}
+		p.Name = "e-0"
+		p.Spec.Volumes = []corev1.Volume{{Name: "restore", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds", Optional: &optional}}}}
+		return p
+	}
+	rt := &podRuntime{name: "e-0"}
+	if why := k.unmountable(secretPod(false), rt); why != `MountVolume.SetUp failed for volume "restore" : secret "creds" not found` {
+		t.Fatalf("a missing Secret: %q", why)
+	}
+	if why := k.unmountable(secretPod(true), &podRuntime{name: "e-0"}); why != "" {
+		t.Fatalf("a missing optional Secret holds the pod: %q", why)
+	}
+	creds := &corev1.Secret{Data: map[string][]byte{"k": []byte("v")}}
+	creds.Name = "creds"
+	if err := s.Create(creds); err != nil {
+		t.Fatal(err)
+	}
+	if why := k.unmountable(secretPod(false), rt); why != "" {
+		t.Fatalf("with the Secret there: %q", why)
+	}
+	s.Delete("Secret", "creds")
+	if why := k.unmountable(secretPod(false), rt); why != "" {
+		t.Fatalf("a pod that started, its Secret deleted since: %q", why)
+	}
+}

@@ -288,8 +288,10 @@ func (c *StatefulSets) createPod(sts *appsv1.StatefulSet, ord int, rev string) {
 	name := fmt.Sprintf("%s-%d", sts.Name, ord)
 	for _, t := range sts.Spec.VolumeClaimTemplates {
 		claim := fmt.Sprintf("%s-%s", t.Name, name)
-		if _, exists := c.Store.Get("PersistentVolumeClaim", claim); !exists {
+		if o, exists := c.Store.Get("PersistentVolumeClaim", claim); !exists {
 			c.createClaim(sts, t, claim)
+		} else if c.VolumeDir(claim) == "" {
+			c.bind(o.(*corev1.PersistentVolumeClaim))
 		}
 		tmpl.Spec.Volumes = append(tmpl.Spec.Volumes, corev1.Volume{Name: t.Name,
 			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
@@ -334,6 +336,22 @@ func (c *StatefulSets) createClaim(sts *appsv1.StatefulSet, t corev1.PersistentV
 	c.volumes[name] = dir
 	c.mu.Unlock()
 	_ = c.Store.Create(pvc)
+}
+
+// bind provisions a volume for a claim created before its pod (an expand-claim Job's
+// --create), as a dynamic provisioner does for the first pod that uses it, at the size asked.
+func (c *StatefulSets) bind(pvc *corev1.PersistentVolumeClaim) {
+	dir, err := os.MkdirTemp(c.VolumeRoot, "pv-"+pvc.Name+"-")
+	if err != nil {
+		panic(fmt.Sprintf("harness: creating a volume: %v", err))
+	}
+	pvc = pvc.DeepCopy()
+	pvc.Status.Phase = corev1.ClaimBound
+	pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: pvc.Spec.Resources.Requests[corev1.ResourceStorage]}
+	c.mu.Lock()
+	c.volumes[pvc.Name] = dir
+	c.mu.Unlock()
+	_ = c.Store.UpdateStatus(pvc)
 }
 
 func (c *StatefulSets) writeStatus(sts *appsv1.StatefulSet, replicas int, current, update string) {

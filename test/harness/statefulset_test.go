@@ -1,12 +1,18 @@
 package harness
 
 import (
+	"context"
+	"errors"
 	"os"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/cmd/etcdops-member/membertool"
 )
 
 // The rolling update recreates outdated pods at or above the partition one at a time, from
@@ -144,5 +150,51 @@ func assertDeleting(t *testing.T, s *Store, names ...string) {
 		if deleting := o.GetDeletionTimestamp() != nil; deleting != want[o.GetName()] {
 			t.Errorf("pod %s deleting=%v, want %v", o.GetName(), deleting, want[o.GetName()])
 		}
+	}
+}
+
+// TestStatefulSetAdoptsAClaimCreatedBefore: a claim an expand-claim Job created before the
+// member's pod (unbound, at the size it asked for) is the one the StatefulSet's pod gets,
+// provisioned at that size, and not made again from the template.
+func TestStatefulSetAdoptsAClaimCreatedBefore(t *testing.T) {
+	ctx := context.Background()
+	s := NewStore("ns")
+	c := NewStatefulSets(s, t.TempDir())
+	acct := storeClaims{store: s, account: "etcd-claims"}
+	_ = s.Create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "etcd-claims"}})
+	_ = s.Create(&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "etcd-claims"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "patch"}}}})
+	_ = s.Create(&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "etcd-claims"}, RoleRef: rbacv1.RoleRef{Kind: "Role", Name: "etcd-claims"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "etcd-claims", Namespace: "ns"}}})
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-etcd-0", Namespace: "ns"}}
+	pvc.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
+	if err := acct.Create(ctx, pvc); !errors.Is(err, membertool.ErrClaimRefused) {
+		t.Fatalf("create without the verb: %v, want refused", err)
+	}
+	o, _ := s.Get("Role", "etcd-claims")
+	role := o.(*rbacv1.Role)
+	role.Rules[0].Verbs = append(role.Rules[0].Verbs, "create")
+	_ = s.Update(role)
+	if err := acct.Create(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	if err := acct.Create(ctx, pvc); !errors.Is(err, membertool.ErrClaimExists) {
+		t.Fatalf("create again: %v, want exists", err)
+	}
+	one := int32(1)
+	tmpl := corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data"}}
+	tmpl.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+	if err := s.Create(&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "etcd"}, Spec: appsv1.StatefulSetSpec{
+		Replicas:             &one,
+		Template:             corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: "v1"}}}},
+		VolumeClaimTemplates: []corev1.PersistentVolumeClaim{tmpl},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	c.reconcileAll()
+	o, _ = s.Get("PersistentVolumeClaim", "data-etcd-0")
+	got := o.(*corev1.PersistentVolumeClaim)
+	if q := got.Status.Capacity[corev1.ResourceStorage]; got.Status.Phase != corev1.ClaimBound || q.String() != "2Gi" || c.VolumeDir("data-etcd-0") == "" {
+		t.Fatalf("claim %s with %s, volume %q; want it bound at the 2Gi asked", got.Status.Phase, q.String(), c.VolumeDir("data-etcd-0"))
 	}
 }

@@ -149,8 +149,8 @@ func SetExpansion(s *Store, allow bool) {
 
 // storeClaims is membertool.Claims against the store, as a Job pod running as account sees
 // the API server: allowed a verb on a claim or a pod only by a RoleBinding of that account to
-// a Role granting it (for that object's name, when the rule lists names), and refused an expansion the claim's class does not allow (the
-// PersistentVolumeClaimResize admission plugin).
+// a Role granting it (for that object's name, when the rule lists names), and refused an
+// expansion the claim's class does not allow (the PersistentVolumeClaimResize admission plugin).
 type storeClaims struct {
 	store   *Store
 	account string
@@ -220,6 +220,28 @@ func (c storeClaims) Request(_ context.Context, namespace, name string, size res
 	}
 	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = size
 	return c.store.Update(pvc)
+}
+
+// Create creates the claim, unbound: the StatefulSet controller's provisioning binds it when
+// it creates the pod that uses it, as a class of volumeBindingMode WaitForFirstConsumer does.
+func (c storeClaims) Create(_ context.Context, claim *corev1.PersistentVolumeClaim) error {
+	// The API server authorizes a create without the object's name: a rule that lists names
+	// does not grant it.
+	if err := c.allowed("persistentvolumeclaims", "create", ""); err != nil {
+		return err
+	}
+	if claim.Namespace != c.store.Namespace {
+		return fmt.Errorf("%w: namespace %s", membertool.ErrClaimRefused, claim.Namespace)
+	}
+	if _, ok := c.store.Get("PersistentVolumeClaim", claim.Name); ok {
+		return fmt.Errorf("%w: persistentvolumeclaims %q already exists", membertool.ErrClaimExists, claim.Name)
+	}
+	pvc := claim.DeepCopy()
+	if pvc.Spec.StorageClassName == nil {
+		pvc.Spec.StorageClassName = ptr(DefaultStorageClass)
+	}
+	pvc.Status.Phase = corev1.ClaimPending
+	return c.store.Create(pvc)
 }
 
 // DeletePod deletes the pod under the UID precondition, as the API server does.

@@ -170,6 +170,20 @@ func (e *Env) SideWrite(key, value string) (Output, error) {
 	return w.record(sideClient, w.clients[len(w.clients)-1], Input{Kind: OpAppend, Key: -1, Name: key, Value: value})
 }
 
+// RecordedPut puts value at key through cli, a client of the scenario's own, as a recorded
+// write of the running workload under client ID id (other than the workload's: from 200 on),
+// so that the checker and the watches account for it; value must be unique to the call. A
+// client's writes are sequential.
+func (e *Env) RecordedPut(id int, cli *clientv3.Client, key, value string) (Output, error) {
+	e.workloadMu.Lock()
+	w := e.workload
+	e.workloadMu.Unlock()
+	if w == nil {
+		return Output{}, errors.New("no workload runs")
+	}
+	return w.record(id, cli, Input{Kind: OpAppend, Key: -1, Name: key, Value: value})
+}
+
 func (w *Workload) client() (*clientv3.Client, error) {
 	cli, err := clientv3.New(w.target.ClientConfig())
 	if err != nil {

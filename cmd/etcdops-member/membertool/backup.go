@@ -27,16 +27,20 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := f.flagSet("backup", 10*time.Minute)
 	var dest backup.DestinationFlags
 	var cluster, workDir, termLog string
-	var keep int
+	var keep, hourly, daily int
 	var keepFor time.Duration
 	var bandwidth int64
+	var survivor bool
 	var lf lineageFlags
 	lf.register(fs)
 	fs.StringVar(&cluster, "cluster", "", "cluster name, which names the snapshots")
 	fs.StringVar(&workDir, "work-dir", os.TempDir(), "directory the snapshot is verified in")
+	fs.BoolVar(&survivor, "survivor", false, "read from the survivor of a quorum recovery, which sees no leader (one endpoint)")
 	fs.StringVar(&termLog, "termination-log", "/dev/termination-log", "file the result is written to for the planner")
 	fs.IntVar(&keep, "keep", 0, "snapshots to keep, newest first; 0: no bound")
 	fs.DurationVar(&keepFor, "keep-for", 0, "how long snapshots are kept; 0: no bound")
+	fs.IntVar(&hourly, "keep-hourly", 0, "also keep the newest snapshot of each of this many most recent hours that hold one")
+	fs.IntVar(&daily, "keep-daily", 0, "also keep the newest snapshot of each of this many most recent days (UTC) that hold one")
 	fs.Int64Var(&bandwidth, "max-bandwidth", 0, "bytes per second read from etcd; 0: no bound")
 	dest.Register(fs, "")
 	err := fs.Parse(args)
@@ -48,8 +52,10 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		err = errors.New("--endpoints, --member and --cluster are required")
 	case !dest.Set():
 		err = errors.New("a destination is required: --s3-endpoint or --dir")
-	case keep < 0 || keepFor < 0 || bandwidth < 0:
-		err = errors.New("--keep, --keep-for and --max-bandwidth must not be negative")
+	case survivor && strings.Contains(f.endpoints, ","):
+		err = errors.New("--survivor reads from one member: give its endpoint alone")
+	case keep < 0 || keepFor < 0 || hourly < 0 || daily < 0 || bandwidth < 0:
+		err = errors.New("--keep, --keep-for, --keep-hourly, --keep-daily and --max-bandwidth must not be negative")
 	}
 	var origin backup.Origin
 	if err == nil {
@@ -88,8 +94,9 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		Origin:         origin,
 		Store:          store,
 		WorkDir:        workDir,
-		Retention:      backup.Retention{Keep: keep, KeepFor: keepFor},
+		Retention:      backup.Retention{Keep: keep, KeepFor: keepFor, Hourly: hourly, Daily: daily},
 		BytesPerSecond: bandwidth,
+		Survivor:       survivor,
 		Now:            time.Now,
 	})
 	switch {

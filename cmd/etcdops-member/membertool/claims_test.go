@@ -27,6 +27,8 @@ type claimServer struct {
 	mu      gosync.Mutex
 	claims  map[string]*corev1.PersistentVolumeClaim
 	patches []string
+	// created are the names of the claims POSTed.
+	created []string
 	// failGet and failPatch, when set, answer every GET or PATCH with that status code.
 	failGet, failPatch int
 }
@@ -34,6 +36,10 @@ type claimServer struct {
 func (s *claimServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if r.Method == http.MethodPost && r.URL.Path == "/api/v1/namespaces/ns/persistentvolumeclaims" {
+		s.create(w, r)
+		return
+	}
 	name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/namespaces/ns/persistentvolumeclaims/")
 	c := s.claims[name]
 	fail := s.failGet
@@ -71,6 +77,28 @@ func (s *claimServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse(p.Spec.Resources.Requests["storage"])
 	}
 	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(c)
+}
+
+// create is the API server's POST of a claim: it records the body and keeps the claim, or
+// answers AlreadyExists.
+func (s *claimServer) create(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	// client-go may send the claim as protobuf or JSON: decode either, as the API server does.
+	o, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
+	c, ok := o.(*corev1.PersistentVolumeClaim)
+	if err != nil || !ok {
+		status(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("not a claim: %v", err))
+		return
+	}
+	s.created = append(s.created, c.Name)
+	if _, ok := s.claims[c.Name]; ok {
+		status(w, http.StatusConflict, metav1.StatusReasonAlreadyExists, `persistentvolumeclaims "`+c.Name+`" already exists`)
+		return
+	}
+	s.claims[c.Name] = c
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
 	_ = json.NewEncoder(w).Encode(c)
 }
 
@@ -126,6 +154,32 @@ func TestExpandClaim(t *testing.T) {
 	}
 	if len(s.patches) != 1 {
 		t.Errorf("a claim already big enough was patched again: %q", s.patches)
+	}
+}
+
+// TestExpandClaimCreates: with --create a missing claim is created at --size as the
+// StatefulSet would create it (its template's access mode, class and limit, the selector's
+// label), and a claim that exists is expanded, never created again.
+func TestExpandClaimCreates(t *testing.T) {
+	s, claims := newClaimServer(t)
+	create := []string{"--size=2Gi", "--create", "--access-mode=ReadWriteOnce", "--storage-class=fast", "--limit=4Gi", "--label=etcdops.dev/cluster=etcd"}
+	code, out := expand(t, claims, append([]string{"--claim=data-etcd-3"}, create...)...)
+	if code != ExitOK || !strings.Contains(out, "claim data-etcd-3 created, asking for 2Gi") {
+		t.Fatalf("exit %d, %q; want the claim created", code, out)
+	}
+	c := s.claims["data-etcd-3"]
+	if c == nil || c.Namespace != "ns" || c.Labels["etcdops.dev/cluster"] != "etcd" || *c.Spec.StorageClassName != "fast" ||
+		c.Spec.AccessModes[0] != corev1.ReadWriteOnce || c.Spec.Resources.Requests.Storage().String() != "2Gi" || c.Spec.Resources.Limits.Storage().String() != "4Gi" {
+		t.Fatalf("created %q", s.created)
+	}
+	if code, out := expand(t, claims, append([]string{"--claim=data-etcd-3"}, create...)...); code != ExitOK || !strings.Contains(out, "already asks for 2Gi") || len(s.created) != 1 {
+		t.Errorf("again: exit %d, %q, %d creates; want done without a create", code, out, len(s.created))
+	}
+	if code, out := expand(t, claims, append([]string{"--claim=data-etcd-0"}, create...)...); code != ExitOK || !strings.Contains(out, "asks for 2Gi (was 1Gi)") || len(s.created) != 1 {
+		t.Errorf("an existing claim: exit %d, %q, %d creates; want it expanded", code, out, len(s.created))
+	}
+	if code, _ := expand(t, claims, "--claim=data-etcd-4", "--size=2Gi", "--create", "--label=nokey"); code != ExitUsage {
+		t.Errorf("a bad --label: exit %d, want %d", code, ExitUsage)
 	}
 }
 
@@ -210,46 +264,69 @@ func newPodServer(t *testing.T, uid string) (*podServer, Claims) {
 	return s, kubeClaimsOf(t, s)
 }
 
-func restart(claims Claims, args ...string) (int, string) {
+func restart(endpoint string, claims Claims, args ...string) (int, string) {
 	var stdout, stderr bytes.Buffer
-	code := RunWithClaims(context.Background(), append([]string{"restart-pod", "--member=etcd-1", "--namespace=ns"}, args...), &stdout, &stderr, claims)
+	code := RunWithClaims(context.Background(), append([]string{"restart-pod", "--endpoints=" + endpoint, "--member=etcd-1", "--namespace=ns"}, args...), &stdout, &stderr, claims)
 	return code, strings.TrimSpace(stdout.String() + stderr.String())
 }
 
 // TestRestartPod: restart-pod deletes the pod with a UID precondition, so that a pod already
 // recreated under the name is left alone; a pod gone or of another UID is done (a retried
-// Job), never deleted.
+// Job), never deleted. A pod whose member etcd does not list (no --id, or an ID of a member
+// removed) is deleted once etcd answered.
 func TestRestartPod(t *testing.T) {
+	endpoint, _ := startSeed(t)
 	s, claims := newPodServer(t, "uid-a")
-	if code, out := restart(claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "deleted pod etcd-1 (uid uid-a)") || !s.deleted {
+	if code, out := restart(endpoint, claims, "--uid=uid-a", "--id=abc"); code != ExitOK || !strings.Contains(out, "deleted pod etcd-1 (uid uid-a)") || !s.deleted {
 		t.Fatalf("exit %d, %q, deleted %v; want the pod deleted", code, out, s.deleted)
 	}
 	if want := "DELETE /api/v1/namespaces/ns/pods/etcd-1 precondition uid=uid-a"; len(s.bodies) != 1 || s.bodies[0] != want {
 		t.Fatalf("requests %q; want exactly %q", s.bodies, want)
 	}
-	if code, out := restart(claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "already gone") {
+	if code, out := restart(endpoint, claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "already gone") {
 		t.Errorf("the pod gone: exit %d, %q; want done", code, out)
 	}
 	s.uid, s.deleted = "uid-b", false
-	if code, out := restart(claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "already gone") || s.deleted {
+	if code, out := restart(endpoint, claims, "--uid=uid-a"); code != ExitOK || !strings.Contains(out, "already gone") || s.deleted {
 		t.Errorf("the pod recreated as uid-b: exit %d, %q, deleted %v; want done and the new pod kept", code, out, s.deleted)
+	}
+}
+
+// TestRestartPodAsksEtcd: restart-pod asks etcd at the moment it acts, not when the step was
+// decided: a member that leads is not taken down (the seed of a one-member cluster leads), it
+// is retried until --timeout and exits 1, the pod kept; etcd that does not answer is retried
+// the same way.
+func TestRestartPodAsksEtcd(t *testing.T) {
+	endpoint, seed := startSeed(t)
+	s, claims := newPodServer(t, "uid-a")
+	code, out := restart(endpoint, claims, "--member=e-0", "--uid=uid-a", fmt.Sprintf("--id=%x", seed), "--timeout=3s")
+	if code != ExitRetryable || !strings.Contains(out, "leads: leadership must move first") || s.deleted {
+		t.Fatalf("the leader: exit %d, %q, deleted %v; want %d, the pod kept", code, out, s.deleted, ExitRetryable)
+	}
+	code, out = restart("http://127.0.0.1:1", claims, "--member=e-0", "--uid=uid-a", fmt.Sprintf("--id=%x", seed), "--timeout=1s")
+	if code != ExitRetryable || s.deleted {
+		t.Fatalf("etcd not answering: exit %d, %q, deleted %v; want %d, the pod kept", code, out, s.deleted, ExitRetryable)
 	}
 }
 
 // TestRestartPodRefusals: a missing permission exits 3 at once, an API server that does not
 // answer is retried until --timeout and exits 1, and a bad command line exits 2.
 func TestRestartPodRefusals(t *testing.T) {
+	endpoint, _ := startSeed(t)
 	s, claims := newPodServer(t, "uid-a")
 	s.fail = http.StatusForbidden
-	if code, out := restart(claims, "--uid=uid-a"); code != ExitRefused || !strings.Contains(out, `cannot delete resource "pods"`) {
+	if code, out := restart(endpoint, claims, "--uid=uid-a"); code != ExitRefused || !strings.Contains(out, `cannot delete resource "pods"`) {
 		t.Errorf("forbidden: exit %d, %q; want %d with the API server's reason", code, out, ExitRefused)
 	}
 	s.fail = http.StatusServiceUnavailable
-	if code, out := restart(claims, "--uid=uid-a", "--timeout=1s"); code != ExitRetryable || !strings.Contains(out, "gave up after 1s") {
+	if code, out := restart(endpoint, claims, "--uid=uid-a", "--timeout=1s"); code != ExitRetryable || !strings.Contains(out, "gave up after 1s") {
 		t.Errorf("an API server that does not answer: exit %d, %q; want %d after retrying", code, out, ExitRetryable)
 	}
-	if code, _ := restart(claims); code != ExitUsage {
+	if code, _ := restart(endpoint, claims); code != ExitUsage {
 		t.Errorf("no --uid: exit %d, want %d", code, ExitUsage)
+	}
+	if code, _ := restart("", claims, "--uid=uid-a"); code != ExitUsage {
+		t.Errorf("no --endpoints: exit %d, want %d", code, ExitUsage)
 	}
 	if s.deleted {
 		t.Error("the pod was deleted")

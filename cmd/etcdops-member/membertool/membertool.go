@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -48,16 +49,24 @@ commands:
   disarm      --endpoints=URL[,URL] --member=POD --alarm=NOSPACE|CORRUPT --id=HEX
   update-peer-url --endpoints=URL[,URL] --member=POD --id=HEX --peer-url=URL
   expand-claim --member=POD --namespace=NS --claim=NAME --size=QUANTITY [--timeout=30s]
-              (the Kubernetes API, with the pod's service account)
-  restart-pod --member=POD --namespace=NS --uid=UID [--timeout=30s]
-              (deletes the pod if its UID is still UID; the Kubernetes API, as expand-claim)
+              [--create [--access-mode=MODE] [--storage-class=NAME] [--limit=QUANTITY]
+              [--label=KEY=VALUE]]   (the Kubernetes API, with the pod's service account;
+              --create makes a missing claim at --size)
+  restart-pod --endpoints=URL[,URL] --member=POD --namespace=NS --uid=UID [--id=HEX]
+              [--timeout=30s]   (deletes the pod if its UID is still UID, once etcd says member
+              HEX does not lead and every other voter is healthy; the Kubernetes API, as
+              expand-claim)
   backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination> [<lineage>]
-              [--keep=N] [--keep-for=DURATION] [--max-bandwidth=BYTES] [--work-dir=DIR]
+              [--keep=N] [--keep-for=DURATION] [--keep-hourly=N] [--keep-daily=N]
+              [--max-bandwidth=BYTES] [--work-dir=DIR] [--survivor]
               [--termination-log=FILE]
       destination: --s3-endpoint=URL --bucket=B [--prefix=P] [--region=R]
                    --credentials-dir=DIR [--ca-file=FILE]   or   --dir=DIR
       lineage: [--cluster-id=HEX] [--namespace=NS] [--cluster-uid=UID]
                [--restored-lineage=HEX --restored-revision=N --restored-time=RFC3339]
+  drill       --endpoints=URL[,URL] --cluster=NAME --cluster-id=HEX <destination> --etcd=PATH
+              [--max-bandwidth=BYTES] [--work-dir=DIR] [--termination-log=FILE]
+              (restores the newest backup and compares it with the live cluster)
   stream-backup --endpoints=URL[,URL] --cluster=NAME <destination> [<lineage>] [--interval=30s]
               [--max-chunk-bytes=4194304] [--max-bandwidth=BYTES] [--work-dir=DIR]
               [--metrics-addr=:9480] [--writer=POD]   (runs until stopped)
@@ -68,6 +77,8 @@ commands:
          [--termination-log=FILE] [--restore-<destination flag>...] -- <etcd flags>
   probe  --join-state=FILE --data-dir=DIR --health=URL [--name=POD, else $POD_NAME]
          [--defrag-metrics=URL]
+  ready  --readyz=URL --metrics=URL --join-state=FILE [--name=POD, else $POD_NAME] [--timeout=3s]
+         (the etcd container's readiness: etcd ready, and not a learner)
 `
 
 // retryEvery spaces attempts of an operation that failed retryably within --timeout.
@@ -98,10 +109,14 @@ func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return runRestartPod(ctx, claims, rest, stdout, stderr)
 	case "stream-backup":
 		return runStreamBackup(ctx, rest, stdout, stderr)
+	case "drill":
+		return runDrill(ctx, rest, stdout, stderr)
 	case "lineages":
 		return runLineages(ctx, rest, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, stderr)
+	case "ready":
+		return runReady(ctx, rest, stderr)
 	case "install":
 		return runInstall(rest, stdout, stderr)
 	case "launch":
@@ -340,11 +355,28 @@ func LaunchArgv(args []string) (argv []string, d launcher.Decision, restored str
 	return argv, d, restored, err
 }
 
-// restoreReport is what the launcher's restore restored, for its termination message.
-type restoreReport struct{ r backup.Restored }
+// restoreReport is what the launcher's restore restored, and how long it took, or why it
+// failed, for its termination message.
+type restoreReport struct {
+	r      backup.Restored
+	took   time.Duration
+	failed error
+}
 
 func (p *restoreReport) message() string {
-	return joinstate.RestoredMessage(joinstate.RestoredPoint{Revision: p.r.Revision, Time: p.r.Time, Lineage: p.r.Lineage, Object: p.r.Object})
+	return joinstate.RestoredMessage(joinstate.RestoredPoint{Revision: p.r.Revision, Time: p.r.Time, Lineage: p.r.Lineage, Object: p.r.Object, Took: p.took})
+}
+
+// maxTerminationMessage is what the kubelet keeps of a termination message.
+const maxTerminationMessage = 4096
+
+// failure is the termination message of a restore that failed: the planner reports it.
+func (p *restoreReport) failure() string {
+	msg := joinstate.RestoreFailed + p.failed.Error()
+	if len(msg) > maxTerminationMessage {
+		msg = msg[:maxTerminationMessage-3] + "..."
+	}
+	return msg
 }
 
 // parseLaunch reads launch's arguments: the launcher's options, the file its refusal or its
@@ -368,7 +400,9 @@ func parseLaunch(args []string) (launcher.Options, string, *restoreReport, error
 	if from.Set() {
 		etcd := o.Etcd
 		o.Restore = func(rt launcher.RestoreTarget) (err error) {
+			start := time.Now()
 			report.r, err = restoreSnapshot(from, rt, etcd, os.Stderr)
+			report.took, report.failed = time.Since(start), err
 			return err
 		}
 	}
@@ -388,6 +422,12 @@ func runLaunch(args []string, stderr io.Writer) int {
 		return ExitUsage
 	case err != nil:
 		fmt.Fprintf(stderr, "launch: %v\n", err)
+		if report != nil && report.failed != nil {
+			// The planner reads why the restore failed from the container's status.
+			if err := os.WriteFile(termLog, []byte(report.failure()), 0o644); err != nil {
+				fmt.Fprintf(stderr, "launch: termination log: %v\n", err)
+			}
+		}
 		return ExitRetryable
 	}
 	switch d.Kind {
@@ -472,6 +512,113 @@ func runProbe(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "probe: %v\n", err)
 	return ExitRetryable
+}
+
+// runReady is the etcd container's readiness probe: etcd's /readyz answers 200 (--readyz: local
+// reads, no CORRUPT alarm), and the member is no learner, by the mounted join state (the
+// planner's view of the membership) and by etcd: /readyz's own check non_learner (v3.5.19 on;
+// its verbose answer lists the checks), or before it etcd_server_is_learner 0 at --metrics
+// (read only then: a /metrics answer is some 160 KB). A learner refuses writes, linearizable
+// reads, watches and lease keep-alives ("rpc not supported for learner"), so while it joins its
+// pod stays out of the client Service's endpoints, which select Ready pods. etcd alone cannot
+// say so from the start: a member that has just joined takes its membership from
+// --initial-cluster, without its learner flag, until it applies its own addition from the
+// leader's snapshot or log (minutes, for a large database); non_learner and the metric both
+// read "voter" meanwhile. The join state lists it as a learner from before its pod can start;
+// after its promotion, the mounted file says so a minute or two later, and the pod is Ready
+// then.
+func runReady(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ready", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	readyURL := fs.String("readyz", "", "etcd readiness URL to GET")
+	metrics := fs.String("metrics", "", "etcd metrics URL, read where /readyz has no non_learner check")
+	joinState := fs.String("join-state", "", "mounted join state file")
+	name := fs.String("name", os.Getenv("POD_NAME"), "pod name, which is the member name")
+	timeout := fs.Duration("timeout", 3*time.Second, "bound on each request")
+	if err := fs.Parse(args); err != nil || *readyURL == "" || *metrics == "" || *joinState == "" || *name == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "ready: --readyz=URL, --metrics=URL, --join-state=FILE and --name (or $POD_NAME) are required")
+		return ExitUsage
+	}
+	err := joinedAsVoter(*joinState, *name)
+	checked := false
+	if err == nil {
+		checked, err = readyz(ctx, *readyURL, *timeout)
+	}
+	if err == nil && !checked {
+		var learner float64
+		if learner, err = gauge(ctx, *metrics, learnerMetric); err == nil && learner != 0 {
+			err = errors.New("etcd is a learner: it serves no client until it is promoted")
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ready: %v\n", err)
+		return ExitRetryable
+	}
+	return ExitOK
+}
+
+// nonLearnerCheck is the line of etcd's verbose /readyz answer for its learner check, passed.
+const nonLearnerCheck = "[+]non_learner ok"
+
+// readyz GETs etcd's readiness URL, verbose, within bound: nil when it answers 200, else an
+// error with the checks that failed. learnerChecked: the answer lists non_learner as passed.
+func readyz(ctx context.Context, raw string, bound time.Duration) (learnerChecked bool, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false, err
+	}
+	q := u.Query()
+	q.Set("verbose", "")
+	u.RawQuery = q.Encode()
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return false, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var failed []string
+		for line := range strings.Lines(string(body)) {
+			if strings.HasPrefix(line, "[-]") {
+				failed = append(failed, strings.TrimSpace(line))
+			}
+		}
+		return false, fmt.Errorf("%s answered %s %s", raw, resp.Status, strings.Join(failed, "; "))
+	}
+	for line := range strings.Lines(string(body)) {
+		if strings.TrimSpace(line) == nonLearnerCheck {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// joinedAsVoter: the join state at path lists member name, not as a learner.
+func joinedAsVoter(path, name string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	st, err := joinstate.Decode(raw)
+	if err != nil {
+		return err
+	}
+	switch m, ok := st.Find(name); {
+	case !ok:
+		return fmt.Errorf("%s is not in the join state", name)
+	case m.Learner:
+		return fmt.Errorf("the join state lists %s as a learner: it serves no client until it is promoted", name)
+	}
+	return nil
 }
 
 // getOK GETs url within bound; nil when it answers 200.

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,5 +394,121 @@ func TestProbeRecordsAVoter(t *testing.T) {
 	}
 	if v, err := launcher.Inspect(dataDir); err != nil || !v.Established {
 		t.Fatalf("after a healthy probe of a voter: %+v %v (%s)", v, err, errOut)
+	}
+}
+
+// TestReady runs the readiness probe against real members: a voter is ready; a learner that
+// serves local reads is not (it refuses what clients of the Service send), until it is
+// promoted and the join state it reads says so too; a member the join state lists as a
+// learner is not, whatever etcd says (one that has just joined does not know yet); an etcd
+// that does not answer is not.
+func TestReady(t *testing.T) {
+	seedPeer, seedClient, seedMetrics := etcdtest.FreeURL(t), etcdtest.FreeURL(t), etcdtest.FreeURL(t)
+	cfg := etcdtest.Config("e-0", t.TempDir(), seedPeer, seedClient)
+	cfg.ListenMetricsUrls = []url.URL{seedMetrics}
+	etcdtest.Start(t, cfg)
+	joinFile := filepath.Join(t.TempDir(), "join.json")
+	mount := func(learner bool) {
+		st := joinstate.State{Token: "t", ClusterState: "existing", Members: []joinstate.Member{
+			{Name: "e-0", PeerURL: seedPeer.String(), Established: true},
+			{Name: "e-1", PeerURL: "http://e-1:2380", Learner: learner},
+		}}
+		if err := os.WriteFile(joinFile, []byte(joinstate.Encode(st)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready := func(name string, metrics url.URL) (int, string) {
+		code, _, errOut := run("ready", "--readyz="+metrics.String()+"/readyz?exclude=linearizable_read", "--metrics="+metrics.String()+"/metrics",
+			"--join-state="+joinFile, "--name="+name, "--timeout=2s")
+		return code, errOut
+	}
+	mount(true)
+	if code, errOut := ready("e-0", seedMetrics); code != ExitOK {
+		t.Fatalf("a voter: exit %d: %s", code, errOut)
+	}
+	if code, errOut := ready("e-1", seedMetrics); code != ExitRetryable || !strings.Contains(errOut, "lists e-1 as a learner") {
+		t.Fatalf("listed as a learner, etcd saying voter: exit %d: %s; want not ready", code, errOut)
+	}
+	if code, errOut := ready("e-9", seedMetrics); code != ExitRetryable || !strings.Contains(errOut, "not in the join state") {
+		t.Fatalf("not in the join state: exit %d: %s; want not ready", code, errOut)
+	}
+
+	learnerPeer, learnerClient, learnerMetrics := etcdtest.FreeURL(t), etcdtest.FreeURL(t), etcdtest.FreeURL(t)
+	code, out, errOut := run("add-learner", "--endpoints="+seedClient.String(), "--member=e-1", "--peer-url="+learnerPeer.String())
+	if code != ExitOK {
+		t.Fatalf("add-learner: exit %d: %s", code, errOut)
+	}
+	id := out[strings.Index(out, "(id ")+4 : strings.Index(out, ")")]
+	lcfg := etcdtest.Config("e-1", t.TempDir(), learnerPeer, learnerClient)
+	lcfg.ListenMetricsUrls = []url.URL{learnerMetrics}
+	lcfg.InitialCluster = "e-0=" + seedPeer.String() + ",e-1=" + learnerPeer.String()
+	lcfg.ClusterState = "existing"
+	etcdtest.Start(t, lcfg)
+	mount(false)
+	if code, errOut := ready("e-1", learnerMetrics); code != ExitRetryable || !strings.Contains(errOut, "learner") {
+		t.Fatalf("a learner: exit %d: %s; want not ready, as a learner", code, errOut)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, _, errOut = run("promote", "--endpoints="+seedClient.String(), "--member=e-1", "--id="+id, "--timeout=2s")
+		if code == ExitOK || time.Now().After(deadline) {
+			break
+		}
+	}
+	if code != ExitOK {
+		t.Fatalf("promote: exit %d: %s", code, errOut)
+	}
+	for {
+		code, errOut = ready("e-1", learnerMetrics)
+		if code == ExitOK || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code != ExitOK {
+		t.Fatalf("promoted: exit %d: %s", code, errOut)
+	}
+	if code, _ := ready("e-0", etcdtest.FreeURL(t)); code != ExitRetryable {
+		t.Errorf("no etcd: exit %d", code)
+	}
+	if code, _, _ := run("ready", "--readyz=http://127.0.0.1:1/readyz", "--join-state="+joinFile, "--name=e-0"); code != ExitUsage {
+		t.Errorf("without --metrics: exit %d", code)
+	}
+}
+
+// TestReadyBeforeTheLearnerCheck: where etcd's /readyz has no non_learner check (before
+// v3.5.19), the probe reads etcd_server_is_learner from the metrics, and only then.
+func TestReadyBeforeTheLearnerCheck(t *testing.T) {
+	var learner atomic.Int32
+	var metricsRead atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/readyz":
+			if _, ok := r.URL.Query()["verbose"]; !ok {
+				t.Errorf("readyz asked without verbose: %s", r.URL)
+			}
+			fmt.Fprint(w, "[+]serializable_read ok\n[+]data_corruption ok\nok\n")
+		case "/metrics":
+			metricsRead.Add(1)
+			fmt.Fprintf(w, "# TYPE etcd_server_is_learner gauge\netcd_server_is_learner %d\n", learner.Load())
+		}
+	}))
+	defer srv.Close()
+	joinFile := filepath.Join(t.TempDir(), "join.json")
+	st := joinstate.State{Token: "t", ClusterState: "existing", Members: []joinstate.Member{{Name: "e-0", PeerURL: "http://e-0:2380"}}}
+	if err := os.WriteFile(joinFile, []byte(joinstate.Encode(st)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ready := func() (int, string) {
+		code, _, errOut := run("ready", "--readyz="+srv.URL+"/readyz?exclude=linearizable_read", "--metrics="+srv.URL+"/metrics",
+			"--join-state="+joinFile, "--name=e-0", "--timeout=2s")
+		return code, errOut
+	}
+	if code, errOut := ready(); code != ExitOK || metricsRead.Load() != 1 {
+		t.Fatalf("a voter: exit %d (%s), metrics read %d times", code, errOut, metricsRead.Load())
+	}
+	learner.Store(1)
+	if code, errOut := ready(); code != ExitRetryable || !strings.Contains(errOut, "learner") {
+		t.Fatalf("a learner by the metric: exit %d: %s; want not ready", code, errOut)
 	}
 }
