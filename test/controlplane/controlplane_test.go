@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestKustomizeInstall(t *testing.T) {
 		step{"online-growth", func(t *testing.T) { growVolumes(t, c, grown, false) }},
 		step{"scale-3-5-3", func(t *testing.T) {
 			scaled = time.Now()
-			scale(t, c, manifest(5, OnlineClass, "2Gi", v1alpha1.PVCRetain), grown)
+			scale(t, c, manifest(5, OnlineClass, "2Gi", v1alpha1.PVCRetain), grown, true)
 		}},
 		step{"hook-events", func(t *testing.T) {
 			hookEventsOfSteps(t, c, scaled)
@@ -131,6 +132,7 @@ func TestHelmInstall(t *testing.T) {
 		step{"restores", func(t *testing.T) { restored, _ = restores(t, c, b, srv) }},
 		step{"least-privilege", func(t *testing.T) {
 			claimsAccountReachesOnlyItsCluster(t, c, restored, 3)
+			claimsTokenReachesNoNeighbour(t, c, restored)
 			refusedRestart(t, c, restored)
 		}},
 		step{"teardown-delete", func(t *testing.T) { teardown(t, c, v1alpha1.PVCDelete) }},
@@ -163,8 +165,10 @@ func steps(t *testing.T, all ...step) {
 // the workload writing throughout: the real StatefulSet controller grows and shrinks the set
 // as the operator says, and on the scale-in deletes the removed members' claims (the
 // StatefulSet's whenScaled: Delete while the operator shrinks it past members it removed),
-// whose volumes the driver then deletes; the kept members' claims stay as they were.
-func scale(t *testing.T, c *Cluster, five, three string) {
+// whose volumes the driver then deletes; the kept members' claims stay as they were. With
+// grown, the volumes grew past the claim template's size: the new members' claims must be
+// created at the spec's size by the operator's Jobs, under RBAC.
+func scale(t *testing.T, c *Cluster, five, three string, grown bool) {
 	claimUID := func(ord int) string {
 		pvc, err := c.Plane.Client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(c.Plane.ctx, "data-"+c.Pod(ord), metav1.GetOptions{})
 		if err != nil {
@@ -179,6 +183,17 @@ func scale(t *testing.T, c *Cluster, five, three string) {
 	w := startWorkloadAfter(t, c, nil)
 	c.Apply(five)
 	waitSteady(t, c, 5, 3*time.Minute)
+	if grown {
+		// The claim template still asks for the size the cluster was created with: each new
+		// member's claim is created at the spec's size by an expand-claim Job, as its account,
+		// before the member joins (RBAC's create, which names no claim).
+		for ord := 3; ord < 5; ord++ {
+			created := "claim " + sync.ClaimName(c.Name, ord) + " created"
+			if !slices.ContainsFunc(c.Jobs(), func(r JobRun) bool { return r.Err == nil && strings.Contains(r.Out, created) }) {
+				t.Errorf("no expand-claim Job said %q; the node's Job runs: %+v", created, c.Jobs())
+			}
+		}
+	}
 	c.Apply(three)
 	waitSteady(t, c, 3, 3*time.Minute)
 	checkWorkload(t, w)
