@@ -38,6 +38,10 @@ var simStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // simLag, when set, makes every new world's caches lag (TestScenariosWithLaggingCaches).
 var simLag *rand.Rand
 
+// simStaleParent, when set, makes every new world hand some syncs a stale parent status
+// (TestScenariosWithStaleParents).
+var simStaleParent *rand.Rand
+
 const simTick = 10 * time.Second
 
 // simGrace is a pod's grace period: the default, as the etcd pods have.
@@ -236,6 +240,13 @@ type simWorld struct {
 	lag   *rand.Rand
 	stale map[string][]byte
 	seen  map[string][]byte
+	// staleParent, when set, makes some observations see the EtcdCluster's status as it was
+	// before the last answer was written, as Metacontroller's cache of the parent may hand
+	// it; the answer's status is written over the newer one all the same (Metacontroller's
+	// AtomicStatusUpdate reads the object again and sets the status it is given).
+	// lastStatus holds it.
+	staleParent *rand.Rand
+	lastStatus  *v1alpha1.EtcdClusterStatus
 	// etcdOverride, when set, changes the next observation of etcd.
 	etcdOverride func(*etcdstate.Snapshot)
 	// unschedulable ordinals: their pods stay Pending, whatever template they have.
@@ -324,7 +335,7 @@ func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 	return &simWorld{
 		t: t, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
 		pods: map[int]*simPod{}, data: map[int]*simData{}, applied: map[string][]byte{}, jobs: map[string]*simJob{},
-		lag: simLag, unschedulable: map[int]bool{}, startDown: map[int]bool{}, attaching: map[int]bool{}, goneMounts: map[string]bool{},
+		lag: simLag, staleParent: simStaleParent, unschedulable: map[int]bool{}, startDown: map[int]bool{}, attaching: map[int]bool{}, goneMounts: map[string]bool{},
 		secrets:  map[string]string{simServerSecret: "ca-1", simPeerSecret: "ca-1", simClientSecret: "ca-1"},
 		badCerts: map[string]string{},
 	}
@@ -432,6 +443,14 @@ func (w *simWorld) hasQuorum() bool {
 // observe renders the world as the hook sees it.
 func (w *simWorld) observe() Observed {
 	obs := Observed{Cluster: w.cluster, Now: w.now, Finalizing: w.cluster.DeletionTimestamp != nil}
+	if w.staleParent != nil && w.lastStatus != nil && w.staleParent.Intn(3) == 0 {
+		raw, err := json.Marshal(w.lastStatus)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		obs.Cluster.Status = v1alpha1.EtcdClusterStatus{}
+		w.decode(raw, &obs.Cluster.Status)
+	}
 	children := w.applied
 	if w.lag != nil && w.stale != nil && w.lag.Intn(3) == 0 {
 		children = w.stale
@@ -768,6 +787,8 @@ func (w *simWorld) apply(d Decision) {
 			}
 		}
 	}
+	last := w.cluster.Status
+	w.lastStatus = &last
 	w.cluster.Status = d.Status
 	w.finalized = d.Finalized
 	w.recordJoin()
