@@ -421,6 +421,9 @@ func growVolumes(t *testing.T, c *Cluster, grown string, offline bool) {
 // and Jobs go; its claims and their volumes stay with whenDeleted Retain, and go with Delete.
 func teardown(t *testing.T, c *Cluster, whenDeleted v1alpha1.PVCRetention) {
 	start := time.Now()
+	// The members go one by one: the quorum is lost on purpose on the way.
+	c.inv.allowQuorumLoss(true)
+	defer c.inv.allowQuorumLoss(false)
 	if _, err := c.Plane.Kubectl("delete", "-n", c.Namespace, "etcdcluster", c.Name, "--wait=false"); err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,8 @@ import (
 //   - no voter removed unless the remaining voters that are up have quorum: before a remove
 //     Job's pod runs its etcd call;
 //   - the StatefulSet never below a voter: at every change of the StatefulSet and every 50ms;
+//   - no quorum lost: every 50ms, a quorum of the voters runs, but while a step takes it
+//     away on purpose (allowQuorumLoss: the StatefulSet deleted by hand, a teardown);
 //   - none of the cluster's Jobs refused by the API server's RBAC: the Roles the planner
 //     renders must let its Jobs do all they need.
 //
@@ -47,6 +49,15 @@ type invariants struct {
 	mu         gosync.Mutex
 	violations []string
 	seen       map[string]bool
+	// lossAllowed: a step takes the cluster's quorum away on purpose.
+	lossAllowed bool
+}
+
+// allowQuorumLoss says whether a step takes the cluster's quorum away on purpose.
+func (inv *invariants) allowQuorumLoss(allowed bool) {
+	inv.mu.Lock()
+	inv.lossAllowed = allowed
+	inv.mu.Unlock()
 }
 
 // sampleEvery is how often the membership and the StatefulSet are compared.
@@ -124,7 +135,24 @@ func (inv *invariants) sample() {
 	if v.Learners() > 1 {
 		inv.violate("%d learners at once: %+v", v.Learners(), v.Members)
 	}
+	inv.checkQuorum(v)
 	inv.checkStatefulSet(v)
+}
+
+// checkQuorum: a quorum of the voters runs, unless a step takes it away on purpose.
+func (inv *invariants) checkQuorum(v harness.View) {
+	inv.mu.Lock()
+	allowed := inv.lossAllowed
+	inv.mu.Unlock()
+	var down []string
+	for _, m := range v.Members {
+		if !m.IsLearner && !m.Running {
+			down = append(down, m.Name)
+		}
+	}
+	if voters := v.Voters(); !allowed && voters-len(down) < etcdstate.Quorum(voters) {
+		inv.violate("quorum lost: %d of %d voters run, down: %s", voters-len(down), voters, strings.Join(down, ", "))
+	}
 }
 
 // checkJobs: at most one of the cluster's Jobs is in flight.

@@ -140,6 +140,9 @@ func statefulSetDeleted(t *testing.T, c *Cluster) {
 	}
 	before := c.PodUIDs()
 	w := startWorkloadAfter(t, c, nil)
+	// Every pod goes with the StatefulSet: the quorum is lost on purpose until they are back.
+	c.inv.allowQuorumLoss(true)
+	defer c.inv.allowQuorumLoss(false)
 	if out, err := c.Plane.Kubectl("delete", "statefulset", "-n", c.Namespace, c.Name); err != nil {
 		w.Stop()
 		t.Fatal(err)
