@@ -7,7 +7,11 @@
 // Emitting never blocks a sync: the recorder queues Events and drops them when its queue is
 // full. It also rate-limits them per EtcdCluster and folds repeats of one Event into a count
 // (client-go's correlator), so that a hook replayed by Metacontroller, or two replicas telling
-// the same change, do not flood the API server.
+// the same change, do not flood the API server. The correlator's defaults suit a controller
+// that repeats itself (25 Events per object, then one per 5 minutes); the hook emits one only
+// when a step starts or ends or a condition changes, a few per step, so a cluster's creation
+// and a volume growth used the 25 up and a scale after them showed nothing. Its budget is
+// eventBurst per EtcdCluster, then one every eventRefill.
 package kubeevents
 
 import (
@@ -49,9 +53,20 @@ func New(cfg *rest.Config, log *slog.Logger) (*Recorder, error) {
 // retries a write up to 12 times).
 const retryAfter = 10 * time.Second
 
+// The correlator's budget per EtcdCluster and kind of Event: eventBurst, then one every
+// eventRefill; past eventSimilar Events of one reason in 10 minutes, the next ones of that
+// reason fold into one (client-go's "combined from similar events").
+const (
+	eventBurst   = 250
+	eventRefill  = 5 * time.Second
+	eventSimilar = 50
+)
+
 func newRecorder(sink record.EventSink, log *slog.Logger, retry time.Duration) *Recorder {
 	r := &Recorder{
-		broadcaster: record.NewBroadcaster(record.WithSleepDuration(retry)),
+		broadcaster: record.NewBroadcaster(record.WithSleepDuration(retry), record.WithCorrelatorOptions(record.CorrelatorOptions{
+			BurstSize: eventBurst, QPS: float32(time.Second) / float32(eventRefill), MaxEvents: eventSimilar,
+		})),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "etcdops_hook_event_failures_total",
 			Help: "Events on EtcdClusters the API server did not take (RBAC, network, rate).",

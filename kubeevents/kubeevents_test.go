@@ -2,6 +2,7 @@ package kubeevents
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	gosync "sync"
 	"testing"
@@ -66,5 +67,44 @@ func TestRecorderWritesEventsOnTheCluster(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(r.failures); n < 1 {
 		t.Errorf("the refused write counted %v failures, want 1", n)
+	}
+}
+
+// TestRecorderKeepsEveryStepOfABusyCluster: a cluster's creation, a volume growth and a scale
+// emit over a hundred Events on one EtcdCluster within minutes, each once; every one is
+// written as emitted (client-go's defaults kept 25 and dropped the rest for minutes).
+func TestRecorderKeepsEveryStepOfABusyCluster(t *testing.T) {
+	var mu gosync.Mutex
+	got := map[string]bool{}
+	r := newRecorder(sinkFuncs{create: func(e *corev1.Event) (*corev1.Event, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		got[e.Reason+" "+e.Message] = true
+		return e, nil
+	}}, slog.New(slog.DiscardHandler), 10*time.Millisecond)
+	defer r.Stop()
+	ref := &corev1.ObjectReference{APIVersion: "etcdops.dev/v1alpha1", Kind: "EtcdCluster", Namespace: "apps", Name: "etcd", UID: "u-1"}
+	const n = 120
+	reasons := []string{"AddLearner", "PromoteLearner", sync.EventStepSucceeded}
+	for i := range n {
+		r.Emit(ref, []sync.Event{{Type: corev1.EventTypeNormal, Reason: reasons[i%len(reasons)], Message: fmt.Sprintf("step %d", i)}})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		k := len(got)
+		mu.Unlock()
+		if k >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range n {
+		if want := reasons[i%len(reasons)] + fmt.Sprintf(" step %d", i); !got[want] {
+			t.Errorf("%d of %d Events written as emitted; missing %q", len(got), n, want)
+			break
+		}
 	}
 }

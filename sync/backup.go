@@ -280,6 +280,21 @@ func (p *planner) backupJob(j *batchv1.Job, rec *backupRecord) (s step, keep boo
 	return step{}, false
 }
 
+// outcomeHandedIn: the status this sync was handed records finished backup or drill Job j's
+// outcome, or a later one of its kind (status keeps the last of each).
+func (p *planner) outcomeHandedIn(j *batchv1.Job) bool {
+	b := p.obs.Cluster.Status.Backup
+	_, at := stateOf(j)
+	since := func(t *metav1.Time) bool { return t != nil && t.Unix() >= at.Unix() }
+	switch {
+	case b == nil:
+		return false
+	case j.Labels[LabelAction] == verbDrill:
+		return b.LastDrill != nil && since(&b.LastDrill.Time)
+	}
+	return since(b.LastSuccessfulTime) || b.LastFailure != nil && since(&b.LastFailure.Time)
+}
+
 // evictedPod is the newest pod of backup Job j the kubelet evicted, if any: one whose
 // scratch outgrew its bound, or on a node short of space.
 func (p *planner) evictedPod(j *batchv1.Job) *corev1.Pod {

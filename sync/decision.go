@@ -81,10 +81,12 @@ func (v *view) children(s step, job *Child) ([]Child, ledger) {
 		clientService(v.c, v.labels),
 		joinConfigMap(v.c, v.labels, state, l, fmt.Sprintf("%x", v.obs.Etcd.ClusterID), restoredAnnotation(v.obs, v.c), durable{v2LogIndex: v.v2LogIndexAfter(), recovery: v.recoveryAfter(s)}),
 		podDisruptionBudget(v.c, v.labels, len(v.voters()), v.budgetClosed(s)),
-		statefulSet(v.c, v.claimTemplate(), v.labels, v.spec, s.replicas, s.partition, v.claimRetention(s.replicas)),
 		v.clientConfigMap(v.clientStatus()),
 	}
-	children = append(children, claimsAccess(v.c, v.labels)...)
+	if len(v.oldPodsGoing()) == 0 {
+		children = append(children, statefulSet(v.c, v.claimTemplate(), v.labels, v.spec, s.replicas, s.partition, v.claimRetention(s.replicas)))
+	}
+	children = append(children, claimsAccess(v.c, v.labels, v.accessOrdinals(s.replicas))...)
 	for _, j := range s.keep {
 		children = append(children, unchanged("batch/v1", "Job", j.ObjectMeta, j))
 	}
@@ -151,7 +153,8 @@ func (v *view) rebaseline() bool {
 }
 
 // heldChildren are the observed children unchanged, plus whatever is missing: a hold never
-// leaves a cluster without its children. The Services and the PodDisruptionBudget do not
+// leaves a cluster without its children (but for a deleted StatefulSet whose pods are still
+// going, view.oldPodsGoing). The Services and the PodDisruptionBudget do not
 // depend on what a hold cannot judge; the client ConfigMap is rendered from status.client; the join ConfigMap is rebuilt from the last membership
 // status recorded and the durable ledger; the StatefulSet from the spec, at the replicas the
 // last known members and pods need, with every live outdated pod kept on its template. A
@@ -170,7 +173,7 @@ func (v *view) heldChildren(s step) []Child {
 		have[c.Kind+"/"+c.Name] = true
 	}
 	missing := []Child{headlessService(v.c, v.labels), clientService(v.c, v.labels), podDisruptionBudget(v.c, v.labels, v.size, false)}
-	missing = append(missing, claimsAccess(v.c, v.labels)...)
+	missing = append(missing, claimsAccess(v.c, v.labels, v.accessOrdinals(v.lastKnownReplicas()))...)
 	if last := v.obs.Cluster.Status.Client; last != nil {
 		// Applications read it: rendered again as status last recorded it.
 		missing = append(missing, v.clientConfigMap(last))
@@ -192,7 +195,7 @@ func (v *view) heldChildren(s step) []Child {
 			}
 		}
 	}
-	if v.sts == nil {
+	if v.sts == nil && len(v.oldPodsGoing()) == 0 {
 		missing = append(missing, statefulSet(v.c, v.claimTemplate(), v.labels, v.spec, v.lastKnownReplicas(), v.protectivePartition(), retainClaims))
 	}
 	for _, c := range missing {

@@ -326,13 +326,21 @@ func (p *planner) memberJobs() jobStage {
 			if verb == verbDrill {
 				jobOf = p.drillJob
 			}
-			if s, keep := jobOf(j, backup); keep {
+			switch s, keep := jobOf(j, backup); {
+			case keep:
 				js.keep = append(js.keep, j)
 				if js.backupWait == nil {
 					js.backupWait = &s
 				}
-			} else if verb == verbBackup && p.outgrewScratch(j) {
+			case verb == verbBackup && p.outgrewScratch(j):
 				js.backupRetry = j.Labels[LabelBackupFor]
+			case !p.outcomeHandedIn(j):
+				// Its outcome is in this answer's status, but Metacontroller may hand the
+				// next sync the EtcdCluster as its cache held it before that status was
+				// written, and write that sync's status over it: the finished Job, the
+				// outcome's only other record, stays (not waited for) until a sync is
+				// handed the outcome in status, which every later status carries.
+				js.keep = append(js.keep, j)
 			}
 			continue
 		}

@@ -57,6 +57,11 @@ func (p *planner) quorumLost() (step, bool) {
 // memberWithoutPod: a member whose ordinal the StatefulSet does not reach has no pod: a scale-out was
 // interrupted between adding the member and growing the StatefulSet. Finish it.
 func (p *planner) memberWithoutPod() (step, bool) {
+	if going := p.oldPodsGoing(); len(going) > 0 {
+		// Not rendered meanwhile (view.oldPodsGoing says why): growing it is all there is to do.
+		return p.wait("", "the StatefulSet was deleted with its pods ("+strings.Join(going, ", ")+
+			"): it is created again once they are gone, so that it creates every pod at once", resyncSoon), true
+	}
 	top := p.maxMemberOrdinal()
 	if top < p.replicas {
 		return step{}, false

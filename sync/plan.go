@@ -272,7 +272,7 @@ func bootstrap(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 	}
 	client := v.clientStatus()
 	children = append(children, v.clientConfigMap(client))
-	children = append(children, claimsAccess(c, v.labels)...)
+	children = append(children, claimsAccess(c, v.labels, v.accessOrdinals(1))...)
 	sortChildren(children)
 	st := newStatus(obs, c, v1alpha1.PhaseCreating, action)
 	if f := fromBackup(c); f != nil {

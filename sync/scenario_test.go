@@ -637,13 +637,10 @@ func (w *simWorld) deleteChild(what string, orphan bool) {
 	}
 	switch what {
 	case "statefulset":
+		// Without orphan, the garbage collector deletes the pods in the background, whatever
+		// comes next: on the next tick (statefulSetController), so that one sync sees them
+		// alive, still owned by the StatefulSet that is gone.
 		w.deleteStatefulSet(orphan)
-		if !orphan {
-			// The garbage collector deletes the pods in the background, whatever comes next.
-			for _, p := range w.pods {
-				p.terminating = true
-			}
-		}
 	case "configmap":
 		w.join = nil
 	}

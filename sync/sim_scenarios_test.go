@@ -275,6 +275,22 @@ func TestScenariosWithLaggingCaches(t *testing.T) {
 	}
 }
 
+// TestScenariosWithStaleParents replays the scenarios with a third of the observations
+// handed the EtcdCluster's status as it was before the last answer, whose status is then
+// written over the newer one, as Metacontroller does when its cache of the parent lags: every
+// decision stays safe and the scenarios still converge.
+func TestScenariosWithStaleParents(t *testing.T) {
+	for seed := int64(1); seed <= 2; seed++ {
+		for _, sc := range simScenarios {
+			t.Run(sc.name, func(t *testing.T) {
+				simStaleParent = rand.New(rand.NewSource(seed))
+				defer func() { simStaleParent = nil }()
+				sc.run(t)
+			})
+		}
+	}
+}
+
 // TestRandomSingleFaults runs scale and rolling changes in a slowWorld, with member Jobs acting
 // up to three ticks after they were decided, while single members crash, hang, lose their node
 // (it stops reporting, or it goes and the replacement's volume does not attach), are cut off

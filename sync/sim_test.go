@@ -13,6 +13,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,7 +38,14 @@ var simStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // simLag, when set, makes every new world's caches lag (TestScenariosWithLaggingCaches).
 var simLag *rand.Rand
 
+// simStaleParent, when set, makes every new world hand some syncs a stale parent status
+// (TestScenariosWithStaleParents).
+var simStaleParent *rand.Rand
+
 const simTick = 10 * time.Second
+
+// simGrace is a pod's grace period: the default, as the etcd pods have.
+const simGrace = 30 * time.Second
 
 type simMember struct {
 	id      uint64
@@ -103,6 +111,9 @@ type simPod struct {
 	// stuck: its node stopped answering, so the pod was evicted and stays terminating with
 	// the status its kubelet last reported, until the node is back.
 	stuck bool
+	// deletedAt is when the hook first saw it terminating: its deletionTimestamp is that and
+	// its grace period (simGrace).
+	deletedAt time.Time
 	// nodeLost: its node stopped reporting; the node controller marked the pod not Ready
 	// and the kubelet's last report stands (sim_node_test.go).
 	nodeLost bool
@@ -229,6 +240,13 @@ type simWorld struct {
 	lag   *rand.Rand
 	stale map[string][]byte
 	seen  map[string][]byte
+	// staleParent, when set, makes some observations see the EtcdCluster's status as it was
+	// before the last answer was written, as Metacontroller's cache of the parent may hand
+	// it; the answer's status is written over the newer one all the same (Metacontroller's
+	// AtomicStatusUpdate reads the object again and sets the status it is given).
+	// lastStatus holds it.
+	staleParent *rand.Rand
+	lastStatus  *v1alpha1.EtcdClusterStatus
 	// etcdOverride, when set, changes the next observation of etcd.
 	etcdOverride func(*etcdstate.Snapshot)
 	// unschedulable ordinals: their pods stay Pending, whatever template they have.
@@ -326,7 +344,7 @@ func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 	return &simWorld{
 		t: t, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
 		pods: map[int]*simPod{}, data: map[int]*simData{}, applied: map[string][]byte{}, jobs: map[string]*simJob{},
-		lag: simLag, unschedulable: map[int]bool{}, startDown: map[int]bool{}, attaching: map[int]bool{}, goneMounts: map[string]bool{},
+		lag: simLag, staleParent: simStaleParent, unschedulable: map[int]bool{}, startDown: map[int]bool{}, attaching: map[int]bool{}, goneMounts: map[string]bool{},
 		secrets:  map[string]string{simServerSecret: "ca-1", simPeerSecret: "ca-1", simClientSecret: "ca-1"},
 		badCerts: map[string]string{},
 	}
@@ -434,6 +452,14 @@ func (w *simWorld) hasQuorum() bool {
 // observe renders the world as the hook sees it.
 func (w *simWorld) observe() Observed {
 	obs := Observed{Cluster: w.cluster, Now: w.now, Finalizing: w.cluster.DeletionTimestamp != nil}
+	if w.staleParent != nil && w.lastStatus != nil && w.staleParent.Intn(3) == 0 {
+		raw, err := json.Marshal(w.lastStatus)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		obs.Cluster.Status = v1alpha1.EtcdClusterStatus{}
+		w.decode(raw, &obs.Cluster.Status)
+	}
 	children := w.applied
 	if w.lag != nil && w.stale != nil && w.lag.Intn(3) == 0 {
 		children = w.stale
@@ -475,6 +501,18 @@ func (w *simWorld) observe() Observed {
 			var o appsv1.Deployment
 			w.decode(raw, &o)
 			obs.Children.Deployments = append(obs.Children.Deployments, o)
+		case "ServiceAccount":
+			var o corev1.ServiceAccount
+			w.decode(raw, &o)
+			obs.Children.Accounts = append(obs.Children.Accounts, o)
+		case "Role":
+			var o rbacv1.Role
+			w.decode(raw, &o)
+			obs.Children.Roles = append(obs.Children.Roles, o)
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			w.decode(raw, &o)
+			obs.Children.RoleBindings = append(obs.Children.RoleBindings, o)
 		}
 	}
 	w.hideJobs = false
@@ -526,8 +564,17 @@ func (w *simWorld) observe() Observed {
 		}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
 		nodeStoppedReporting(p, &pod)
+		if !w.orphaned {
+			// Its StatefulSet's (or the one deleted with it, until the garbage collector takes
+			// the pod); an orphaning deletion takes the reference away.
+			pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: StatefulSetName(w.cluster.Name), Controller: ptrTo(true)}}
+		}
 		if p.terminating && !p.unseen {
-			ts := metav1.NewTime(w.now)
+			if p.deletedAt.IsZero() {
+				p.deletedAt = w.now
+			}
+			// The time by which it is to be gone, as the API server sets it.
+			ts := metav1.NewTime(p.deletedAt.Add(simGrace))
 			pod.DeletionTimestamp = &ts
 		}
 		obs.Pods = append(obs.Pods, pod)
@@ -749,6 +796,8 @@ func (w *simWorld) apply(d Decision) {
 			}
 		}
 	}
+	last := w.cluster.Status
+	w.lastStatus = &last
 	w.cluster.Status = d.Status
 	w.finalized = d.Finalized
 	w.recordJoin()
@@ -769,6 +818,15 @@ func (w *simWorld) applySTS(b []byte) {
 	tmpl := s.Spec.Template
 	version := tmpl.Spec.Containers[0].Image[strings.LastIndex(tmpl.Spec.Containers[0].Image, ":")+1:]
 	if w.sts == nil {
+		// The StatefulSet controller cannot create a pod whose name a pod being deleted still
+		// holds, and backs off, doubling each time: a StatefulSet created again over its pods
+		// still going brings them back late. One past its grace period may be stuck for good.
+		for _, ord := range sortedInts(w.pods) {
+			p := w.pods[ord]
+			if !p.terminating && !w.orphaned || p.terminating && !p.deletedAt.IsZero() && w.now.Before(p.deletedAt.Add(simGrace)) {
+				w.t.Fatalf("the StatefulSet was created again while pod %s is still to be deleted with the old one\n%s", w.podName(ord), w.describe())
+			}
+		}
 		w.orphaned = false
 		w.sts = &simSTS{currentSpec: tmpl.Annotations[AnnotationSpecHash], currentConfig: tmpl.Annotations[AnnotationConfigHash], currentVersion: version}
 	}

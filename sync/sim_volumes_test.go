@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,6 +118,7 @@ func (w *simWorld) remountUntil(ord int, since time.Time) time.Time {
 // asks etcd first, as the tool does (membership.CheckRestart): the member of its --id, while
 // still listed, must not lead, and every other voter must be healthy; otherwise it fails.
 func (w *simWorld) restartPod(j *simJob) {
+	w.mustBeAllowed(j, "pods", "delete", j.member)
 	if m := w.memberByID(j.id); j.id != 0 && m != nil && (!w.hasQuorum() || m.id == w.leader || !w.othersHealthy(m)) {
 		j.state = jobFailed
 		w.stats.jobFailures++
@@ -127,6 +129,25 @@ func (w *simWorld) restartPod(j *simJob) {
 		p.terminating = true
 		w.volumes.restarts++
 	}
+}
+
+// mustBeAllowed is the API server's RBAC check of a volume Job's request, as its service
+// account makes it: the claims Role applied must grant verb on resource, for that name when
+// the rule lists names (a create names nothing: the API server authorizes it without the
+// object's name, so only a rule without names grants it). A refusal fails the story: the Job
+// would fail for good.
+func (w *simWorld) mustBeAllowed(j *simJob, resource, verb, name string) {
+	raw, ok := w.applied["Role/"+ClaimsAccountName(w.cluster.Name)]
+	if ok {
+		var r rbacv1.Role
+		w.decode(raw, &r)
+		for _, rule := range r.Rules {
+			if slices.Contains(rule.Resources, resource) && slices.Contains(rule.Verbs, verb) && (len(rule.ResourceNames) == 0 || slices.Contains(rule.ResourceNames, name)) {
+				return
+			}
+		}
+	}
+	w.t.Fatalf("Job %s: the Role %s does not let it %s %s %s\n%s", j.name, ClaimsAccountName(w.cluster.Name), verb, resource, name, w.describe())
 }
 
 // checkRestarts: with an offline driver, whose restarts are the planner's own disruptions,
@@ -155,8 +176,10 @@ func (w *simWorld) expandClaim(j *simJob) {
 	if j.claim != ClaimName(w.cluster.Name, ord) {
 		w.t.Fatalf("expand-claim Job %s names claim %s for member %s", j.name, j.claim, j.member)
 	}
+	w.mustBeAllowed(j, "persistentvolumeclaims", "get", j.claim)
 	size := resource.MustParse(j.size)
 	if c == nil && j.create {
+		w.mustBeAllowed(j, "persistentvolumeclaims", "create", "")
 		if w.volumes.claims == nil {
 			w.volumes.claims = map[int]*simClaim{}
 		}
@@ -164,6 +187,7 @@ func (w *simWorld) expandClaim(j *simJob) {
 		w.volumes.created++
 		return
 	}
+	w.mustBeAllowed(j, "persistentvolumeclaims", "patch", j.claim)
 	if c == nil {
 		j.state = jobFailed
 		w.stats.jobFailures++

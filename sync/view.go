@@ -2,7 +2,9 @@ package sync
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -11,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/etcdstate"
@@ -346,6 +349,33 @@ func (v *view) unansweredSince(m *member) time.Time {
 		}
 	}
 	return v.obs.Now
+}
+
+// oldPodsGoing are the cluster's pods going with their StatefulSet, which is missing: one
+// deleted by hand (`kubectl delete statefulset` without --cascade=orphan), whose pods the
+// garbage collector deletes. Such a pod still names the StatefulSet as its controller until it
+// is deleted (an orphaning deletion takes that reference away first), then is terminating
+// until its grace period ends. The StatefulSet is created again only once they are gone:
+// created over them, it fails to create each pod whose name is still taken, and the
+// StatefulSet controller retries with a back-off that doubles on each failure, so the pods
+// came back only 40 s after the last old one went (the control-plane tier,
+// statefulset-deleted). A pod past its grace period is not waited for: one stuck on a lost
+// node would keep every pod from coming back.
+func (v *view) oldPodsGoing() []string {
+	if v.sts != nil {
+		return nil
+	}
+	var going []string
+	for _, ord := range slices.Sorted(maps.Keys(v.pods)) {
+		p := v.pods[ord]
+		owned := slices.ContainsFunc(p.OwnerReferences, func(r metav1.OwnerReference) bool {
+			return r.Kind == "StatefulSet" && r.Name == StatefulSetName(v.c.Name) && r.Controller != nil && *r.Controller
+		})
+		if isTerminating(p) && v.obs.Now.Before(p.DeletionTimestamp.Time) || !isTerminating(p) && owned {
+			going = append(going, p.Name)
+		}
+	}
+	return going
 }
 
 // leaderTarget is where leadership goes before the leader's pod is disrupted: the lowest

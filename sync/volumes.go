@@ -404,12 +404,23 @@ func (v *view) volumesCondition(a *answer) {
 }
 
 // claimsAccess renders, with spec.storageSpec, the ServiceAccount expand-claim and
-// restart-pod Jobs run as, a Role that may read, patch and create the namespace's claims and
-// delete its pods and nothing else, and its binding. A cluster without storage has no claims and
-// gets none of them.
-func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels) []Child {
+// restart-pod Jobs run as, a Role that may read and patch the claims and delete the pods of
+// the cluster's first ordinals members and nothing else, each by name, and create claims, and
+// its binding. A cluster without storage has no claims and gets none of them.
+//
+// RBAC checks a name against the Role when the request comes, so the Role lists every ordinal
+// that has or may soon have a claim or a pod (view.accessOrdinals), not only those a Job
+// works on now: Metacontroller applies a sync's children in no set order, and a Role that
+// grew only beside the Job that needs it might come after the Job's pod has asked. RBAC
+// cannot narrow a create by name (the object has no name until it is created), so creating
+// claims, which expand-claim does for a member about to join, is a rule of its own.
+func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels, ordinals int) []Child {
 	if c.Spec.StorageSpec == nil {
 		return nil
+	}
+	claims, pods := make([]string, ordinals), make([]string, ordinals)
+	for ord := range ordinals {
+		claims[ord], pods[ord] = ClaimName(c.Name, ord), PodName(c.Name, ord)
 	}
 	name := ClaimsAccountName(c.Name)
 	meta := metadata(c, name, lb.common)
@@ -422,8 +433,9 @@ func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels) []Child {
 		{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role", Name: name, Object: object{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
 			"rules": []object{
-				{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "verbs": []string{"get", "patch", "create"}},
-				{"apiGroups": []string{""}, "resources": []string{"pods"}, "verbs": []string{"delete"}},
+				{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "resourceNames": claims, "verbs": []string{"get", "patch"}},
+				{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "verbs": []string{"create"}},
+				{"apiGroups": []string{""}, "resources": []string{"pods"}, "resourceNames": pods, "verbs": []string{"delete"}},
 			},
 		}},
 		{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding", Name: name, Object: object{
@@ -432,6 +444,31 @@ func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels) []Child {
 			"subjects": []object{{"kind": "ServiceAccount", "name": name, "namespace": c.Namespace}},
 		}},
 	}
+}
+
+// accessOrdinals is how many ordinals the claims Role names: one past the highest of the
+// size, the StatefulSet's replicas as observed and as rendered now (replicas), and every
+// ordinal with a pod, a member, a claim or a member in status. A scale-out names the new
+// ordinals from the sync that raises the size, before the StatefulSet creates their claims;
+// a scale-in keeps the removed ones until their claims and pods are gone.
+func (v *view) accessOrdinals(replicas int) int {
+	n := max(v.size, v.replicas, replicas)
+	for ord := range v.pods {
+		n = max(n, ord+1)
+	}
+	for _, m := range v.members {
+		n = max(n, m.ordinal+1)
+	}
+	for _, m := range v.obs.Cluster.Status.Members {
+		n = max(n, int(m.Ordinal)+1)
+	}
+	for i := range v.obs.Claims {
+		pod, ok := strings.CutPrefix(v.obs.Claims[i].Name, volumeData+"-")
+		if ord, own := Ordinal(v.c.Name, pod); ok && own && v.obs.Claims[i].Namespace == v.c.Namespace {
+			n = max(n, ord+1)
+		}
+	}
+	return n
 }
 
 // createClaimArgs are expand-claim's flags to create a member's claim as the StatefulSet

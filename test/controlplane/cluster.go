@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	gosync "sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/sync"
 	"etcdops.dev/etcdops/test/etcdbin"
 	"etcdops.dev/etcdops/test/harness"
 )
@@ -82,16 +84,25 @@ func (p *Plane) logf(format string, args ...any) {
 	}
 }
 
-// Cluster is one EtcdCluster on the plane, in a namespace of its own whose pods a node of its
-// own runs.
+// Cluster is one EtcdCluster on the plane, in a namespace whose pods a node of its own runs
+// (NewCluster), or beside another cluster in its namespace and on its node (Beside).
 type Cluster struct {
 	Plane     *Plane
 	Namespace string
 	Name      string
 	Node      *harness.APINode
 
-	mu   gosync.Mutex
-	jobs []JobRun
+	node *nodeShare
+	pki  *harness.PKI
+	inv  *invariants
+}
+
+// nodeShare is what the clusters of one namespace share: its node's Job runs, and the
+// clusters, which each hear of the Jobs of their own.
+type nodeShare struct {
+	mu       gosync.Mutex
+	jobs     []JobRun
+	clusters []*Cluster
 }
 
 // JobRun is one run of a Job's pod on the node.
@@ -103,7 +114,8 @@ type JobRun struct {
 }
 
 // NewCluster creates the namespace, enforcing the restricted Pod Security Standard, and
-// starts its node; the EtcdCluster comes with Apply.
+// starts its node; the EtcdCluster comes with Apply. The invariants (invariants.go) are
+// checked from then on.
 func (p *Plane) NewCluster(namespace, name string) *Cluster {
 	p.t.Helper()
 	// The restricted Pod Security Standard, enforced by the API server's admission: every pod
@@ -113,7 +125,7 @@ func (p *Plane) NewCluster(namespace, name string) *Cluster {
 	if _, err := p.Client.CoreV1().Namespaces().Create(p.ctx, ns, metav1.CreateOptions{}); err != nil {
 		p.t.Fatal(err)
 	}
-	c := &Cluster{Plane: p, Namespace: namespace, Name: name}
+	share := &nodeShare{}
 	tools := harness.OperatorTools()
 	ctx, cancel := context.WithCancel(p.ctx)
 	node, wait, err := harness.StartAPINode(ctx, harness.APINodeOptions{
@@ -127,27 +139,77 @@ func (p *Plane) NewCluster(namespace, name string) *Cluster {
 		cancel()
 		p.t.Fatal(err)
 	}
+	node.BeforeJob = func(job string, args []string) {
+		share.mu.Lock()
+		clusters := slices.Clone(share.clusters)
+		share.mu.Unlock()
+		for _, c := range clusters {
+			c.inv.beforeJob(job, args)
+		}
+	}
 	node.OnJob = func(job string, args []string, out string, err error) {
-		c.mu.Lock()
-		c.jobs = append(c.jobs, JobRun{Job: job, Args: args, Out: out, Err: err})
-		c.mu.Unlock()
+		share.mu.Lock()
+		share.jobs = append(share.jobs, JobRun{Job: job, Args: args, Out: out, Err: err})
+		clusters := slices.Clone(share.clusters)
+		share.mu.Unlock()
+		for _, c := range clusters {
+			c.inv.jobDone(job, err)
+		}
 		if err != nil {
 			p.logf("job %s: %v", job, err)
 		} else {
 			p.logf("job %s done: %s", job, strings.TrimSpace(out))
 		}
 	}
-	c.Node = node
 	p.t.Cleanup(func() { cancel(); wait() })
+	c := p.addCluster(namespace, name, node, share)
 	p.t.Cleanup(c.logWarnings)
 	return c
 }
 
-// Jobs are the Job pods the node ran so far.
+// Beside is another EtcdCluster, name, in c's namespace and on its node: a restore beside the
+// cluster it restores, or a neighbour whose objects c's accounts must not reach. Its name must
+// not begin with c's name and a dash, so that Jobs and their pods tell the two apart by name.
+func (c *Cluster) Beside(name string) *Cluster {
+	c.Plane.t.Helper()
+	if strings.HasPrefix(name, c.Name+"-") || strings.HasPrefix(c.Name, name+"-") {
+		c.Plane.t.Fatalf("cluster %s beside %s: one name begins with the other's and a dash", name, c.Name)
+	}
+	return c.Plane.addCluster(c.Namespace, name, c.Node, c.node)
+}
+
+// addCluster registers a cluster of the node and starts checking its invariants.
+func (p *Plane) addCluster(namespace, name string, node *harness.APINode, share *nodeShare) *Cluster {
+	c := &Cluster{Plane: p, Namespace: namespace, Name: name, Node: node, node: share}
+	c.inv = startInvariants(c)
+	share.mu.Lock()
+	share.clusters = append(share.clusters, c)
+	share.mu.Unlock()
+	p.clustersMu.Lock()
+	p.clusters = append(p.clusters, c)
+	p.clustersMu.Unlock()
+	return c
+}
+
+// Jobs are the Job pods the cluster's node ran so far (of every cluster on it).
 func (c *Cluster) Jobs() []JobRun {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]JobRun(nil), c.jobs...)
+	c.node.mu.Lock()
+	defer c.node.mu.Unlock()
+	return append([]JobRun(nil), c.node.jobs...)
+}
+
+// UseTLS creates the PKI's Secrets in the cluster's namespace, as cert-manager would, and
+// makes the cluster's clients (the workload's) present the application's certificate over
+// https; the EtcdCluster names the Secrets in spec.tls.
+func (c *Cluster) UseTLS(pki *harness.PKI) {
+	c.Plane.t.Helper()
+	for _, s := range pki.Secrets() {
+		s.Namespace = c.Namespace
+		if _, err := c.Plane.Client.CoreV1().Secrets(c.Namespace).Create(c.Plane.ctx, s, metav1.CreateOptions{}); err != nil {
+			c.Plane.t.Fatalf("TLS Secret %s: %v", s.Name, err)
+		}
+	}
+	c.pki = pki
 }
 
 // Apply creates or changes the EtcdCluster with `kubectl apply` of a manifest, as a user does.
@@ -310,9 +372,14 @@ func (c *Cluster) DeletePod(pod string) error {
 	return err
 }
 
-// ClientURL is a member's client URL by its DNS name, which the node's cluster DNS answers.
+// ClientURL is a member's client URL by its DNS name, which the node's cluster DNS answers;
+// https with TLS (UseTLS).
 func (c *Cluster) ClientURL(pod string) string {
-	return fmt.Sprintf("http://%s.%s.%s.svc.cluster.local:2379", pod, c.Name, c.Namespace)
+	scheme := "http"
+	if c.pki != nil {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://%s.%s.%s.svc.cluster.local:2379", scheme, pod, c.Name, c.Namespace)
 }
 
 // ClientURLs are the voters' client URLs, as the status lists them (every pod's before there
@@ -332,9 +399,14 @@ func (c *Cluster) ClientURLs() []string {
 	return out
 }
 
-// ClientConfig is an application's client configuration for the voters.
+// ClientConfig is an application's client configuration for the voters: with TLS, the
+// application's certificate, the server's verified against the PKI's CA.
 func (c *Cluster) ClientConfig() clientv3.Config {
-	return clientv3.Config{Endpoints: c.ClientURLs(), DialTimeout: time.Second, Logger: zap.NewNop()}
+	cfg := clientv3.Config{Endpoints: c.ClientURLs(), DialTimeout: time.Second, Logger: zap.NewNop()}
+	if c.pki != nil {
+		cfg.TLS = c.pki.ClientTLS()
+	}
+	return cfg
 }
 
 // Annotate sets an annotation on the EtcdCluster, as kubectl annotate does: a change that
@@ -344,7 +416,7 @@ func (c *Cluster) Annotate(key, value string) error {
 	return err
 }
 
-// warningsSince are the Warning events of the cluster's namespace last seen at or after t.
+// warningsSince are the Warning events on the cluster's objects last seen at or after t.
 func (c *Cluster) warningsSince(t time.Time) []string {
 	ctx, cancel := context.WithTimeout(c.Plane.ctx, 10*time.Second)
 	defer cancel()
@@ -354,11 +426,27 @@ func (c *Cluster) warningsSince(t time.Time) []string {
 	}
 	var out []string
 	for _, e := range events.Items {
+		if !c.owns(e.InvolvedObject.Name) {
+			continue
+		}
 		if !e.LastTimestamp.Time.Before(t.Truncate(time.Second)) {
 			out = append(out, fmt.Sprintf("x%d on %s %s: %s: %s", e.Count, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message))
 		}
 	}
 	return out
+}
+
+// owns: an object of this name is the cluster's (the EtcdCluster, its children, pods and Jobs
+// by their names, its claims).
+func (c *Cluster) owns(name string) bool {
+	return name == c.Name || strings.HasPrefix(name, c.Name+"-") || c.ownClaim(name)
+}
+
+// ownClaim: name is the claim of one of the cluster's members.
+func (c *Cluster) ownClaim(name string) bool {
+	pod, ok := strings.CutPrefix(name, "data-")
+	_, own := sync.Ordinal(c.Name, pod)
+	return ok && own
 }
 
 // logWarnings logs the Warning events of the cluster's namespace, once each with its count:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/sync"
 	"etcdops.dev/etcdops/test/harness"
+	"etcdops.dev/etcdops/test/s3server"
 )
 
 // manifest is an EtcdCluster as a user writes it: size members, each with a claim of size
@@ -44,14 +48,18 @@ const createBound = 4 * time.Minute
 
 // TestKustomizeInstall installs the operator with `kubectl apply -k`, creates a 3-member
 // cluster, checks that idle syncs write nothing, grows its volumes online, scales it to 5
-// and back, rolls a configuration change and deletes a member's pod, the workload writing
-// throughout, then deletes the cluster, keeping its claims.
+// and back (checking the hook's Events of it and its account), rolls a configuration change,
+// deletes a member's pod, then its StatefulSet, and rolls a minor version upgrade, the workload
+// writing throughout; then it deletes the cluster, keeping its claims.
 func TestKustomizeInstall(t *testing.T) {
+	t.Parallel()
 	p := Start(t)
 	p.StartStorage()
 	p.StartMetacontroller()
 	p.InstallKustomize(p.StartHook())
 	c := p.NewCluster("kustomize", "etcd")
+	grown := manifest(3, OnlineClass, "2Gi", v1alpha1.PVCRetain)
+	var scaled time.Time
 	steps(t,
 		step{"create-3", func(t *testing.T) {
 			w := startWorkloadAfter(t, c, func() {
@@ -60,35 +68,73 @@ func TestKustomizeInstall(t *testing.T) {
 			})
 			checkWorkload(t, w)
 		}},
-		step{"idle-syncs", func(t *testing.T) { idleSyncsWriteNothing(t, c) }},
-		step{"online-growth", func(t *testing.T) { growVolumes(t, c, OnlineClass, v1alpha1.PVCRetain, false) }},
+		step{"idle-syncs", func(t *testing.T) {
+			idleSyncsWriteNothing(t, c)
+			wireFormatMatchesFixtures(t, p)
+		}},
+		step{"online-growth", func(t *testing.T) { growVolumes(t, c, grown, false) }},
 		step{"scale-3-5-3", func(t *testing.T) {
-			scale(t, c, manifest(5, OnlineClass, "2Gi", v1alpha1.PVCRetain), manifest(3, OnlineClass, "2Gi", v1alpha1.PVCRetain))
+			scaled = time.Now()
+			scale(t, c, manifest(5, OnlineClass, "2Gi", v1alpha1.PVCRetain), grown, true)
+		}},
+		step{"hook-events", func(t *testing.T) {
+			hookEventsOfSteps(t, c, scaled)
+			hookAccountMayOnlyWriteEvents(t, c)
 		}},
 		step{"config-roll", func(t *testing.T) {
-			configRoll(t, c, manifest(3, OnlineClass, "2Gi", v1alpha1.PVCRetain)+"  etcdOptions:\n  - --snapshot-count=5000\n")
+			configRoll(t, c, grown+"  etcdOptions:\n  - --snapshot-count=5000\n")
 		}},
 		step{"deleted-pod", func(t *testing.T) { deletedPod(t, c, c.Pod(1)) }},
+		step{"statefulset-deleted", func(t *testing.T) { statefulSetDeleted(t, c) }},
+		step{"version-roll", func(t *testing.T) {
+			v37 := pinned(t, "v3.7")
+			versionRoll(t, c, withVersion(grown, v37)+"  etcdOptions:\n  - --snapshot-count=5000\n", v37)
+		}},
 		step{"teardown-retain", func(t *testing.T) { teardown(t, c, v1alpha1.PVCRetain) }},
 	)
 }
 
-// TestHelmInstall installs the operator with `helm install` of the chart, creates a 3-member
-// cluster whose class's driver grows file systems only on a remount, and grows its volumes:
-// the operator restarts the members' pods itself, one at a time. Then it deletes the cluster
-// with its claims.
+// TestHelmInstall installs the operator with `helm install` of the chart and creates a
+// 3-member cluster with TLS on both ports whose changes stream to S3, on a class whose driver
+// grows file systems only on a remount, and grows its volumes: the operator restarts the
+// members' pods itself, one at a time. It takes a snapshot on request, restores it into a new
+// cluster beside it and replays another to a revision, proves that the volume Jobs' account
+// reaches nothing of those neighbours, and deletes the first cluster with its claims.
 func TestHelmInstall(t *testing.T) {
+	t.Parallel()
 	p := Start(t)
 	p.StartStorage()
 	p.StartMetacontroller()
 	p.InstallHelm(p.StartHook())
+	srv := s3server.Start(t, backupBucket)
 	c := p.NewCluster("helm", "etcd")
+	pki, err := harness.NewPKI(c.Namespace, c.Name, "cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.UseTLS(pki)
+	c.createS3Credentials()
+	spec := func(volume string) string {
+		return withBackup(withTLS(manifest(3, OfflineClass, volume, v1alpha1.PVCDelete), pki), srv)
+	}
+	var b backedUp
+	var restored *Cluster
 	steps(t,
-		step{"create-3", func(t *testing.T) {
-			c.Apply(manifest(3, OfflineClass, "1Gi", v1alpha1.PVCDelete))
-			waitSteady(t, c, 3, createBound)
+		step{"create-3-tls", func(t *testing.T) {
+			w := startWorkloadAfter(t, c, func() {
+				c.Apply(spec("1Gi"))
+				waitSteady(t, c, 3, createBound)
+			})
+			checkWorkload(t, w)
 		}},
-		step{"offline-growth", func(t *testing.T) { growVolumes(t, c, OfflineClass, v1alpha1.PVCDelete, true) }},
+		step{"offline-growth", func(t *testing.T) { growVolumes(t, c, spec("2Gi"), true) }},
+		step{"backup", func(t *testing.T) { b = backupOnRequest(t, c) }},
+		step{"restores", func(t *testing.T) { restored, _ = restores(t, c, b, srv) }},
+		step{"least-privilege", func(t *testing.T) {
+			claimsAccountReachesOnlyItsCluster(t, c, restored, 3)
+			claimsTokenReachesNoNeighbour(t, c, restored)
+			refusedRestart(t, c, restored)
+		}},
 		step{"teardown-delete", func(t *testing.T) { teardown(t, c, v1alpha1.PVCDelete) }},
 	)
 }
@@ -100,10 +146,16 @@ type step struct {
 }
 
 // steps runs the scenarios in order, each from the state the one before left, and stops at
-// the first that fails: the cluster's state is then unknown.
+// the first that fails: the cluster's state is then unknown. A step fails too when an
+// invariant of one of the plane's clusters broke while it ran (invariants.go).
 func steps(t *testing.T, all ...step) {
+	p := planeOf(t)
 	for _, s := range all {
-		if !t.Run(s.name, s.run) {
+		if !t.Run(s.name, func(t *testing.T) {
+			marks := p.invariantMarks()
+			s.run(t)
+			p.reportInvariants(t, marks)
+		}) {
 			return
 		}
 	}
@@ -113,8 +165,10 @@ func steps(t *testing.T, all ...step) {
 // the workload writing throughout: the real StatefulSet controller grows and shrinks the set
 // as the operator says, and on the scale-in deletes the removed members' claims (the
 // StatefulSet's whenScaled: Delete while the operator shrinks it past members it removed),
-// whose volumes the driver then deletes; the kept members' claims stay as they were.
-func scale(t *testing.T, c *Cluster, five, three string) {
+// whose volumes the driver then deletes; the kept members' claims stay as they were. With
+// grown, the volumes grew past the claim template's size: the new members' claims must be
+// created at the spec's size by the operator's Jobs, under RBAC.
+func scale(t *testing.T, c *Cluster, five, three string, grown bool) {
 	claimUID := func(ord int) string {
 		pvc, err := c.Plane.Client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(c.Plane.ctx, "data-"+c.Pod(ord), metav1.GetOptions{})
 		if err != nil {
@@ -129,6 +183,17 @@ func scale(t *testing.T, c *Cluster, five, three string) {
 	w := startWorkloadAfter(t, c, nil)
 	c.Apply(five)
 	waitSteady(t, c, 5, 3*time.Minute)
+	if grown {
+		// The claim template still asks for the size the cluster was created with: each new
+		// member's claim is created at the spec's size by an expand-claim Job, as its account,
+		// before the member joins (RBAC's create, which names no claim).
+		for ord := 3; ord < 5; ord++ {
+			created := "claim " + sync.ClaimName(c.Name, ord) + " created"
+			if !slices.ContainsFunc(c.Jobs(), func(r JobRun) bool { return r.Err == nil && strings.Contains(r.Out, created) }) {
+				t.Errorf("no expand-claim Job said %q; the node's Job runs: %+v", created, c.Jobs())
+			}
+		}
+	}
 	c.Apply(three)
 	waitSteady(t, c, 3, 3*time.Minute)
 	checkWorkload(t, w)
@@ -300,13 +365,13 @@ func idleSyncsWriteNothing(t *testing.T, c *Cluster) {
 	}
 }
 
-// growVolumes asks for 2Gi under the workload and waits for every claim to have it, the
-// VolumesExpanded condition True and the cluster steady. Online, no pod is recreated;
-// offline, every pod is, as the driver needs.
-func growVolumes(t *testing.T, c *Cluster, class string, whenDeleted v1alpha1.PVCRetention, offline bool) {
+// growVolumes applies grown, the cluster's manifest asking for 2Gi, under the workload and
+// waits for every claim to have it, the VolumesExpanded condition True and the cluster steady.
+// Online, no pod is recreated; offline, every pod is, as the driver needs.
+func growVolumes(t *testing.T, c *Cluster, grown string, offline bool) {
 	before := c.PodUIDs()
 	w := startWorkloadAfter(t, c, nil)
-	c.Apply(manifest(3, class, "2Gi", whenDeleted))
+	c.Apply(grown)
 	if offline {
 		// The planner leaves a claim FileSystemResizePending for three minutes of its clock
 		// before it restarts the member's pod, in case the node grows it online after all:
@@ -356,6 +421,9 @@ func growVolumes(t *testing.T, c *Cluster, class string, whenDeleted v1alpha1.PV
 // and Jobs go; its claims and their volumes stay with whenDeleted Retain, and go with Delete.
 func teardown(t *testing.T, c *Cluster, whenDeleted v1alpha1.PVCRetention) {
 	start := time.Now()
+	// The members go one by one: the quorum is lost on purpose on the way.
+	c.inv.allowQuorumLoss(true)
+	defer c.inv.allowQuorumLoss(false)
 	if _, err := c.Plane.Kubectl("delete", "-n", c.Namespace, "etcdcluster", c.Name, "--wait=false"); err != nil {
 		t.Fatal(err)
 	}
@@ -376,15 +444,21 @@ func teardown(t *testing.T, c *Cluster, whenDeleted v1alpha1.PVCRetention) {
 		t.Errorf("warning during the teardown: %s", w)
 	}
 	ctx := c.Plane.ctx
-	claims, err := c.Plane.Client.CoreV1().PersistentVolumeClaims(c.Namespace).List(ctx, metav1.ListOptions{})
+	all, err := c.Plane.Client.CoreV1().PersistentVolumeClaims(c.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if whenDeleted == v1alpha1.PVCRetain {
-		if len(claims.Items) != 3 {
-			t.Errorf("%d claims left, want the 3 members' with whenDeleted Retain", len(claims.Items))
+	var claims []corev1.PersistentVolumeClaim
+	for _, pvc := range all.Items {
+		if c.ownClaim(pvc.Name) {
+			claims = append(claims, pvc)
 		}
-		for _, pvc := range claims.Items {
+	}
+	if whenDeleted == v1alpha1.PVCRetain {
+		if len(claims) != 3 {
+			t.Errorf("%d claims left, want the 3 members' with whenDeleted Retain", len(claims))
+		}
+		for _, pvc := range claims {
 			if pvc.DeletionTimestamp != nil || pvc.Status.Phase != corev1.ClaimBound {
 				t.Errorf("claim %s: %s, deleting %v; whenDeleted Retain keeps it bound", pvc.Name, pvc.Status.Phase, pvc.DeletionTimestamp != nil)
 			}
@@ -393,7 +467,8 @@ func teardown(t *testing.T, c *Cluster, whenDeleted v1alpha1.PVCRetention) {
 }
 
 // leftovers says what of the cluster is still there ("" when nothing that should go is):
-// the EtcdCluster, pods, the StatefulSet, Jobs, and with whenDeleted Delete claims and volumes.
+// the EtcdCluster, its pods (members', Jobs', the stream's), its StatefulSet, Jobs, and with
+// whenDeleted Delete its claims and volumes. Other clusters of the namespace are left out.
 func (c *Cluster) leftovers(whenDeleted v1alpha1.PVCRetention) string {
 	ctx := c.Plane.ctx
 	cs := c.Plane.Client
@@ -404,17 +479,19 @@ func (c *Cluster) leftovers(whenDeleted v1alpha1.PVCRetention) string {
 	if err != nil {
 		return err.Error()
 	}
-	if len(pods.Items) > 0 {
-		return fmt.Sprintf("%d pods left", len(pods.Items))
+	var left []string
+	for _, p := range pods.Items {
+		if ownPodSelector(c).Matches(labels.Set(p.Labels)) || ownJobPod(c, &p) || p.Labels[sync.LabelBackupStreamOf] == c.Name {
+			left = append(left, p.Name)
+		}
 	}
-	sets, err := cs.AppsV1().StatefulSets(c.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err.Error()
+	if len(left) > 0 {
+		return fmt.Sprintf("pods left: %v", left)
 	}
-	if len(sets.Items) > 0 {
-		return fmt.Sprintf("%d StatefulSets left", len(sets.Items))
+	if _, err := c.StatefulSet(); !apierrors.IsNotFound(err) {
+		return fmt.Sprintf("the StatefulSet is still there (%v)", err)
 	}
-	jobs, err := cs.BatchV1().Jobs(c.Namespace).List(ctx, metav1.ListOptions{})
+	jobs, err := cs.BatchV1().Jobs(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sync.LabelCluster + "=" + c.Name})
 	if err != nil {
 		return err.Error()
 	}
@@ -428,15 +505,17 @@ func (c *Cluster) leftovers(whenDeleted v1alpha1.PVCRetention) string {
 	if err != nil {
 		return err.Error()
 	}
-	if len(claims.Items) > 0 {
-		return fmt.Sprintf("%d claims left with whenDeleted Delete", len(claims.Items))
+	for _, pvc := range claims.Items {
+		if c.ownClaim(pvc.Name) {
+			return fmt.Sprintf("claim %s left with whenDeleted Delete", pvc.Name)
+		}
 	}
 	pvs, err := cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err.Error()
 	}
 	for _, pv := range pvs.Items {
-		if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == c.Namespace {
+		if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == c.Namespace && c.ownClaim(ref.Name) {
 			return fmt.Sprintf("volume %s of claim %s left (%s)", pv.Name, ref.Name, pv.Status.Phase)
 		}
 	}

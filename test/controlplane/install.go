@@ -10,14 +10,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
+	"etcdops.dev/etcdops/kubeevents"
 	"etcdops.dev/etcdops/sync"
 	"etcdops.dev/etcdops/test/harness"
 	"etcdops.dev/etcdops/test/s3server"
@@ -125,22 +129,71 @@ func waitHTTP(url string, bound time.Duration, exited func() bool) error {
 	return fmt.Errorf("after %s: %v", bound, last)
 }
 
-// StartHook runs the hook server in the test on 127.0.0.1 (harness.InProcessHook: the
-// server cmd/hook-server runs) on HookClock, logging to Dir/hook.log; it returns its base URL.
+// StartHook runs the hook server in the test on 127.0.0.1 (harness.InProcessHookWithEvents:
+// the server cmd/hook-server runs) on HookClock, logging to Dir/hook.log; it returns the base
+// URL Metacontroller is to call, a recorder of the requests in front of it (requests.go). Its
+// Events go to the API server once an install has created the hook's service account
+// (connectEvents), with that account's token, as --events does in the hook's pod.
 func (p *Plane) StartHook() string {
 	p.t.Helper()
 	f, err := os.Create(p.file("hook.log"))
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p.hookLog = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p.HookClock = &harness.HookClock{}
-	url, stop, err := harness.InProcessHook(sync.Config{ClusterDomain: "cluster.local", ToolImage: ToolImage}, log)(p.ctx, p.HookClock)
+	p.events = &hookEvents{}
+	url, stop, err := harness.InProcessHookWithEvents(sync.Config{ClusterDomain: "cluster.local", ToolImage: ToolImage}, p.hookLog, p.events)(p.ctx, p.HookClock)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	p.t.Cleanup(func() { stop(); f.Close() })
-	return url
+	p.t.Cleanup(func() { stop(); p.events.stop(); f.Close() })
+	return p.recordRequests(url)
+}
+
+// HookAccount is the hook's service account as both installs create it.
+const HookAccount = "etcdops-hook"
+
+// hookEvents is the hook's Event sink: a kubeevents recorder once connectEvents has the
+// installed account's credentials; nothing before (the install, which creates the account,
+// needs the hook's URL, so the hook starts first).
+type hookEvents struct {
+	rec atomic.Pointer[kubeevents.Recorder]
+}
+
+func (e *hookEvents) Emit(ref *corev1.ObjectReference, events []sync.Event) {
+	if r := e.rec.Load(); r != nil {
+		r.Emit(ref, events)
+	}
+}
+
+func (e *hookEvents) stop() {
+	if r := e.rec.Swap(nil); r != nil {
+		r.Stop()
+	}
+}
+
+// connectEvents gives the hook's Event recorder a token of the installed etcdops-hook service
+// account (TokenRequest), so that the real RBAC decides what the hook may write, as in its pod.
+func (p *Plane) connectEvents() {
+	p.t.Helper()
+	if p.events == nil {
+		return
+	}
+	tok, err := p.token(OperatorNamespace, HookAccount)
+	if err != nil {
+		p.t.Fatalf("a token for the hook's service account: %v", err)
+	}
+	rec, err := kubeevents.New(p.accountConfig(tok), p.hookLog)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.events.rec.Store(rec)
+}
+
+// accountConfig is a client configuration for the API server with a bearer token only.
+func (p *Plane) accountConfig(token string) *rest.Config {
+	return &rest.Config{Host: p.host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: p.ca.CertPEM}}
 }
 
 // InstallKustomize installs the operator as docs/install.md does, `kubectl apply -k
@@ -153,6 +206,7 @@ func (p *Plane) InstallKustomize(hookURL string) {
 	}
 	p.t.Logf("kubectl apply -k %s:\n%s", ManifestsDir, out)
 	p.waitHookPods()
+	p.connectEvents()
 	p.PointHooks(hookURL)
 }
 
@@ -189,6 +243,7 @@ func (p *Plane) InstallHelm(hookURL string) {
 	}
 	p.t.Logf("helm install:\n%s", out)
 	p.waitHookPods()
+	p.connectEvents()
 	p.PointHooks(hookURL)
 }
 

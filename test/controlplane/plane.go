@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -71,6 +72,15 @@ type Plane struct {
 	// HookClock is the hook's clock (StartHook): a scenario moves it on past a grace period
 	// the planner measures, rather than wait for it.
 	HookClock *harness.HookClock
+
+	// clusters are the plane's clusters, whose invariants steps reports.
+	clustersMu gosync.Mutex
+	clusters   []*Cluster
+	// events is the hook's Event sink (StartHook, connected by the installs).
+	events  *hookEvents
+	hookLog *slog.Logger
+	// requests keeps what Metacontroller posted to the hook (StartHook).
+	requests *requestRecorder
 
 	t      testing.TB
 	logMu  gosync.Mutex
@@ -130,6 +140,14 @@ func Start(t testing.TB) *Plane {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Plane{Dir: dir, Bins: bins, Metacontroller: mc, t: t, ctx: ctx, cancel: cancel}
 	t.Cleanup(p.stop)
+	planesMu.Lock()
+	planes[t] = p
+	planesMu.Unlock()
+	t.Cleanup(func() {
+		planesMu.Lock()
+		delete(planes, t)
+		planesMu.Unlock()
+	})
 	if err := p.writeCredentials(); err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +190,24 @@ func Start(t testing.TB) *Plane {
 		"--service-account-private-key-file="+p.file("sa.key"), "--root-ca-file="+p.file("ca.crt"),
 		"--controllers="+strings.Join(controllers, ","),
 		"--profiling=false")
+	return p
+}
+
+// planes are the running planes by the test that started them, for steps.
+var (
+	planesMu gosync.Mutex
+	planes   = map[testing.TB]*Plane{}
+)
+
+// planeOf is the plane test t started.
+func planeOf(t testing.TB) *Plane {
+	t.Helper()
+	planesMu.Lock()
+	defer planesMu.Unlock()
+	p, ok := planes[t]
+	if !ok {
+		t.Fatal("no control plane started by this test")
+	}
 	return p
 }
 

@@ -43,6 +43,8 @@ type APINode struct {
 	Tools   Tools
 	Root    string
 	Logf    func(format string, args ...any)
+	// BeforeJob hears of every Job pod about to run the member tool: its Job and arguments.
+	BeforeJob func(job string, args []string)
 	// OnJob hears of every Job pod that ran: its Job, arguments, output and error.
 	OnJob func(job string, args []string, out string, err error)
 
@@ -58,6 +60,7 @@ type APINode struct {
 	mirrored map[types.UID]bool
 	pushed   map[types.UID]string // the last status sent, as JSON
 	jobs     map[types.UID]bool
+	streams  map[types.UID]*streamRun
 	tokens   map[string][]byte // by pod UID and audience
 	work     gosync.WaitGroup
 }
@@ -90,7 +93,8 @@ func StartAPINode(ctx context.Context, o APINodeOptions) (*APINode, func(), erro
 	}
 	n := &APINode{Name: o.Name, Namespace: o.Namespace, Client: o.Client, Config: o.Config, Tools: o.Tools, Root: o.Root, Logf: o.Logf,
 		Store: NewStore(o.Namespace), kick: make(chan struct{}, 1),
-		mirrored: map[types.UID]bool{}, pushed: map[types.UID]string{}, jobs: map[types.UID]bool{}, tokens: map[string][]byte{}}
+		mirrored: map[types.UID]bool{}, pushed: map[types.UID]string{}, jobs: map[types.UID]bool{}, streams: map[types.UID]*streamRun{},
+		tokens: map[string][]byte{}}
 	n.volumesRoot = o.VolumesRoot
 	n.Kubelet = NewKubelet(n.Store, n, dns, o.Tools, o.Domain, o.Root, o.TimeScale)
 	n.Kubelet.Logf = o.Logf
@@ -146,6 +150,19 @@ func (n *APINode) VolumeDir(claim string) string {
 		return ""
 	}
 	return filepath.Join(n.volumesRoot, c.Spec.VolumeName)
+}
+
+// View looks at cluster's members from inside the etcd servers of its pods on this node, as
+// Monitor.View does in the end-to-end tier: membership from the server that has applied the
+// most, the leader from the one with the highest term.
+func (n *APINode) View(cluster string) View {
+	servers := map[string]etcdServer{}
+	for name, s := range n.Kubelet.servers() {
+		if _, ok := podOrdinal(cluster, name); ok {
+			servers[name] = s
+		}
+	}
+	return viewOf(servers, nil)
 }
 
 // register creates the Node, Ready, with the loopback address.
@@ -243,6 +260,7 @@ func (n *APINode) sync(ctx context.Context) {
 			n.Store.Remove("Pod", o.GetName())
 		}
 	}
+	n.syncStreams(ctx, ours)
 	n.mirrorKind("ConfigMap", func() ([]Object, error) {
 		return objects(n.configMaps.ConfigMaps(n.Namespace).List(labels.Everything()))
 	})
@@ -421,13 +439,16 @@ func (n *APINode) runJob(ctx context.Context, p *corev1.Pod) {
 			}
 		}
 	}
+	job := p.Labels[batchv1.JobNameLabel]
 	if err == nil {
+		if n.BeforeJob != nil {
+			n.BeforeJob(job, argv)
+		}
 		out, err = n.Tools.Member(jobCtx, argv[1:])
 	}
 	if ctx.Err() != nil {
 		return
 	}
-	job := p.Labels[batchv1.JobNameLabel]
 	if n.OnJob != nil {
 		n.OnJob(job, argv, out, err)
 	}

@@ -80,9 +80,9 @@ func (e *Env) AdvanceHookClock(d time.Duration) {
 	e.logf("hook clock advanced by %s", d)
 }
 
-// VerifyOn reads the workload's keys back from the cluster of another Env: one restored
-// from a snapshot taken after the workload stopped must hold every key it wrote.
-func (w *Workload) VerifyOn(e *Env, timeout time.Duration) ([]string, error) {
+// VerifyOn reads the workload's keys back from another cluster: one restored from a snapshot
+// taken after the workload stopped must hold every key it wrote.
+func (w *Workload) VerifyOn(e Target, timeout time.Duration) ([]string, error) {
 	w.target = e
 	return w.Verify(timeout)
 }

@@ -219,7 +219,18 @@ func podOfPeerURL(peerURLs []string) string {
 // View looks at the cluster from inside its running servers: membership from the one that
 // has applied the most, the leader from the one with the highest term.
 func (m *Monitor) View() View {
-	servers := m.env.Kubelet.servers()
+	m.mu.Lock()
+	cut := map[string]bool{}
+	for p, c := range m.cut {
+		cut[p] = c
+	}
+	m.mu.Unlock()
+	return viewOf(m.env.Kubelet.servers(), cut)
+}
+
+// viewOf is the cluster as servers (by pod name) see it, leaving out those whose peer
+// traffic is cut.
+func viewOf(servers map[string]etcdServer, cut map[string]bool) View {
 	var best etcdServer
 	var v View
 	for _, s := range servers {
@@ -230,12 +241,6 @@ func (m *Monitor) View() View {
 	if best == nil {
 		return v
 	}
-	m.mu.Lock()
-	cut := map[string]bool{}
-	for p, c := range m.cut {
-		cut[p] = c
-	}
-	m.mu.Unlock()
 	byID := map[uint64]string{}
 	for _, mem := range best.members() {
 		name := mem.Name

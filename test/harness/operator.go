@@ -12,6 +12,7 @@ import (
 
 	"etcdops.dev/etcdops/cmd/etcdops-member/membertool"
 	"etcdops.dev/etcdops/cmd/hook-server/hookserver"
+	"etcdops.dev/etcdops/hooks"
 	"etcdops.dev/etcdops/sync"
 	"etcdops.dev/etcdops/test/dialguard"
 )
@@ -23,10 +24,17 @@ import (
 // Stopping it closes the server and the Observer at once, as a crash would: the next start
 // has no state from the last.
 func InProcessHook(cfg sync.Config, log *slog.Logger) HookStarter {
+	return InProcessHookWithEvents(cfg, log, nil)
+}
+
+// InProcessHookWithEvents is InProcessHook with the hook's Events going to events, as
+// cmd/hook-server's --events sends them to the API server.
+func InProcessHookWithEvents(cfg sync.Config, log *slog.Logger, events hooks.EventSink) HookStarter {
 	return func(_ context.Context, clock *HookClock) (string, func(), error) {
 		srv := hookserver.New(hookserver.Options{
 			Config: cfg,
 			Log:    log,
+			Events: events,
 			Now:    clock.Now,
 			Dial: dialguard.Dialer(func(addr string) {
 				panic(fmt.Sprintf("harness: the hook dialled %s, outside 127.0.0.0/8", addr))

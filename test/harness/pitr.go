@@ -55,7 +55,7 @@ func (w *Workload) stateAt(prefix string, rev int64) (map[string]keyAt, error) {
 // CheckRestoredAt reads the key space of e's cluster, restored to revision rev, and returns
 // every difference from the workload's keys at rev, and every acknowledged append at or
 // before rev that is missing or one after it that is present.
-func (w *Workload) CheckRestoredAt(e *Env, rev int64, timeout time.Duration) ([]string, error) {
+func (w *Workload) CheckRestoredAt(e Target, rev int64, timeout time.Duration) ([]string, error) {
 	prefix := w.prefix + "/"
 	want, err := w.stateAt(prefix, rev)
 	if err != nil {

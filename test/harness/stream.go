@@ -129,21 +129,31 @@ func (s *Streams) start(ctx context.Context, d *appsv1.Deployment, seq int) (*st
 // pod is a pod of Deployment d's template named name, on a loopback address of its own, with
 // its volumes materialised, and the command its container runs there.
 func (s *Streams) pod(d *appsv1.Deployment, name string) (*corev1.Pod, []string, error) {
-	cs := d.Spec.Template.Spec.Containers
-	if len(cs) != 1 {
-		return nil, nil, fmt.Errorf("want one container, got %d", len(cs))
-	}
-	argv := append(append([]string(nil), cs[0].Command...), cs[0].Args...)
-	if len(argv) < 2 || filepath.Base(argv[0]) != toolBinary {
-		return nil, nil, fmt.Errorf("the harness runs only %s, got %q", toolBinary, argv)
-	}
 	pod := &corev1.Pod{ObjectMeta: *d.Spec.Template.ObjectMeta.DeepCopy(), Spec: *d.Spec.Template.Spec.DeepCopy()}
 	pod.Name = name
 	ip := allocateIP()
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, HostIP: "127.0.0.1"}
-	mounts, err := s.Mounts(pod)
+	args, err := streamArgs(pod, s.Mounts)
 	if err != nil {
 		return nil, nil, err
+	}
+	return pod, args, nil
+}
+
+// streamArgs is the member tool's command line a stream pod's one container runs, on the
+// pod's address (status.podIP) and volumes (mounts materialises them).
+func streamArgs(pod *corev1.Pod, mounts func(p *corev1.Pod) (map[string]string, error)) ([]string, error) {
+	cs := pod.Spec.Containers
+	if len(cs) != 1 {
+		return nil, fmt.Errorf("want one container, got %d", len(cs))
+	}
+	argv := append(append([]string(nil), cs[0].Command...), cs[0].Args...)
+	if len(argv) < 2 || filepath.Base(argv[0]) != toolBinary {
+		return nil, fmt.Errorf("the harness runs only %s, got %q", toolBinary, argv)
+	}
+	dirs, err := mounts(pod)
+	if err != nil {
+		return nil, err
 	}
 	// The container's environment, as the kubelet expands $(VAR) in its command: the pod's
 	// name and namespace are all the stream's takes.
@@ -163,11 +173,11 @@ func (s *Streams) pod(d *appsv1.Deployment, name string) (*corev1.Pod, []string,
 	args := make([]string, 0, len(argv)-1)
 	for _, a := range argv[1:] {
 		if addr, ok := strings.CutPrefix(a, "--metrics-addr=:"); ok {
-			a = "--metrics-addr=" + ip + ":" + addr
+			a = "--metrics-addr=" + pod.Status.PodIP + ":" + addr
 		}
-		args = append(args, rewritePath(expand(a, env), mounts))
+		args = append(args, rewritePath(expand(a, env), dirs))
 	}
-	return pod, args, nil
+	return args, nil
 }
 
 // RunByHand runs, beside Deployment deployment's pod, a second stream with its command, as a
@@ -200,6 +210,12 @@ func (s *Streams) RunByHand(ctx context.Context, deployment, name string) (stop 
 
 // loop runs the container, restarting it after each exit with the kubelet's back-off.
 func (s *Streams) loop(ctx context.Context, r *streamRun, args []string) {
+	streamLoop(ctx, s.Tools, r, args, s.TimeScale, s.Logf, func(ready bool) { s.setReady(r.pod, ready) })
+}
+
+// streamLoop runs a stream pod's container (r) until ctx ends, restarting it after each exit
+// with the kubelet's back-off; ready hears whether it runs. It closes r.done at the end.
+func streamLoop(ctx context.Context, tools Tools, r *streamRun, args []string, timeScale float64, logf func(string, ...any), ready func(bool)) {
 	defer close(r.done)
 	for ctx.Err() == nil {
 		pctx, kill := context.WithCancel(ctx)
@@ -207,15 +223,15 @@ func (s *Streams) loop(ctx context.Context, r *streamRun, args []string) {
 		r.kill = kill
 		r.starts++
 		r.mu.Unlock()
-		s.setReady(r.pod, true)
-		s.Logf("pod %s runs %s", r.pod, strings.Join(args, " "))
-		out, err := s.Tools.Member(pctx, args)
+		ready(true)
+		logf("pod %s runs %s", r.pod, strings.Join(args, " "))
+		out, err := tools.Member(pctx, args)
 		kill()
-		s.setReady(r.pod, false)
-		s.Logf("pod %s: stream-backup ended: %v %s", r.pod, err, out)
+		ready(false)
+		logf("pod %s: stream-backup ended: %v %s", r.pod, err, out)
 		select {
 		case <-ctx.Done():
-		case <-time.After(max(time.Duration(float64(10*time.Second)*s.TimeScale), 100*time.Millisecond)):
+		case <-time.After(max(time.Duration(float64(10*time.Second)*timeScale), 100*time.Millisecond)):
 		}
 	}
 }

@@ -231,9 +231,9 @@ func (e *Env) UseTLS(p *PKI) error {
 	return nil
 }
 
-// tlsConfig is the application's TLS: its own certificate, and the CAs of the PKI as they are
+// ClientTLS is the application's TLS: its own certificate, and the CAs of the PKI as they are
 // at each handshake (an application reloading its trust bundle). Server names are verified.
-func (p *PKI) tlsConfig() *tls.Config {
+func (p *PKI) ClientTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
@@ -273,7 +273,7 @@ func (e *Env) ClientConfig() clientv3.Config {
 	p := e.pki
 	e.tlsMu.Unlock()
 	if p != nil {
-		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(&podScheme{env: e, tls: credentials.NewTLS(p.tlsConfig())})}
+		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(&podScheme{env: e, tls: credentials.NewTLS(p.ClientTLS())})}
 	}
 	return cfg
 }

@@ -148,15 +148,15 @@ func SetExpansion(s *Store, allow bool) {
 }
 
 // storeClaims is membertool.Claims against the store, as a Job pod running as account sees
-// the API server: allowed a verb on claims or pods only by a RoleBinding of that account to a
-// Role granting it, and refused an expansion the claim's class does not allow (the
-// PersistentVolumeClaimResize admission plugin).
+// the API server: allowed a verb on a claim or a pod only by a RoleBinding of that account to
+// a Role granting it (for that object's name, when the rule lists names), and refused an
+// expansion the claim's class does not allow (the PersistentVolumeClaimResize admission plugin).
 type storeClaims struct {
 	store   *Store
 	account string
 }
 
-func (c storeClaims) allowed(resource, verb string) error {
+func (c storeClaims) allowed(resource, verb, name string) error {
 	for _, o := range c.store.List("RoleBinding") {
 		rb := o.(*rbacv1.RoleBinding)
 		if !slices.ContainsFunc(rb.Subjects, func(s rbacv1.Subject) bool { return s.Kind == "ServiceAccount" && s.Name == c.account }) {
@@ -164,7 +164,8 @@ func (c storeClaims) allowed(resource, verb string) error {
 		}
 		if r, ok := c.store.Get("Role", rb.RoleRef.Name); ok && rb.RoleRef.Kind == "Role" {
 			for _, rule := range r.(*rbacv1.Role).Rules {
-				if slices.Contains(rule.Resources, resource) && slices.Contains(rule.Verbs, verb) && slices.Contains(rule.APIGroups, "") {
+				if slices.Contains(rule.Resources, resource) && slices.Contains(rule.Verbs, verb) && slices.Contains(rule.APIGroups, "") &&
+					(len(rule.ResourceNames) == 0 || slices.Contains(rule.ResourceNames, name)) {
 					return nil
 				}
 			}
@@ -173,7 +174,7 @@ func (c storeClaims) allowed(resource, verb string) error {
 	if _, ok := c.store.Get("ServiceAccount", c.account); c.account == "" || !ok {
 		return fmt.Errorf("%w: the pod has no service account token", membertool.ErrClaimRefused)
 	}
-	return fmt.Errorf("%w: User \"system:serviceaccount:%s:%s\" cannot %s resource %q", membertool.ErrClaimRefused, c.store.Namespace, c.account, verb, resource)
+	return fmt.Errorf("%w: %s %q is forbidden: User \"system:serviceaccount:%s:%s\" cannot %s resource %q", membertool.ErrClaimRefused, resource, name, c.store.Namespace, c.account, verb, resource)
 }
 
 func (c storeClaims) claim(namespace, name string) (*corev1.PersistentVolumeClaim, error) {
@@ -185,7 +186,7 @@ func (c storeClaims) claim(namespace, name string) (*corev1.PersistentVolumeClai
 }
 
 func (c storeClaims) Requested(_ context.Context, namespace, name string) (resource.Quantity, error) {
-	if err := c.allowed("persistentvolumeclaims", "get"); err != nil {
+	if err := c.allowed("persistentvolumeclaims", "get", name); err != nil {
 		return resource.Quantity{}, err
 	}
 	pvc, err := c.claim(namespace, name)
@@ -196,7 +197,7 @@ func (c storeClaims) Requested(_ context.Context, namespace, name string) (resou
 }
 
 func (c storeClaims) Request(_ context.Context, namespace, name string, size resource.Quantity) error {
-	if err := c.allowed("persistentvolumeclaims", "patch"); err != nil {
+	if err := c.allowed("persistentvolumeclaims", "patch", name); err != nil {
 		return err
 	}
 	pvc, err := c.claim(namespace, name)
@@ -224,7 +225,9 @@ func (c storeClaims) Request(_ context.Context, namespace, name string, size res
 // Create creates the claim, unbound: the StatefulSet controller's provisioning binds it when
 // it creates the pod that uses it, as a class of volumeBindingMode WaitForFirstConsumer does.
 func (c storeClaims) Create(_ context.Context, claim *corev1.PersistentVolumeClaim) error {
-	if err := c.allowed("persistentvolumeclaims", "create"); err != nil {
+	// The API server authorizes a create without the object's name: a rule that lists names
+	// does not grant it.
+	if err := c.allowed("persistentvolumeclaims", "create", ""); err != nil {
 		return err
 	}
 	if claim.Namespace != c.store.Namespace {
@@ -243,7 +246,7 @@ func (c storeClaims) Create(_ context.Context, claim *corev1.PersistentVolumeCla
 
 // DeletePod deletes the pod under the UID precondition, as the API server does.
 func (c storeClaims) DeletePod(_ context.Context, namespace, name string, uid types.UID) error {
-	if err := c.allowed("pods", "delete"); err != nil {
+	if err := c.allowed("pods", "delete", name); err != nil {
 		return err
 	}
 	if namespace != c.store.Namespace || !c.store.DeleteUID("Pod", name, uid) {

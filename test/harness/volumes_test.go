@@ -104,8 +104,8 @@ func TestResizerGrowsAClaim(t *testing.T) {
 	t.Fatal("the claim did not grow in 5s")
 }
 
-// TestStoreDeletePod: a Job pod deletes a pod only with a Role granting delete on pods, and
-// only the pod of the UID it names (the API server's precondition); another pod of that name,
+// TestStoreDeletePod: a Job pod deletes a pod only with a Role granting delete on pods (on
+// that pod's name, when the rule lists names), and only the pod of the UID it names (the API server's precondition); another pod of that name,
 // or none, is ErrPodGone and stays.
 func TestStoreDeletePod(t *testing.T) {
 	ctx := context.Background()
@@ -129,7 +129,12 @@ func TestStoreDeletePod(t *testing.T) {
 	}
 	o, _ := s.Get("Role", "etcd-claims")
 	role := o.(*rbacv1.Role)
-	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"delete"}})
+	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"delete"}, ResourceNames: []string{"etcd-1"}})
+	_ = s.Update(role)
+	if err := acct.DeletePod(ctx, "ns", "etcd-0", pod.UID); !errors.Is(err, membertool.ErrClaimRefused) || deleting() {
+		t.Errorf("delete on pod etcd-1 only: %v, deleting %v; want refused, kept", err, deleting())
+	}
+	role.Rules[1].ResourceNames = append(role.Rules[1].ResourceNames, "etcd-0")
 	_ = s.Update(role)
 	if err := acct.DeletePod(ctx, "ns", "etcd-0", "another-uid"); !errors.Is(err, membertool.ErrPodGone) || deleting() {
 		t.Errorf("another UID: %v, deleting %v; want ErrPodGone, kept", err, deleting())
@@ -137,8 +142,11 @@ func TestStoreDeletePod(t *testing.T) {
 	if err := acct.DeletePod(ctx, "ns", "etcd-0", pod.UID); err != nil || !deleting() {
 		t.Errorf("its UID: %v, deleting %v; want deleted", err, deleting())
 	}
-	if err := acct.DeletePod(ctx, "ns", "etcd-9", pod.UID); !errors.Is(err, membertool.ErrPodGone) {
+	if err := acct.DeletePod(ctx, "ns", "etcd-1", pod.UID); !errors.Is(err, membertool.ErrPodGone) {
 		t.Errorf("no such pod: %v, want ErrPodGone", err)
+	}
+	if err := acct.DeletePod(ctx, "ns", "etcd-9", pod.UID); !errors.Is(err, membertool.ErrClaimRefused) {
+		t.Errorf("a pod the Role does not name: %v, want refused, as RBAC refuses before it looks", err)
 	}
 }
 
