@@ -440,6 +440,12 @@ func backupPod(c *v1alpha1.EtcdCluster, j memberJob, labels, podLabels map[strin
 	vols, mounts := destinationVolumes(c.Spec.Backup.Destination, false)
 	vols = append(vols, volume{Name: volumeBackupWork, EmptyDir: &emptyDir{SizeLimit: j.scratch}})
 	mounts = append(mounts, volumeMount{Name: volumeBackupWork, MountPath: backupWorkDir})
+	addVolumes(podSpec, container, vols, mounts)
+}
+
+// addVolumes adds vols to a Job's pod and mounts to its container, after those it has (the
+// client certificate's).
+func addVolumes(podSpec, container object, vols []volume, mounts []volumeMount) {
 	if have, ok := podSpec["volumes"].([]volume); ok {
 		vols = append(have, vols...)
 	}

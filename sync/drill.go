@@ -251,13 +251,7 @@ func drillPod(cfg Config, c *v1alpha1.EtcdCluster, j memberJob, labels, podLabel
 	vols, mounts := destinationVolumes(c.Spec.Backup.Destination, true)
 	vols = append(vols, volume{Name: volumeTools, EmptyDir: &emptyDir{}}, volume{Name: volumeBackupWork, EmptyDir: &emptyDir{SizeLimit: j.scratch}})
 	mounts = append(mounts, volumeMount{Name: volumeTools, MountPath: toolDir}, volumeMount{Name: volumeBackupWork, MountPath: backupWorkDir})
-	if have, ok := podSpec["volumes"].([]volume); ok {
-		vols = append(have, vols...)
-	}
-	if have, ok := container["volumeMounts"].([]volumeMount); ok {
-		mounts = append(have, mounts...)
-	}
-	podSpec["volumes"], container["volumeMounts"] = vols, mounts
+	addVolumes(podSpec, container, vols, mounts)
 }
 
 // drillResync brings the resync forward to the next drill.

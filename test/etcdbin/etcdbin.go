@@ -50,15 +50,46 @@ func Versions() []string {
 // buildBound bounds one build: the module download and the compile, on a slow shared machine.
 const buildBound = 15 * time.Minute
 
+// serverBuilds and toolBuilds keep each release's build, done once per process.
 var (
-	mu     gosync.Mutex
-	builds = map[string]*build{}
+	serverBuilds onceEach[string]
+	toolBuilds   onceEach[Tools]
 )
 
-type build struct {
+// onceEach runs a build once per release and keeps its result for every later call.
+type onceEach[T any] struct {
+	mu     gosync.Mutex
+	builds map[string]*onceBuild[T]
+}
+
+type onceBuild[T any] struct {
 	once gosync.Once
-	path string
+	out  T
 	err  error
+}
+
+// get is version's build: done now by build if no call did it before, after checking that
+// version is pinned and the run is not -short.
+func (o *onceEach[T]) get(version string, build func(string) (T, error)) (T, error) {
+	var none T
+	if !isPinned(version) {
+		return none, fmt.Errorf("etcd %s is not one of the pinned releases %v", version, Versions())
+	}
+	if testing.Testing() && testing.Short() {
+		return none, ErrShort
+	}
+	o.mu.Lock()
+	if o.builds == nil {
+		o.builds = map[string]*onceBuild[T]{}
+	}
+	b, ok := o.builds[version]
+	if !ok {
+		b = &onceBuild[T]{}
+		o.builds[version] = b
+	}
+	o.mu.Unlock()
+	b.once.Do(func() { b.out, b.err = build(version) })
+	return b.out, b.err
 }
 
 // ErrShort: go test -short runs no test on a real etcd server, so that the fast loop never
@@ -69,21 +100,7 @@ var ErrShort = errors.New("-short: tests on real etcd servers, built from the Go
 // says why it cannot be built (no network, no proxy, no Go toolchain, or ErrShort); callers
 // skip on it.
 func Path(version string) (string, error) {
-	if !isPinned(version) {
-		return "", fmt.Errorf("etcd %s is not one of the pinned releases %v", version, Versions())
-	}
-	if testing.Testing() && testing.Short() {
-		return "", ErrShort
-	}
-	mu.Lock()
-	b, ok := builds[version]
-	if !ok {
-		b = &build{}
-		builds[version] = b
-	}
-	mu.Unlock()
-	b.once.Do(func() { b.path, b.err = buildOnce(version) })
-	return b.path, b.err
+	return serverBuilds.get(version, buildOnce)
 }
 
 // Dir is where the release's module and binary are cached.

@@ -6,8 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	gosync "sync"
-	"testing"
 
 	"etcdops.dev/etcdops/test/buildlock"
 	"etcdops.dev/etcdops/test/gobuild"
@@ -25,37 +23,12 @@ var toolModules = map[string]string{
 	"etcdutl": "go.etcd.io/etcd/etcdutl/v3",
 }
 
-var (
-	toolsMu     gosync.Mutex
-	toolsBuilds = map[string]*toolsBuild{}
-)
-
-type toolsBuild struct {
-	once  gosync.Once
-	tools Tools
-	err   error
-}
-
 // ToolsFor returns etcdctl and etcdutl of a pinned release, building them from the Go module
 // proxy on first use (the modules go.etcd.io/etcd/etcdctl/v3 and etcdutl/v3 at that version,
 // in a throwaway module under the same cache as the servers). The error says why they cannot
 // be built; callers skip on it.
 func ToolsFor(version string) (Tools, error) {
-	if !isPinned(version) {
-		return Tools{}, fmt.Errorf("etcd %s is not one of the pinned releases %v", version, Versions())
-	}
-	if testing.Testing() && testing.Short() {
-		return Tools{}, ErrShort
-	}
-	toolsMu.Lock()
-	b, ok := toolsBuilds[version]
-	if !ok {
-		b = &toolsBuild{}
-		toolsBuilds[version] = b
-	}
-	toolsMu.Unlock()
-	b.once.Do(func() { b.tools, b.err = buildTools(version) })
-	return b.tools, b.err
+	return toolBuilds.get(version, buildTools)
 }
 
 // ToolsDir is where the release's tools and their module are cached.
