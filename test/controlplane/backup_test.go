@@ -88,13 +88,18 @@ func backupOnRequest(t *testing.T, c *Cluster) backedUp {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A backup of earlier (a risky step's) may be on record: this one is another.
+	before := ""
+	if b := ec.Status.Backup; b != nil && b.LastSuccessful != nil {
+		before = b.LastSuccessful.Object
+	}
 	if err := c.Annotate(v1alpha1.AnnotationBackupNow, "before-restores"); err != nil {
 		t.Fatal(err)
 	}
 	took, err := c.WaitFor(2*time.Minute, func(ec *v1alpha1.EtcdCluster) (bool, string) {
 		b := ec.Status.Backup
 		switch {
-		case b == nil || b.LastRequest != "before-restores" || b.LastSuccessful == nil:
+		case b == nil || b.LastRequest != "before-restores" || b.LastSuccessful == nil || b.LastSuccessful.Object == before:
 			return false, fmt.Sprintf("the requested backup has not been stored: %+v", b)
 		case b.Continuous == nil || b.Continuous.StoredRevision < final:
 			return false, fmt.Sprintf("the stream has not stored revision %d: %+v", final, b.Continuous)

@@ -87,6 +87,10 @@ func TestResourceQuota(t *testing.T) {
 		}},
 		step{"backup", func(t *testing.T) {
 			put(t, c, "/quota/before-backup", "kept")
+			before := ""
+			if ec, err := c.Get(); err == nil && ec.Status.Backup != nil && ec.Status.Backup.LastSuccessful != nil {
+				before = ec.Status.Backup.LastSuccessful.Object
+			}
 			if err := c.Annotate(v1alpha1.AnnotationBackupNow, "quota"); err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +101,7 @@ func TestResourceQuota(t *testing.T) {
 					return false, "the backup is not started yet"
 				case b.LastFailure != nil:
 					return false, "the backup failed: " + b.LastFailure.Reason
-				case b.LastSuccessful == nil:
+				case b.LastSuccessful == nil || b.LastSuccessful.Object == before:
 					return false, "the backup is not done yet"
 				}
 				return c.Steady(5)(ec)

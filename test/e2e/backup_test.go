@@ -39,6 +39,26 @@ func lastBackup(env *harness.Env) *v1alpha1.BackupStatus {
 	return nil
 }
 
+// requestBackup asks env for a backup under request and waits until status records it taken:
+// a successful backup other than the one recorded before. Status names the request as soon as
+// its Job starts, and a backup of earlier (a schedule's, or a risky step's) may be on record
+// already, so neither says that this one is done.
+func requestBackup(t *testing.T, env *harness.Env, request string) *v1alpha1.BackupRecord {
+	t.Helper()
+	var before string
+	if b := lastBackup(env); b != nil && b.LastSuccessful != nil {
+		before = b.LastSuccessful.Object
+	}
+	env.Store.AnnotateParent(v1alpha1.AnnotationBackupNow, request)
+	if _, err := env.WaitFor(changeBound, func() (bool, string) {
+		b := lastBackup(env)
+		return b != nil && b.LastRequest == request && b.LastSuccessful != nil && b.LastSuccessful.Object != before, "the requested backup has not finished"
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, env.Describe())
+	}
+	return lastBackup(env).LastSuccessful
+}
+
 // TestBackupRestore: a cluster backed up every minute rolls a configuration change while a
 // backup falls due, which runs between two of the roll's steps; then, with the writes
 // stopped and one more backup taken on request, the whole cluster is deleted (pods, volumes,
@@ -106,15 +126,7 @@ func TestBackupRestore(t *testing.T) {
 		stats := w.Stop()
 
 		// One backup on request, after the last acknowledged write.
-		before := lastBackup(env).LastSuccessful.Object
-		env.Store.AnnotateParent(v1alpha1.AnnotationBackupNow, "before-delete")
-		if _, err := env.WaitFor(changeBound, func() (bool, string) {
-			b := lastBackup(env)
-			return b.LastRequest == "before-delete" && b.LastSuccessful.Object != before, "the requested backup has not finished"
-		}); err != nil {
-			t.Fatal(err)
-		}
-		taken := lastBackup(env).LastSuccessful
+		taken := requestBackup(t, env, "before-delete")
 		oldID := env.Store.Parent().Status.ClusterID
 
 		// The whole cluster goes: every pod, volume and child, and the hook that knew it.

@@ -58,15 +58,6 @@ func restoresOn(t *testing.T, v string) {
 	}); err != nil {
 		t.Fatalf("%v\n%s", err, env.Describe())
 	}
-	backupNow := func(request string) {
-		env.Store.AnnotateParent(v1alpha1.AnnotationBackupNow, request)
-		if _, err := env.WaitFor(changeBound, func() (bool, string) {
-			b := lastBackup(env)
-			return b != nil && b.LastRequest == request && b.LastSuccessful != nil, "the requested backup has not finished"
-		}); err != nil {
-			t.Fatalf("%v\n%s", err, env.Describe())
-		}
-	}
 	cli, err := env.Client()
 	must(t, err)
 	defer cli.Close()
@@ -76,7 +67,7 @@ func restoresOn(t *testing.T, v string) {
 	must(t, err)
 	_, err = cli.Put(ctx, "/leased/in-the-snapshot", v, clientv3.WithLease(l.ID))
 	must(t, err)
-	backupNow("with-the-lease")
+	requestBackup(t, env, "with-the-lease")
 	_, err = cli.Put(ctx, "/leased/in-the-changes", v, clientv3.WithLease(l.ID))
 	must(t, err)
 	w, err := env.StartWorkload("/matrix")
@@ -97,7 +88,7 @@ func restoresOn(t *testing.T, v string) {
 	}); err != nil {
 		t.Fatalf("%v\n%s", err, env.Describe())
 	}
-	backupNow("after-the-writes")
+	requestBackup(t, env, "after-the-writes")
 	env.Close()
 
 	// The cluster wrote one lineage, its etcd cluster ID's.

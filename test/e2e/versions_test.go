@@ -98,13 +98,7 @@ func TestRenderedCommandLineAccepted(t *testing.T) {
 // a cluster of size members of release v restored from the newest backup in dest.
 func backupAndRestore(t *testing.T, env *harness.Env, v string, dest v1alpha1.BackupDestination, request string, size int32) *harness.Env {
 	t.Helper()
-	env.Store.AnnotateParent(v1alpha1.AnnotationBackupNow, request)
-	if _, err := env.WaitFor(changeBound, func() (bool, string) {
-		b := lastBackup(env)
-		return b != nil && b.LastRequest == request && b.LastSuccessful != nil, "the requested backup has not finished"
-	}); err != nil {
-		t.Fatalf("%v\n%s", err, env.Describe())
-	}
+	requestBackup(t, env, request)
 	env.Close()
 	restored := startEnv(t, realEtcdOptions(t, v))
 	addCredentials(t, restored)
