@@ -129,6 +129,14 @@ type EtcdClusterSpec struct {
 	//
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+	// DeletionProtection, true unless set false, makes the API server refuse to delete the
+	// EtcdCluster: the ValidatingAdmissionPolicy the operator's manifests ship checks it
+	// (docs/create.md, "Deleting a cluster"). Set it false to delete the cluster on purpose.
+	// A cluster created before the field existed is protected.
+	//
+	// +kubebuilder:default=true
+	// +optional
+	DeletionProtection *bool `json:"deletionProtection,omitempty"`
 	// Maintenance says what the operator does on its own to keep etcd's database in shape.
 	// Absent, a NOSPACE alarm is remediated and nothing is defragmented on a schedule.
 	//
