@@ -131,7 +131,7 @@ type EtcdClusterSpec struct {
 	Paused bool `json:"paused,omitempty"`
 	// DeletionProtection, true unless set false, makes the API server refuse to delete the
 	// EtcdCluster: the ValidatingAdmissionPolicy the operator's manifests ship checks it
-	// (docs/create.md, "Deleting a cluster"). Set it false to delete the cluster on purpose.
+	// (docs/create.md, "Deletion protection"). Set it false to delete the cluster on purpose.
 	// A cluster created before the field existed is protected.
 	//
 	// +kubebuilder:default=true
