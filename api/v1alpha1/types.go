@@ -563,6 +563,11 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	Client *ClientStatus `json:"client,omitempty"`
+	// LastSwitchover is the last switchover request (annotation etcdops.dev/switchover-to)
+	// served; a request of the same value is not served again.
+	//
+	// +optional
+	LastSwitchover *SwitchoverRecord `json:"lastSwitchover,omitempty"`
 }
 
 // ClientStatus is how applications reach the cluster, kept current as members come and go and
