@@ -508,6 +508,7 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		RestoredTime:     &metav1.MicroTime{Time: since.Add(1500 * time.Millisecond)},
 		RestoredLineage:  "8e9e05c52164694d",
 		RestoreDuration:  &metav1.Duration{Duration: 2 * time.Minute},
+		LastSwitchover:   &v1alpha1.SwitchoverRecord{Request: "status-1@2", Member: "status-0", Moved: true, Time: since},
 		Ledger: []v1alpha1.LedgerRecord{
 			{Name: "status-0", ID: "8e9e05c52164694d", Incarnation: 0, Established: true},
 			{Name: "status-1", ID: "91bc3c398fb3c146", Incarnation: 2, Established: true, PastIDs: []string{"2a1b3c4d5e6f7081", "3b2c4d5e6f708192"}},

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -128,6 +129,10 @@ func typedObject(apiVersion, kind string) any {
 		return &rbacv1.ClusterRole{}
 	case "rbac.authorization.k8s.io/v1, ClusterRoleBinding":
 		return &rbacv1.ClusterRoleBinding{}
+	case "admissionregistration.k8s.io/v1, ValidatingAdmissionPolicy":
+		return &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	case "admissionregistration.k8s.io/v1, ValidatingAdmissionPolicyBinding":
+		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 	case "apiextensions.k8s.io/v1, CustomResourceDefinition":
 		return &apiextv1.CustomResourceDefinition{}
 	case v1alpha1.APIVersion + ", " + v1alpha1.Kind:
@@ -466,6 +471,7 @@ func TestKustomizeBuild(t *testing.T) {
 	want := map[string]int{
 		"Namespace": 1, "CustomResourceDefinition": 1, "ServiceAccount": 1, "Deployment": 1, "Service": 1,
 		"PodDisruptionBudget": 1, "NetworkPolicy": 1, "CompositeController": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
+		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	}
 	if !reflect.DeepEqual(kinds, want) {
 		t.Errorf("kustomize build gives %v, want %v", kinds, want)
@@ -558,6 +564,7 @@ func TestCRDDefaultsMatchGo(t *testing.T) {
 		want  any
 	}{
 		{"spec.size", spec.Properties["size"].Default, v1alpha1.DefaultSize},
+		{"spec.deletionProtection", spec.Properties["deletionProtection"].Default, true},
 		{"spec.version", spec.Properties["version"].Default, v1alpha1.DefaultVersion},
 		{"spec.imageRegistry", spec.Properties["imageRegistry"].Default, v1alpha1.DefaultImageRegistry},
 		{"spec.storageSpec.accessModes", storage.Properties["accessModes"].Default, corev1.ReadWriteOnce},

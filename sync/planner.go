@@ -43,6 +43,8 @@ type step struct {
 	maintenance *v1alpha1.MaintenanceStatus
 	recovery    *v1alpha1.RecoveryStatus
 	backup      *v1alpha1.BackupStatus
+	// switchover, when set, is status.lastSwitchover: a switchover request served.
+	switchover *v1alpha1.SwitchoverRecord
 	// forkSeen is status.forkSeenSince after this sync: nil unless it saw a fork.
 	forkSeen *metav1.Time
 	// phase, when set, is the cluster's phase whatever the view says: a sync that must change
@@ -60,6 +62,9 @@ func (s *step) records(from step) {
 	}
 	if s.backup == nil {
 		s.backup = from.backup
+	}
+	if s.switchover == nil {
+		s.switchover = from.switchover
 	}
 }
 
@@ -124,6 +129,7 @@ func (p *planner) change() (decided, recorded step) {
 		p.defragment,    // 23 maintenance.go: scheduled defragmentation
 		p.drillDue,      // 24 drill.go: a restore drill that is due
 		p.tlsWaiting,    // 25 tls.go: a TLS change waiting for its Secrets or its pods
+		p.switchover,    // 26 switchover.go: leadership asked for on a member (etcdops.dev/switchover-to)
 	}
 	for _, phase := range fixes {
 		s, ok := phase()

@@ -825,6 +825,9 @@ func decisionText(t *testing.T, d Decision) string {
 		}
 		b.WriteString("\n")
 	}
+	if r := st.LastSwitchover; r != nil {
+		fmt.Fprintf(&b, "  switchover: request=%s member=%s moved=%v\n", r.Request, r.Member, r.Moved)
+	}
 	if st.RestoredFrom != "" {
 		fmt.Fprintf(&b, "  restored from: %s revision=%d", st.RestoredFrom, st.RestoredRevision)
 		if st.RestoredLineage != "" {

@@ -148,6 +148,7 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		RestoreDuration:  prev.RestoreDuration,
 		RestoredLineage:  prev.RestoredLineage,
 		Client:           prev.Client,
+		LastSwitchover:   prev.LastSwitchover,
 	}
 }
 
@@ -465,6 +466,9 @@ func (v *view) stepStatus(a *answer) {
 	st := newStatus(v.obs, v.c, v.phase(s, h), s.action)
 	if s.maintenance != nil {
 		st.Maintenance = s.maintenance
+	}
+	if s.switchover != nil {
+		st.LastSwitchover = s.switchover
 	}
 	st.Recovery, st.V2LogIndex, st.ForkSeenSince = v.recoveryAfter(s), v.safe.v2LogIndex, s.forkSeen
 	jobName := ""

@@ -38,6 +38,10 @@ func Defaulted(c EtcdCluster) EtcdCluster {
 	if s.ImageRegistry == "" {
 		s.ImageRegistry = DefaultImageRegistry
 	}
+	if s.DeletionProtection == nil {
+		protected := true
+		s.DeletionProtection = &protected
+	}
 	if s.StorageSpec != nil {
 		st := *s.StorageSpec
 		if st.AccessModes == "" {

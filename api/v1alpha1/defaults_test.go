@@ -20,28 +20,33 @@ func TestDefaulted(t *testing.T) {
 		{
 			name: "an empty spec gets three members of the default release from the default registry",
 			in:   EtcdClusterSpec{},
-			want: EtcdClusterSpec{Size: ptr(int32(3)), Version: DefaultVersion, ImageRegistry: DefaultImageRegistry},
+			want: EtcdClusterSpec{Size: ptr(int32(3)), Version: DefaultVersion, ImageRegistry: DefaultImageRegistry, DeletionProtection: ptr(true)},
 		},
 		{
 			name: "a version without the v gets one, and set fields stay as written",
 			in:   EtcdClusterSpec{Size: ptr(int32(5)), Version: "3.5.21", ImageRegistry: "quay.io/coreos/etcd"},
-			want: EtcdClusterSpec{Size: ptr(int32(5)), Version: "v3.5.21", ImageRegistry: "quay.io/coreos/etcd"},
+			want: EtcdClusterSpec{Size: ptr(int32(5)), Version: "v3.5.21", ImageRegistry: "quay.io/coreos/etcd", DeletionProtection: ptr(true)},
 		},
 		{
 			name: "size 0 is kept so validation can reject it rather than silently becoming 3",
 			in:   EtcdClusterSpec{Size: ptr(int32(0))},
-			want: EtcdClusterSpec{Size: ptr(int32(0)), Version: DefaultVersion, ImageRegistry: DefaultImageRegistry},
+			want: EtcdClusterSpec{Size: ptr(int32(0)), Version: DefaultVersion, ImageRegistry: DefaultImageRegistry, DeletionProtection: ptr(true)},
+		},
+		{
+			name: "a cluster is protected from deletion unless it says otherwise, and an unprotected one stays so",
+			in:   EtcdClusterSpec{DeletionProtection: ptr(false)},
+			want: EtcdClusterSpec{Size: ptr(int32(3)), Version: DefaultVersion, ImageRegistry: DefaultImageRegistry, DeletionProtection: ptr(false)},
 		},
 		{
 			name: "storage gets ReadWriteOnce and Retain so deleting the cluster never deletes data by default",
 			in:   EtcdClusterSpec{StorageSpec: &StorageSpec{VolumeSizeRequest: gi}},
-			want: EtcdClusterSpec{Size: ptr(int32(3)), Version: DefaultVersion, ImageRegistry: DefaultImageRegistry,
+			want: EtcdClusterSpec{Size: ptr(int32(3)), Version: DefaultVersion, ImageRegistry: DefaultImageRegistry, DeletionProtection: ptr(true),
 				StorageSpec: &StorageSpec{VolumeSizeRequest: gi, AccessModes: corev1.ReadWriteOnce, WhenDeleted: PVCRetain}},
 		},
 		{
 			name: "storage choices the user made are kept",
 			in:   EtcdClusterSpec{StorageSpec: &StorageSpec{VolumeSizeRequest: gi, AccessModes: corev1.ReadWriteOncePod, WhenDeleted: PVCDelete}},
-			want: EtcdClusterSpec{Size: ptr(int32(3)), Version: DefaultVersion, ImageRegistry: DefaultImageRegistry,
+			want: EtcdClusterSpec{Size: ptr(int32(3)), Version: DefaultVersion, ImageRegistry: DefaultImageRegistry, DeletionProtection: ptr(true),
 				StorageSpec: &StorageSpec{VolumeSizeRequest: gi, AccessModes: corev1.ReadWriteOncePod, WhenDeleted: PVCDelete}},
 		},
 	}

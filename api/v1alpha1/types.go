@@ -129,6 +129,14 @@ type EtcdClusterSpec struct {
 	//
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+	// DeletionProtection, true unless set false, makes the API server refuse to delete the
+	// EtcdCluster: the ValidatingAdmissionPolicy the operator's manifests ship checks it
+	// (docs/create.md, "Deletion protection"). Set it false to delete the cluster on purpose.
+	// A cluster created before the field existed is protected.
+	//
+	// +kubebuilder:default=true
+	// +optional
+	DeletionProtection *bool `json:"deletionProtection,omitempty"`
 	// Maintenance says what the operator does on its own to keep etcd's database in shape.
 	// Absent, a NOSPACE alarm is remediated and nothing is defragmented on a schedule.
 	//
@@ -555,6 +563,11 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	Client *ClientStatus `json:"client,omitempty"`
+	// LastSwitchover is the last switchover request (annotation etcdops.dev/switchover-to)
+	// served; a request of the same value is not served again.
+	//
+	// +optional
+	LastSwitchover *SwitchoverRecord `json:"lastSwitchover,omitempty"`
 }
 
 // ClientStatus is how applications reach the cluster, kept current as members come and go and

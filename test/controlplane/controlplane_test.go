@@ -416,10 +416,12 @@ func growVolumes(t *testing.T, c *Cluster, grown string, offline bool) {
 	}
 }
 
-// teardown deletes the EtcdCluster with kubectl and waits for it to be gone: the finalize
-// hook, Metacontroller's finalizer and the garbage collector, for real. Its pods, StatefulSet
-// and Jobs go; its claims and their volumes stay with whenDeleted Retain, and go with Delete.
+// teardown deletes the EtcdCluster with kubectl as docs/create.md says to delete one on
+// purpose and waits for it to be gone: the finalize hook, Metacontroller's finalizer and the
+// garbage collector, for real. Its pods, StatefulSet and Jobs go; its claims and their volumes
+// stay with whenDeleted Retain, and go with Delete.
 func teardown(t *testing.T, c *Cluster, whenDeleted v1alpha1.PVCRetention) {
+	unprotect(t, c)
 	start := time.Now()
 	// The members go one by one: the quorum is lost on purpose on the way.
 	c.inv.allowQuorumLoss(true)
@@ -602,4 +604,37 @@ func checkWorkload(t *testing.T, w *harness.Workload) {
 		t.Errorf("the workload's history fails its check: %v (written to %s)", v.Problems, v.Written)
 	}
 	t.Logf("workload: %d appends acknowledged, %d failed operations, worst %s; %d operations checked, linearizable %v", stats.Acked, stats.Failed, stats.Worst.Round(time.Millisecond), v.Ops, v.Linearizable)
+}
+
+// unprotect first checks that the installed ValidatingAdmissionPolicy refuses a plain delete
+// of the cluster, protected by default, with a message that says how to delete it on purpose
+// and leaves it untouched; then it does what the message says.
+func unprotect(t *testing.T, c *Cluster) {
+	t.Helper()
+	out, err := c.Plane.Kubectl("delete", "-n", c.Namespace, "etcdcluster", c.Name, "--wait=false")
+	if err == nil {
+		t.Fatalf("kubectl delete of a protected EtcdCluster was let through: %s", out)
+	}
+	patch := `{"spec":{"deletionProtection":false}}`
+	for _, want := range []string{
+		"ValidatingAdmissionPolicy 'etcdops-deletion-protection'",
+		"EtcdCluster " + c.Namespace + "/" + c.Name + " is protected from deletion",
+		"kubectl patch etcdcluster " + c.Name + " -n " + c.Namespace + " --type=merge -p '" + patch + "'",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the refused delete says %q, which lacks %q", out, want)
+		}
+	}
+	ec, err := c.Get()
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case ec.DeletionTimestamp != nil:
+		t.Fatal("the refused delete marked the EtcdCluster for deletion")
+	case ec.Spec.DeletionProtection == nil || !*ec.Spec.DeletionProtection:
+		t.Fatalf("spec.deletionProtection = %v, want the default true", ec.Spec.DeletionProtection)
+	}
+	if out, err := c.Plane.Kubectl("patch", "-n", c.Namespace, "etcdcluster", c.Name, "--type=merge", "-p", patch); err != nil {
+		t.Fatalf("unprotect: %v\n%s", err, out)
+	}
 }
