@@ -195,22 +195,8 @@ func (p *planner) backupDue() (step, bool) {
 // backupStep starts a backup Job for trigger t, with status.backup as this sync leaves it so
 // far in the step, to be changed by the caller.
 func (p *planner) backupStep(t backupTrigger) step {
-	// The endpoints are every voter's, highest ordinal first, so that the Job stays the same
-	// while the membership does; the member tool asks each and reads from a healthy
-	// follower before the leader.
 	voters := p.voters()
-	var eps []string
-	secure := p.jobTLS()
-	for i := len(voters) - 1; i >= 0; i-- {
-		eps = append(eps, clientURLOf(p.c, voters[i].name, p.cfg.ClusterDomain, secure))
-	}
-	name := voters[len(voters)-1].name
-	for i := len(voters) - 1; i >= 0; i-- {
-		if m := voters[i]; m.Healthy && m != p.leader {
-			name = m.name
-			break
-		}
-	}
+	eps, name := p.readEndpoints(voters)
 	scratch := scratchLimit(p.largestDB())
 	reason := "backup " + t.String() + ": snapshot from a follower, " + name + " preferred"
 	if t.retry != "" {
@@ -220,6 +206,24 @@ func (p *planner) backupStep(t backupTrigger) step {
 	s.job = &memberJob{verb: verbBackup, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), lineage: p.lineageArgs(), clientSecret: p.tls.clientSecret, scratch: scratch}
 	s.backup = p.backupRecord().changed()
 	return s
+}
+
+// readEndpoints are what a backup or a drill Job reads through: every voter's client URL,
+// highest ordinal first, so that the Job stays the same while the membership does (the member
+// tool asks each and reads from a healthy follower before the leader), and the member it will
+// likely read, for the step's reason. voters is not empty.
+func (p *planner) readEndpoints(voters []*member) (eps []string, preferred string) {
+	secure := p.jobTLS()
+	for i := len(voters) - 1; i >= 0; i-- {
+		eps = append(eps, clientURLOf(p.c, voters[i].name, p.cfg.ClusterDomain, secure))
+	}
+	preferred = voters[len(voters)-1].name
+	for i := len(voters) - 1; i >= 0; i-- {
+		if m := voters[i]; m.Healthy && m != p.leader {
+			return eps, m.name
+		}
+	}
+	return eps, preferred
 }
 
 // backupRecord is status.backup as the Job stage left it, to be changed.

@@ -119,20 +119,7 @@ func (p *planner) drillDue() (step, bool) {
 	if len(voters) == 0 {
 		return step{}, false
 	}
-	// As a backup's: every voter, highest ordinal first, so that the Job stays the same while
-	// the membership does; the tool reads a healthy follower before the leader.
-	var eps []string
-	secure := p.jobTLS()
-	for i := len(voters) - 1; i >= 0; i-- {
-		eps = append(eps, clientURLOf(p.c, voters[i].name, p.cfg.ClusterDomain, secure))
-	}
-	name := voters[len(voters)-1].name
-	for i := len(voters) - 1; i >= 0; i-- {
-		if m := voters[i]; m.Healthy && m != p.leader {
-			name = m.name
-			break
-		}
-	}
+	eps, name := p.readEndpoints(voters)
 	s := p.base(Action{Type: RestoreDrill, Member: name, Reason: fmt.Sprintf("restore drill %s: the newest backup of lineage %s restored and compared with %s",
 		t, id, name)}, resyncSoon)
 	s.job = &memberJob{verb: verbDrill, member: voters[len(voters)-1].name, endpoints: eps, backupFor: t.label(), clusterID: id,
