@@ -396,6 +396,8 @@ func TestRestoreToATime(t *testing.T) {
 			cli := client(t, eps)
 			st := startStream(t, s, eps, 1<<20)
 			waitSnapshot(t, s, currentRevision(t, cli))
+			// Past the second the first snapshot's name keeps, so every write is stored after it.
+			time.Sleep(time.Second)
 			type write struct {
 				rev            int64
 				called, answer time.Time
@@ -446,10 +448,46 @@ func TestRestoreToATime(t *testing.T) {
 			if err != nil || len(objs) != 1 {
 				t.Fatalf("snapshots %v, %v", objs, err)
 			}
-			for _, outside := range []time.Time{objs[0].Time.Add(-time.Hour), at[writes[5].rev].Add(time.Millisecond)} {
+			// A snapshot taken later in the second a time names holds writes made after that
+			// time: its name keeps only the second, so it is not the state at the time.
+			var late Object
+			for range 3 {
+				time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
+				second := time.Now().Truncate(time.Second)
+				if _, err := cli.Put(context.Background(), "after-the-time", "v"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := Take(context.Background(), takeOptions(t, s, eps, time.Now)); err != nil {
+					t.Fatal(err)
+				}
+				if objs, err := ls.List(context.Background()); err != nil || len(objs) != 2 {
+					t.Fatalf("snapshots %v, %v: want the stream's and the one taken", objs, err)
+				} else if newestFirst(objs); objs[0].Time.Equal(second) {
+					late = objs[0]
+					break
+				} else if err := ls.Delete(context.Background(), objs[0].Name); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if late.Name == "" {
+				t.Fatal("no snapshot was taken within the second it started in, three times")
+			}
+			restored, r := restoreWith(t, RestoreOptions{Store: s, Name: LatestName, Time: late.Time})
+			if r.Revision != writes[5].rev {
+				t.Fatalf("restore to %s: revision %d, the state then was revision %d (snapshot %s holds a later write)", late.Time, r.Revision, writes[5].rev, late.Name)
+			}
+			stopMember(restored)
+			if err := ls.Delete(context.Background(), late.Name); err != nil {
+				t.Fatal(err)
+			}
+			objs, err = ls.List(context.Background())
+			if err != nil || len(objs) != 1 {
+				t.Fatalf("snapshots %v, %v", objs, err)
+			}
+			for _, outside := range []time.Time{objs[0].Time, at[writes[5].rev].Add(time.Millisecond)} {
 				_, err := Restore(context.Background(), RestoreOptions{Store: s, Name: LatestName, Time: outside, WorkDir: t.TempDir(), DataDir: filepath.Join(t.TempDir(), "data"),
 					Member: "etcd-0", PeerURL: "http://127.0.0.1:2380", InitialCluster: "etcd-0=http://127.0.0.1:2380", Token: "t"})
-				rng := fmt.Sprintf("%s (revision %d) to %s (revision %d)", objs[0].Time.Format(time.RFC3339Nano), objs[0].Revision, at[writes[5].rev].Format(time.RFC3339Nano), writes[5].rev)
+				rng := fmt.Sprintf("%s (revision %d) to %s (revision %d)", storedBy(objs[0]).Format(time.RFC3339Nano), objs[0].Revision, at[writes[5].rev].Format(time.RFC3339Nano), writes[5].rev)
 				if !errors.Is(err, ErrTimeOutside) || !strings.Contains(err.Error(), rng) {
 					t.Fatalf("restore to %s, outside what is stored: %v; want the range %q named", outside, err, rng)
 				}

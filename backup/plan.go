@@ -114,7 +114,7 @@ func revisionAt(ctx context.Context, s Store, r reach, at time.Time) (int64, tim
 		}
 	}
 	for _, o := range r.snapshots {
-		consider(Point{Revision: o.Revision, Time: o.Time})
+		consider(Point{Revision: o.Revision, Time: storedBy(o)})
 	}
 	var straddling []Delta
 	for _, c := range r.chains {
@@ -149,6 +149,12 @@ func revisionAt(ctx context.Context, s Store, r reach, at time.Time) (int64, tim
 	}
 	return best.Revision, best.Time, nil
 }
+
+// storedBy is a time by which snapshot o's revision was surely stored: its name keeps only
+// the second of a time taken after the snapshot was read, so the end of that second. Its
+// start would count a snapshot read later in the second as stored at a time within it,
+// and a restore to that time would hold writes made after it.
+func storedBy(o Object) time.Time { return o.Time.Add(time.Second) }
 
 // timeOf is when p's target was stored: the snapshot's time, or the time its chunk says
 // (read from the chunk when the target is not its last revision); zero when the chunk is of
