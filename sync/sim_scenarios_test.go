@@ -298,7 +298,9 @@ func TestScenariosWithStaleParents(t *testing.T) {
 // a second membership answer at their address, nodes fail to grow file systems on a mount (a
 // restarted pod stays Pending), a drain evicts pods as the budget allows, or every database
 // fragments, at random moments, each healed later. The last change grows the cluster after
-// its data outgrew the claim template's size: each new learner's volume must hold it. A fault
+// its data outgrew the claim template's size: each new learner's volume must hold it. With the
+// version upgrade a person asks a follower to lead: the cluster converges only once that is
+// served, after the roll. A fault
 // may strike right after a pod was taken down on purpose, so availability may dip; the data
 // must survive every step, and the cluster must converge once the fault heals.
 func TestRandomSingleFaults(t *testing.T) {
@@ -404,11 +406,21 @@ func TestRandomSingleFaults(t *testing.T) {
 					heal = append(heal, func() { w.destination.refuses = false })
 				},
 			}, w.slowFaults(&heal)...)
-			for _, change := range changes {
+			for i, change := range changes {
 				change()
 				w.cluster.Generation++
+				req := ""
+				if i == 2 {
+					// With the version upgrade, a person asks a follower to lead: served once the
+					// roll is done and the target can lead, whatever the faults do meanwhile.
+					req = w.requestSwitchover(rng)
+				}
 				w.faultsDuring(rng, faults, 8, healAll)
+				servedInFaults := w.cluster.Status.LastSwitchover != nil && w.cluster.Status.LastSwitchover.Request == req
 				w.run(400)
+				if req != "" {
+					w.checkSwitchoverServed(req, !servedInFaults)
+				}
 			}
 			slow.add(w)
 		})
@@ -568,6 +580,40 @@ func (w *simWorld) faultsDuring(rng *rand.Rand, faults []func(), oneIn int, heal
 		w.step()
 	}
 	healAll()
+}
+
+// requestSwitchover annotates the cluster asking a follower voter, picked by rng, to lead,
+// and returns the request.
+func (w *simWorld) requestSwitchover(rng *rand.Rand) string {
+	var followers []string
+	for _, m := range w.members {
+		if !m.learner && m.id != w.leader {
+			followers = append(followers, w.podName(m.ord))
+		}
+	}
+	if len(followers) == 0 {
+		w.t.Fatalf("no follower to ask to lead:\n%s", w.describe())
+	}
+	req := followers[rng.Intn(len(followers))]
+	if w.cluster.Annotations == nil {
+		w.cluster.Annotations = map[string]string{}
+	}
+	w.cluster.Annotations[v1alpha1.AnnotationSwitchoverTo] = req
+	w.log = append(w.log, "switchover requested to "+req)
+	return req
+}
+
+// checkSwitchoverServed: a converged cluster served the switchover request req, and status
+// says so; when no fault struck after it was served, its member leads.
+func (w *simWorld) checkSwitchoverServed(req string, leads bool) {
+	w.t.Helper()
+	last := w.cluster.Status.LastSwitchover
+	if last == nil || last.Request != req {
+		w.t.Fatalf("converged without serving the switchover to %s: status.lastSwitchover %+v\n%s", req, last, w.describe())
+	}
+	if m := w.memberByID(w.leader); leads && (m == nil || w.podName(m.ord) != req) {
+		w.t.Fatalf("switchover to %s served (%+v), but the leader is %v\n%s", req, last, m, w.describe())
+	}
 }
 
 // slowWorld is a random run's world, created at size 3 as slowly as Kubernetes goes: mounted
