@@ -97,6 +97,9 @@ type Deps struct {
 	// Events emits each decision's Events on its EtcdCluster; none when nil. A sink that is
 	// also a prometheus.Collector has its metrics served with the hook's.
 	Events EventSink
+	// MaxConcurrentRolls bounds the clusters whose pods roll at once through this handler
+	// (rollSlots); 0 bounds nothing.
+	MaxConcurrentRolls int
 }
 
 // EventSink emits Events on the EtcdCluster ref names. It must not block: the sync has
@@ -110,6 +113,7 @@ type handler struct {
 	Deps
 	metrics *metrics
 	certs   certMemo
+	rolls   *rollSlots
 }
 
 // NewHandler builds the router: request IDs, then for the hooks timing, panic recovery,
@@ -136,7 +140,11 @@ func NewHandler(d Deps) http.Handler {
 	if d.Progress == nil {
 		d.Progress = NewHTTPProgress()
 	}
-	h := &handler{Deps: d, metrics: newMetrics(d.Now)}
+	h := &handler{Deps: d, metrics: newMetrics(d.Now), rolls: newRollSlots(d.MaxConcurrentRolls)}
+	h.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "etcdops_hook_rolling_clusters",
+		Help: "Clusters whose pods roll through this hook replica, holding one of its --max-concurrent-rolls slots.",
+	}, func() float64 { return float64(h.rolls.inUse()) }))
 	if c, ok := d.Events.(prometheus.Collector); ok {
 		h.metrics.registry.MustRegister(c)
 	}

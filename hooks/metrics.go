@@ -24,6 +24,7 @@ type metrics struct {
 	decisions       *prometheus.CounterVec
 	observeFailures prometheus.Counter
 	observeDuration prometheus.Histogram
+	rollWaits       prometheus.Counter
 	clusters        *clusterCollector
 }
 
@@ -49,9 +50,13 @@ func newMetrics(now func() time.Time) *metrics {
 			Help:    "Time to observe etcd membership and member status in one sync.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
+		rollWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "etcdops_hook_roll_waits_total",
+			Help: "Syncs whose roll waited for a slot (--max-concurrent-rolls).",
+		}),
 		clusters: newClusterCollector(now),
 	}
-	m.registry.MustRegister(m.duration, m.decisions, m.observeFailures, m.observeDuration, m.clusters,
+	m.registry.MustRegister(m.duration, m.decisions, m.observeFailures, m.observeDuration, m.rollWaits, m.clusters,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

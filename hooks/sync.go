@@ -39,7 +39,7 @@ func (h *handler) plan(w http.ResponseWriter, r *http.Request, finalize bool) {
 		writeError(w, r, h.Log, err)
 		return
 	}
-	d := sync.Plan(h.Config, obs)
+	d := h.decide(obs)
 	h.metrics.decisions.WithLabelValues(d.Action.Type.String()).Inc()
 	h.metrics.clusters.observe(sync.Metrics(obs, d), obs.Now)
 	h.Log.LogAttrs(r.Context(), slog.LevelInfo, "decided",
@@ -57,6 +57,23 @@ func (h *handler) plan(w http.ResponseWriter, r *http.Request, finalize bool) {
 		h.Events.Emit(&corev1.ObjectReference{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.Kind,
 			Namespace: c.Namespace, Name: c.Name, UID: c.UID, ResourceVersion: c.ResourceVersion}, d.Events)
 	}
+}
+
+// decide plans obs; a cluster with pods to roll and no roll slot free is planned again with
+// its roll held back (rollSlots).
+func (h *handler) decide(obs sync.Observed) sync.Decision {
+	d := sync.Plan(h.Config, obs)
+	cluster := obs.Cluster.Namespace + "/" + obs.Cluster.Name
+	if !d.Rolls || obs.Finalizing {
+		h.rolls.release(cluster)
+		return d
+	}
+	if ok, why := h.rolls.admit(cluster, obs.Now); !ok {
+		obs.RollWait = why
+		h.metrics.rollWaits.Inc()
+		return sync.Plan(h.Config, obs)
+	}
+	return d
 }
 
 // encodeDecision renders a decision as Metacontroller's response, children in the planner's

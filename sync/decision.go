@@ -41,6 +41,7 @@ func (v *view) decision(s step) Decision {
 		Children:           children,
 		Status:             a.st,
 		Action:             s.action,
+		Rolls:              v.highestOutdated() >= 0,
 		ResyncAfterSeconds: a.resync,
 	}
 }

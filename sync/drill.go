@@ -226,7 +226,7 @@ func drillPod(cfg Config, c *v1alpha1.EtcdCluster, j memberJob, labels, podLabel
 	spec["activeDeadlineSeconds"] = drillDeadline
 	container["image"] = j.image
 	podSpec["initContainers"] = []any{object{
-		"name": "install", "image": cfg.ToolImage, "command": []string{"/etcdops-member", "install", "--to=" + toolPath},
+		"name": installContainer, "image": cfg.ToolImage, "command": []string{"/etcdops-member", "install", "--to=" + toolPath},
 		"volumeMounts":    []volumeMount{{Name: volumeTools, MountPath: toolDir}},
 		"securityContext": containerSecurityContext(),
 		"resources":       toolResources(c, v1alpha1.ToolMemberJob),

@@ -66,6 +66,10 @@ func (p *planner) stepSnapshot() (step, bool) {
 	if p.c.Spec.Backup != nil {
 		key, what = p.riskyStep()
 	}
+	if key != "" && p.obs.RollWait != "" && !strings.HasPrefix(key, "scale-in-") {
+		// The roll waits for the hook's bound (roll.go): its snapshot is taken when it may begin.
+		return step{}, false
+	}
 	if key == "" {
 		if g != nil && g.Done == nil {
 			closed := *g

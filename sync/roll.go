@@ -30,6 +30,9 @@ func (p *planner) roll(why string) (step, bool) {
 		return step{}, false
 	}
 	name := PodName(p.c.Name, target)
+	if p.obs.RollWait != "" {
+		return p.wait("", why+": "+name+" is next, waiting for the hook's bound on clusters rolling at once: "+p.obs.RollWait, resyncSteady), true
+	}
 	if busy, state := p.replacementBlocker(target); state != "" {
 		return p.wait(busy, why+": "+name+" is next, waiting while "+state, resyncSoon), true
 	}

@@ -247,6 +247,11 @@ type simWorld struct {
 	// lastStatus holds it.
 	staleParent *rand.Rand
 	lastStatus  *v1alpha1.EtcdClusterStatus
+	// cfg is the hook's configuration: simConfig, but for an operator upgrade (sim_tool_test.go).
+	cfg Config
+	// rollWait is what the hook's bound on clusters rolling at once says while it holds this
+	// one's roll back (sim_tool_test.go).
+	rollWait string
 	// etcdOverride, when set, changes the next observation of etcd.
 	etcdOverride func(*etcdstate.Snapshot)
 	// unschedulable ordinals: their pods stay Pending, whatever template they have.
@@ -342,7 +347,7 @@ func newSimWorld(t testing.TB, size int32, storage bool) *simWorld {
 		c.Spec.StorageSpec = &v1alpha1.StorageSpec{VolumeSizeRequest: resource.MustParse("1Gi")}
 	}
 	return &simWorld{
-		t: t, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
+		t: t, cfg: simConfig, cluster: c, now: simStart, nextID: 0x1000, clusterID: 0xc1,
 		pods: map[int]*simPod{}, data: map[int]*simData{}, applied: map[string][]byte{}, jobs: map[string]*simJob{},
 		lag: simLag, staleParent: simStaleParent, unschedulable: map[int]bool{}, startDown: map[int]bool{}, attaching: map[int]bool{}, goneMounts: map[string]bool{},
 		secrets:  map[string]string{simServerSecret: "ca-1", simPeerSecret: "ca-1", simClientSecret: "ca-1"},
@@ -451,7 +456,7 @@ func (w *simWorld) hasQuorum() bool {
 
 // observe renders the world as the hook sees it.
 func (w *simWorld) observe() Observed {
-	obs := Observed{Cluster: w.cluster, Now: w.now, Finalizing: w.cluster.DeletionTimestamp != nil}
+	obs := Observed{Cluster: w.cluster, Now: w.now, Finalizing: w.cluster.DeletionTimestamp != nil, RollWait: w.rollWait}
 	if w.staleParent != nil && w.lastStatus != nil && w.staleParent.Intn(3) == 0 {
 		raw, err := json.Marshal(w.lastStatus)
 		if err != nil {
@@ -694,12 +699,12 @@ func (w *simWorld) decode(raw []byte, into any) {
 func (w *simWorld) sync() Decision {
 	w.t.Helper()
 	obs := w.observe()
-	d := Plan(simConfig, obs)
+	d := Plan(w.cfg, obs)
 	checkTyped(w.t, d)
 	checkConditions(w.t, obs.Cluster.Generation, d)
 	checkEvents(w.t, &obs.Cluster.Status, d)
 	w.stats.syncs++
-	again := Plan(simConfig, obs)
+	again := Plan(w.cfg, obs)
 	if a, b := encodeDecision(w.t, d), encodeDecision(w.t, again); a != b {
 		w.t.Fatalf("the same observation planned twice gave different answers:\n%s\n%s", a, b)
 	}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
+
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/joinstate"
 )
@@ -59,6 +61,42 @@ func renderPodSpec(cfg Config, c *v1alpha1.EtcdCluster, s serving) podSpec {
 	specHash := shortHash(t)
 	t.annotate(AnnotationSpecHash, specHash)
 	return podSpec{template: t, specHash: specHash, configHash: configHash}
+}
+
+// installContainer is the etcd pods' init container that copies the member tool in.
+const installContainer = "install"
+
+// keptTool renders the pod template with the member tool image the StatefulSet sts runs,
+// when that is all that would change: a new operator image alone then rolls no etcd pod, and
+// many clusters do not all roll at once after an operator upgrade. The tool is taken at the
+// next roll for another reason, or when the cluster asks for it (AnnotationTakeMemberTool).
+// The operator's tool must read what the tool pods run writes and the other way round: the
+// join state and the launcher's flags stay compatible across one release (CONTRIBUTING.md).
+func keptTool(cfg Config, c *v1alpha1.EtcdCluster, s serving, sts *appsv1.StatefulSet) podSpec {
+	spec := renderPodSpec(cfg, c, s)
+	running := toolImage(sts)
+	if running == "" || running == cfg.ToolImage || c.Annotations[v1alpha1.AnnotationTakeMemberTool] == cfg.ToolImage {
+		return spec
+	}
+	old := cfg
+	old.ToolImage = running
+	if kept := renderPodSpec(old, c, s); kept.specHash == sts.Spec.Template.Annotations[AnnotationSpecHash] {
+		return kept
+	}
+	return spec
+}
+
+// toolImage is the member tool image sts's pod template installs; "" without one.
+func toolImage(sts *appsv1.StatefulSet) string {
+	if sts == nil {
+		return ""
+	}
+	for _, c := range sts.Spec.Template.Spec.InitContainers {
+		if c.Name == installContainer {
+			return c.Image
+		}
+	}
+	return ""
 }
 
 func etcdImage(c *v1alpha1.EtcdCluster) string {
@@ -132,7 +170,7 @@ func podTemplate(cfg Config, c *v1alpha1.EtcdCluster, s serving, image string) *
 	}
 
 	install := container{
-		Name:            "install",
+		Name:            installContainer,
 		Image:           cfg.ToolImage,
 		Command:         []string{"/etcdops-member", "install", "--to=" + toolPath},
 		VolumeMounts:    []volumeMount{{Name: volumeTools, MountPath: toolDir}},

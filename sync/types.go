@@ -46,8 +46,11 @@ type Observed struct {
 	CertProblems map[string]string
 	// BackupStream is the continuous backup's progress, read from its Service.
 	BackupStream StreamProgress
-	Finalizing   bool
-	Now          time.Time
+	// RollWait, when set, says why no roll may begin now: the hook bounds how many clusters
+	// roll at once (Decision.Rolls). A roll then waits with its pods on their templates.
+	RollWait   string
+	Finalizing bool
+	Now        time.Time
 }
 
 // StreamProgress is the continuous backup's progress as the hook read it from the stream
@@ -85,6 +88,9 @@ type Decision struct {
 	ResyncAfterSeconds float64
 	// Finalized, on a finalize sync, says teardown is complete.
 	Finalized bool
+	// Rolls: pods run an outdated template, so a roll is under way or due; the hook counts
+	// such clusters against its bound (Observed.RollWait).
+	Rolls bool
 	// Events tell what this decision changed: steps started and ended, a hold, conditions
 	// turned (events.go). The hook emits them on the EtcdCluster; they are not in the answer.
 	Events []Event

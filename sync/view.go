@@ -151,7 +151,7 @@ func newView(cfg Config, obs *Observed, c *v1alpha1.EtcdCluster) *view {
 			rendered = &kept
 		}
 	}
-	v.spec = renderPodSpec(cfg, restoreRendered(obs, rendered), v.tls.desired)
+	v.spec = keptTool(cfg, restoreRendered(obs, rendered), v.tls.desired, v.sts)
 	if b := c.Spec.Backup; b != nil {
 		if sched, err := v1alpha1.ParseSchedule(b.Schedule); err == nil {
 			v.schedule = sched

@@ -48,6 +48,7 @@ type config struct {
 	observeTimeout  time.Duration
 	slowMember      time.Duration
 	maxClusters     int
+	maxRolls        int
 	idleClusters    time.Duration
 	drainPeriod     time.Duration
 	shutdownTimeout time.Duration
@@ -81,6 +82,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.DurationVar(&c.syncTimeout, "sync-timeout", hooks.DefaultSyncTimeout, "upper bound of one hook call, etcd observation included")
 	fs.DurationVar(&c.observeTimeout, "observe-timeout", hooks.DefaultObserveTimeout, "upper bound of one etcd observation; past it the sync holds")
 	fs.DurationVar(&c.slowMember, "slow-member-timeout", membership.DefaultSlowMember, "once one etcd member has answered, how long the others are waited for; a slower one is reported unknown for that sync")
+	fs.IntVar(&c.maxRolls, "max-concurrent-rolls", 4, "how many clusters' pods roll at once through this replica; the others' rolls wait (0: no bound)")
 	fs.IntVar(&c.maxClusters, "max-cached-clusters", membership.DefaultMaxClients, "how many clusters keep open etcd clients between syncs")
 	// Metacontroller resyncs every cluster every 30s; an idle cluster is one it stopped syncing.
 	fs.DurationVar(&c.idleClusters, "idle-cluster-timeout", membership.DefaultIdleTimeout, "a cluster not synced for this long has its etcd connections closed")
@@ -124,6 +126,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 		return c, fmt.Errorf("--slow-member-timeout %s must be below --observe-timeout %s", c.slowMember, c.observeTimeout)
 	case c.maxClusters <= 0:
 		return c, errors.New("--max-cached-clusters must be positive")
+	case c.maxRolls < 0:
+		return c, errors.New("--max-concurrent-rolls cannot be negative (0 bounds nothing)")
 	case c.drainPeriod < 0 || c.shutdownTimeout < 0:
 		return c, errors.New("--drain-period and --shutdown-timeout cannot be negative")
 	case c.observeTimeout >= c.syncTimeout:
@@ -186,6 +190,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		ObserveTimeout:     c.observeTimeout,
 		SlowMember:         c.slowMember,
 		MaxClusters:        c.maxClusters,
+		MaxConcurrentRolls: c.maxRolls,
 		IdleClusterTimeout: c.idleClusters,
 		MaxBodyBytes:       c.maxBodyBytes,
 		AuthToken:          token,

@@ -151,10 +151,15 @@ func TestLaunchRestoresToATime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("snapshot name %s: %v", r.Object, err)
 	}
-	restored, err := restore(taken.Format(time.RFC3339))
+	// The name keeps the second; the snapshot was surely stored by its end, not at its start.
+	if _, err := restore(taken.Format(time.RFC3339)); err == nil || !strings.Contains(err.Error(), "is before anything stored") {
+		t.Fatalf("restore to the start of the snapshot's second %s: %v", taken, err)
+	}
+	by := taken.Add(time.Second)
+	restored, err := restore(by.Format(time.RFC3339))
 	p, ok := joinstate.ParseRestored(restored)
-	if err != nil || !ok || p.Revision != r.Revision || !p.Time.Equal(taken) || p.Lineage != r.Lineage {
-		t.Fatalf("restore to the snapshot's time %s: %q %+v %v", taken, restored, p, err)
+	if err != nil || !ok || p.Revision != r.Revision || !p.Time.Equal(by) || p.Lineage != r.Lineage {
+		t.Fatalf("restore to the end of the snapshot's second %s: %q %+v %v", by, restored, p, err)
 	}
 }
 

@@ -31,6 +31,8 @@ type Options struct {
 	MaxClusters int
 	// IdleClusterTimeout closes a cluster's etcd clients when it was not synced for this long.
 	IdleClusterTimeout time.Duration
+	// MaxConcurrentRolls bounds the clusters whose pods roll at once; 0 bounds nothing.
+	MaxConcurrentRolls int
 	MaxBodyBytes       int64
 	AuthToken          string
 	// TLSCertFile and TLSKeyFile, when set, serve HTTPS.
@@ -79,17 +81,18 @@ func New(o Options) *Server {
 		Dial:        o.Dial,
 	})
 	handler := hooks.NewHandler(hooks.Deps{
-		Config:         o.Config,
-		Etcd:           s.observer,
-		Progress:       hooks.NewHTTPProgress(),
-		Log:            o.Log,
-		Now:            o.Now,
-		MaxBodyBytes:   o.MaxBodyBytes,
-		SyncTimeout:    o.SyncTimeout,
-		ObserveTimeout: o.ObserveTimeout,
-		AuthToken:      o.AuthToken,
-		Ready:          s.ready.Load,
-		Events:         o.Events,
+		Config:             o.Config,
+		Etcd:               s.observer,
+		Progress:           hooks.NewHTTPProgress(),
+		Log:                o.Log,
+		Now:                o.Now,
+		MaxBodyBytes:       o.MaxBodyBytes,
+		SyncTimeout:        o.SyncTimeout,
+		ObserveTimeout:     o.ObserveTimeout,
+		AuthToken:          o.AuthToken,
+		Ready:              s.ready.Load,
+		Events:             o.Events,
+		MaxConcurrentRolls: o.MaxConcurrentRolls,
 	})
 	// A client that sends its headers, or its body, too slowly (a slow-loris) is cut off: the
 	// headers get HeaderTimeout, the whole request and the answer SyncTimeout and ten seconds
