@@ -145,6 +145,31 @@ func readSyncRequest(r *http.Request, body *bytes.Buffer) (syncRequest, error) {
 	return req, bodyError(err)
 }
 
+// readCustomizeRequest reads the body into body and takes the request's parent from it in one
+// pass, by the rules readSyncRequest keeps; the parent is part of body, good while body is.
+func readCustomizeRequest(r *http.Request, body *bytes.Buffer) (json.RawMessage, error) {
+	if _, err := body.ReadFrom(r.Body); err != nil {
+		return nil, bodyError(err)
+	}
+	dec := getDecoder(body)
+	var parent json.RawMessage
+	err := members(dec, "a customize request", func(key string) error {
+		if strings.EqualFold(key, "parent") {
+			v, err := dec.ReadValue()
+			parent = json.RawMessage(v)
+			return err
+		}
+		return dec.SkipValue()
+	})
+	if err == nil {
+		if _, trailing := dec.ReadToken(); trailing != io.EOF {
+			err = refuse(errMalformed, "data after the request object")
+		}
+	}
+	putDecoder(dec)
+	return parent, bodyError(err)
+}
+
 // bodyError maps what reading and decoding the body failed with to the answer's class.
 func bodyError(err error) error {
 	var tooLarge *http.MaxBytesError

@@ -5,13 +5,9 @@
 package hooks
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -19,7 +15,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/go-json-experiment/json/jsontext"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
@@ -222,24 +217,4 @@ func (h *handler) limit(next http.Handler) http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, h.MaxBodyBytes)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
-}
-
-// readJSON reads the whole body and decodes it into v.
-func readJSON(r *http.Request, v any) error {
-	body, err := io.ReadAll(r.Body)
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		return fmt.Errorf("the body exceeds %d bytes: %w", tooLarge.Limit, err)
-	case err != nil:
-		return refuse(errMalformed, "reading the body: %v", err)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return refuse(errMalformed, "%v", err)
-	}
-	// The same rules as sync's decoder (decodeOptions), a name given twice refused above all.
-	if err := jsontext.NewDecoder(bytes.NewReader(body), decodeOptions...).SkipValue(); err != nil {
-		return refuse(errMalformed, "%v", err)
-	}
-	return nil
 }

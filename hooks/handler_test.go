@@ -435,36 +435,46 @@ func mustJSON(t *testing.T, v any) string {
 func BenchmarkSync(b *testing.B) {
 	for _, name := range []string{"create", "steady-3"} {
 		b.Run(name, func(b *testing.B) {
-			body, err := os.ReadFile("../test/fixtures/" + name + ".json")
-			if err != nil {
-				b.Fatal(err)
-			}
 			var snap etcdstate.Snapshot
 			if raw, err := os.ReadFile("../test/fixtures/" + name + ".etcd.json"); err == nil {
 				if err := json.Unmarshal(raw, &snap); err != nil {
 					b.Fatal(err)
 				}
 			}
-			h := hooks.NewHandler(hooks.Deps{
-				Config: sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops/etcdops:v0.1.0"},
-				Etcd:   hooks.ObserverFunc(func(context.Context, etcdstate.Request) etcdstate.Snapshot { return snap }),
-			})
-			b.ReportAllocs()
-			b.SetBytes(int64(len(body)))
-			for b.Loop() {
-				w := &answerSink{header: http.Header{}}
-				// Not httptest.NewRequest: it parses the request line through a bufio.Reader
-				// of its own per request (4 KB), which a server keeps per connection.
-				r, err := http.NewRequest(http.MethodPost, "/sync", bytes.NewReader(body))
-				if err != nil {
-					b.Fatal(err)
-				}
-				h.ServeHTTP(w, r)
-				if w.status != 200 || w.written == 0 {
-					b.Fatalf("answered %d with %d bytes", w.status, w.written)
-				}
-			}
+			benchmarkHook(b, "/sync", name, snap)
 		})
+	}
+}
+
+// BenchmarkCustomize measures one /customize through the router for the customize fixture.
+func BenchmarkCustomize(b *testing.B) {
+	benchmarkHook(b, "/customize", "customize", etcdstate.Snapshot{})
+}
+
+// benchmarkHook posts fixture name's request to path, etcd answering snap.
+func benchmarkHook(b *testing.B, path, name string, snap etcdstate.Snapshot) {
+	body, err := os.ReadFile("../test/fixtures/" + name + ".json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := hooks.NewHandler(hooks.Deps{
+		Config: sync.Config{ClusterDomain: "cluster.local", ToolImage: "etcdops/etcdops:v0.1.0"},
+		Etcd:   hooks.ObserverFunc(func(context.Context, etcdstate.Request) etcdstate.Snapshot { return snap }),
+	})
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		w := &answerSink{header: http.Header{}}
+		// Not httptest.NewRequest: it parses the request line through a bufio.Reader
+		// of its own per request (4 KB), which a server keeps per connection.
+		r, err := http.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		h.ServeHTTP(w, r)
+		if w.status != 200 || w.written == 0 {
+			b.Fatalf("answered %d with %d bytes", w.status, w.written)
+		}
 	}
 }
 

@@ -187,12 +187,14 @@ func clientTLS(ns, name string, secrets []corev1.Secret) (*etcdstate.TLS, error)
 // the pods of backup Jobs, and with spec.storageSpec the members' claims and the
 // StorageClasses (whether a claim may grow).
 func (h *handler) customize(w http.ResponseWriter, r *http.Request) {
-	var req customizeRequest
-	if err := readJSON(r, &req); err != nil {
+	body := bodies.get()
+	defer bodies.put(body)
+	parent, err := readCustomizeRequest(r, body)
+	if err != nil {
 		writeError(w, r, h.Log, err)
 		return
 	}
-	c, err := decodeParent(req.Parent)
+	c, err := decodeParent(parent)
 	if err != nil {
 		writeError(w, r, h.Log, err)
 		return

@@ -38,11 +38,6 @@ type syncResponse struct {
 	Finalized          bool                       `json:"finalized"`
 }
 
-// customizeRequest is the body of a customize call.
-type customizeRequest struct {
-	Parent json.RawMessage `json:"parent"`
-}
-
 // customizeResponse names the related objects sync and finalize need to see.
 type customizeResponse struct {
 	RelatedResources []relatedRule `json:"relatedResources"`
