@@ -136,13 +136,7 @@ func readSyncRequest(r *http.Request, body *bytes.Buffer) (syncRequest, error) {
 		}
 		return dec.SkipValue()
 	})
-	if err == nil {
-		if _, trailing := dec.ReadToken(); trailing != io.EOF {
-			err = refuse(errMalformed, "data after the request object")
-		}
-	}
-	putDecoder(dec)
-	return req, bodyError(err)
+	return req, endOfBody(dec, err)
 }
 
 // readCustomizeRequest reads the body into body and takes the request's parent from it in one
@@ -161,13 +155,19 @@ func readCustomizeRequest(r *http.Request, body *bytes.Buffer) (json.RawMessage,
 		}
 		return dec.SkipValue()
 	})
+	return parent, endOfBody(dec, err)
+}
+
+// endOfBody ends a request read with err: it refuses data after the request object, returns
+// dec to its pool and maps the error to the answer's class.
+func endOfBody(dec *jsontext.Decoder, err error) error {
 	if err == nil {
 		if _, trailing := dec.ReadToken(); trailing != io.EOF {
 			err = refuse(errMalformed, "data after the request object")
 		}
 	}
 	putDecoder(dec)
-	return parent, bodyError(err)
+	return bodyError(err)
 }
 
 // bodyError maps what reading and decoding the body failed with to the answer's class.
