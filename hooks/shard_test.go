@@ -96,3 +96,49 @@ func TestFinalizeOfAClusterNotDeleted(t *testing.T) {
 		t.Errorf("finalize of the deleted cluster answered %d: %.300s; want a Teardown", code, body)
 	}
 }
+
+// Metacontroller's v2 hooks relate pods and claims by label from every namespace unless the
+// rule names one: a cluster of the same name in another namespace, with its pods and claims
+// carrying the same labels, must change nothing of this cluster's answer. steady-3 with the
+// other cluster's etcd-0 pod (another configuration) and claim added answers as steady-3.
+func TestRelatedObjectsOfAnotherNamespaceIgnored(t *testing.T) {
+	srv := newServer(t, hooks.Deps{Etcd: recorded(t, "steady-3")})
+	req := fixture(t, "steady-3")
+	_, want := post(t, srv, "/sync", req)
+
+	var whole map[string]any
+	if err := json.Unmarshal([]byte(req), &whole); err != nil {
+		t.Fatal(err)
+	}
+	related := whole["related"].(map[string]any)
+	added := 0
+	for typ, key := range map[string]string{"Pod.v1": "default/etcd-0", "PersistentVolumeClaim.v1": "default/data-etcd-0"} {
+		objs := related[typ].(map[string]any)
+		raw, err := json.Marshal(objs[key])
+		if err != nil || objs[key] == nil {
+			t.Fatalf("steady-3 relates no %s %s", typ, key)
+		}
+		var other map[string]any
+		if err := json.Unmarshal(raw, &other); err != nil {
+			t.Fatal(err)
+		}
+		meta := other["metadata"].(map[string]any)
+		meta["namespace"] = "zz-other"
+		meta["uid"] = "another"
+		if a, ok := meta["annotations"].(map[string]any); ok {
+			for k := range a {
+				a[k] = "another-configuration"
+			}
+		}
+		objs["zz-other/"+strings.TrimPrefix(key, "default/")] = other
+		added++
+	}
+	raw, err := json.Marshal(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, got := post(t, srv, "/sync", string(raw))
+	if code != 200 || string(got) != string(want) || added != 2 {
+		t.Errorf("with another namespace's pod and claim the answer differs:\n got %d %.600s\nwant %.600s", code, got, want)
+	}
+}
