@@ -327,6 +327,27 @@ func sorted[T any, P interface {
 	return out
 }
 
+// sortedIn is sorted for the objects of namespace ns alone. Metacontroller's v2 hooks relate
+// what a rule's label selector matches in every namespace unless the rule names one
+// (relatedResources names it), and a cluster of the same name in another namespace carries
+// the same labels: its pods and claims must never be taken for this cluster's.
+func sortedIn[T any, P interface {
+	*T
+	metav1.Object
+}](ns string, set map[string]*T) []T {
+	objs := sorted[T, P](set)
+	out := objs[:0]
+	for i := range objs {
+		if P(&objs[i]).GetNamespace() == ns {
+			out = append(out, objs[i])
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
 // observedChildren are the request's children for the planner, once the child types have
 // been checked.
 func (req *syncRequest) observedChildren() (sync.Children, error) {

@@ -289,17 +289,17 @@ func TestCustomizeRelatesPodsSecretsAndClaims(t *testing.T) {
 	tests := []struct {
 		story, parent, want string
 	}{
-		{"without TLS only the cluster's pods are related", parent,
-			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}}}]}`},
+		{"without TLS only the cluster's pods are related, in its namespace", parent,
+			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}},"namespace":"default"}]}`},
 		{"with TLS every named Secret is related once, by name, in the parent's namespace",
 			`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"db"},"spec":{"tls":{"serverSecret":"etcd-tls","peerSecret":"etcd-peer","clientSecret":"etcd-tls"}}}`,
-			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}}},{"apiVersion":"v1","resource":"secrets","namespace":"db","names":["etcd-peer","etcd-tls"]}]}`},
+			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}},"namespace":"db"},{"apiVersion":"v1","resource":"secrets","namespace":"db","names":["etcd-peer","etcd-tls"]}]}`},
 		{"with backups the backup Jobs' pods too, for their reports; not the credentials Secret, which only the Jobs mount",
 			`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"db"},"spec":{"backup":{"schedule":"@daily","destination":{"s3":{"endpoint":"https://s3.test","bucket":"b","credentialsSecret":"s3"}}}}}`,
-			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}}},{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/backup-of":"etcd"}}}]}`},
+			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}},"namespace":"db"},{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/backup-of":"etcd"}},"namespace":"db"}]}`},
 		{"with storage the members' claims by the cluster label, and every StorageClass (a claim without a class name gets the default)",
 			`{"apiVersion":"etcdops.dev/v1alpha1","kind":"EtcdCluster","metadata":{"name":"etcd","namespace":"db"},"spec":{"storageSpec":{"volumeSizeRequest":"1Gi"}}}`,
-			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}}},{"apiVersion":"v1","resource":"persistentvolumeclaims","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}}},{"apiVersion":"storage.k8s.io/v1","resource":"storageclasses","labelSelector":{}}]}`},
+			`{"relatedResources":[{"apiVersion":"v1","resource":"pods","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}},"namespace":"db"},{"apiVersion":"v1","resource":"persistentvolumeclaims","labelSelector":{"matchLabels":{"etcdops.dev/cluster":"etcd"}},"namespace":"db"},{"apiVersion":"storage.k8s.io/v1","resource":"storageclasses","labelSelector":{}}]}`},
 	}
 	for _, tt := range tests {
 		status, body := post(t, srv, "/customize", `{"controller":{},"parent":`+tt.parent+`}`)

@@ -97,7 +97,7 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 	if err != nil {
 		return sync.Observed{}, err
 	}
-	pods, secrets := sorted(req.related.pods), sorted(req.related.secrets)
+	pods, secrets := sortedIn(c.Namespace, req.related.pods), sortedIn(c.Namespace, req.related.secrets)
 	need := sync.Need(h.Config, &c, children, pods, secrets)
 	// The stream's progress is read while etcd is asked, so that it adds no wait of its own;
 	// a cluster without a stream to ask pays no goroutine for it.
@@ -119,7 +119,7 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 		Cluster:   c,
 		Children:  children,
 		Pods:      pods,
-		Claims:    sorted(req.related.claims),
+		Claims:    sortedIn(c.Namespace, req.related.claims),
 		Classes:   sorted(req.related.classes),
 		Etcd:      snap,
 		CAs:       need.CAs,
@@ -202,12 +202,14 @@ func (h *handler) customize(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, relatedResources(&c))
 }
 
-// relatedResources selects pods by the cluster label (in the parent's namespace, which
-// Metacontroller implies) and the TLS Secrets by name.
+// relatedResources selects pods by the cluster label and the TLS Secrets by name, in the
+// parent's namespace: for v2 hooks Metacontroller implies no namespace, and a label rule
+// without one relates the pods of every cluster of that name in any namespace.
 func relatedResources(c *v1alpha1.EtcdCluster) customizeResponse {
 	rules := []relatedRule{{
 		APIVersion:    "v1",
 		Resource:      "pods",
+		Namespace:     c.Namespace,
 		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{sync.LabelCluster: c.Name}},
 	}}
 	if names := sync.SecretNames(c); len(names) > 0 {
@@ -215,14 +217,14 @@ func relatedResources(c *v1alpha1.EtcdCluster) customizeResponse {
 	}
 	if c.Spec.Backup != nil {
 		// A backup Job's pod reports its snapshot in its termination message.
-		rules = append(rules, relatedRule{APIVersion: "v1", Resource: "pods", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{sync.LabelBackupOf: c.Name}}})
+		rules = append(rules, relatedRule{APIVersion: "v1", Resource: "pods", Namespace: c.Namespace, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{sync.LabelBackupOf: c.Name}}})
 	}
 	if c.Spec.StorageSpec != nil {
 		// The StatefulSet controller labels each claim with the set's selector. Every class is
 		// asked for: a claim without a class name gets the default class, which only the
 		// claims name, and a cluster holds few classes.
 		rules = append(rules,
-			relatedRule{APIVersion: "v1", Resource: "persistentvolumeclaims", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{sync.LabelCluster: c.Name}}},
+			relatedRule{APIVersion: "v1", Resource: "persistentvolumeclaims", Namespace: c.Namespace, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{sync.LabelCluster: c.Name}}},
 			relatedRule{APIVersion: "storage.k8s.io/v1", Resource: "storageclasses", LabelSelector: &metav1.LabelSelector{}})
 	}
 	return customizeResponse{RelatedResources: rules}

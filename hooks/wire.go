@@ -43,8 +43,9 @@ type customizeResponse struct {
 	RelatedResources []relatedRule `json:"relatedResources"`
 }
 
-// relatedRule selects related objects either by label selector or by namespace and names;
-// Metacontroller rejects a rule with both.
+// relatedRule selects related objects either by label selector (in a namespace, or for a
+// cluster-scoped type in none) or by namespace and names; Metacontroller rejects names with
+// a selector.
 type relatedRule struct {
 	APIVersion    string                `json:"apiVersion"`
 	Resource      string                `json:"resource"`

@@ -471,7 +471,7 @@ func TestKustomizeBuild(t *testing.T) {
 	want := map[string]int{
 		"Namespace": 1, "CustomResourceDefinition": 1, "ServiceAccount": 1, "Deployment": 1, "Service": 1,
 		"PodDisruptionBudget": 1, "NetworkPolicy": 1, "CompositeController": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
-		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
+		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 	}
 	if !reflect.DeepEqual(kinds, want) {
 		t.Errorf("kustomize build gives %v, want %v", kinds, want)

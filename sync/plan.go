@@ -44,6 +44,10 @@ func Plan(cfg Config, obs Observed) Decision {
 func decide(cfg Config, obs Observed) Decision {
 	c := v1alpha1.Defaulted(obs.Cluster)
 	if obs.Finalizing {
+		if c.DeletionTimestamp == nil {
+			// 1. A finalize call for a cluster nobody deleted tears nothing down.
+			return refuseTeardown(&obs)
+		}
 		// 1. Deletion overrides everything, whatever state the cluster is in.
 		return finalize(&obs, &c)
 	}
@@ -132,6 +136,30 @@ func finalize(obs *Observed, c *v1alpha1.EtcdCluster) Decision {
 		ResyncAfterSeconds: resyncSoon,
 	}
 	return checkedTeardown(obs, c, d)
+}
+
+// ReasonNotBeingDeleted is the hold's reason when Metacontroller asks to finalize a cluster
+// whose deletion nobody asked for.
+const ReasonNotBeingDeleted = "finalize refused: the EtcdCluster is not being deleted " +
+	"(no metadata.deletionTimestamp); Metacontroller calls finalize also when a cluster stops " +
+	"matching its CompositeController's labelSelector (a changed etcdops.dev/shard label or " +
+	"selector), so every child is kept: put the label or the selector back as it was"
+
+// refuseTeardown answers a finalize call for a cluster that is not being deleted: Metacontroller
+// calls finalize also for a parent that stops matching its CompositeController's labelSelector
+// while it carries that controller's finalizer (a relabelled cluster, a narrowed shard), and a
+// teardown there would delete a live cluster's members. Every observed child is kept as it
+// is, finalized stays false, and the status keeps all it said but for the action, a hold
+// that says why (its Event too).
+func refuseTeardown(obs *Observed) Decision {
+	a := Action{Type: Hold, Reason: ReasonNotBeingDeleted}
+	st := obs.Cluster.Status
+	since := metav1.NewTime(obs.Now)
+	if sameAction(st.Action, a) {
+		since = st.Action.Since
+	}
+	st.Action = &v1alpha1.Action{Type: a.Type.String(), Reason: a.Reason, Since: since}
+	return Decision{Children: observedChildren(obs.Children), Status: st, Action: a, ResyncAfterSeconds: resyncHold}
 }
 
 // claimsGoAlong: every StatefulSet deletes its claims with it, and its controller has seen so

@@ -224,6 +224,9 @@ type simWorld struct {
 	applied   map[string][]byte // kind/name → JSON of the last applied child
 	jobs      map[string]*simJob
 	finalized bool
+	// unmatched: the cluster no longer matches its CompositeController's labelSelector while it
+	// carries that controller's finalizer, so Metacontroller calls finalize, not sync.
+	unmatched bool
 	stats     simStats
 	// failJobs makes the next n member Jobs fail.
 	failJobs int
@@ -456,7 +459,7 @@ func (w *simWorld) hasQuorum() bool {
 
 // observe renders the world as the hook sees it.
 func (w *simWorld) observe() Observed {
-	obs := Observed{Cluster: w.cluster, Now: w.now, Finalizing: w.cluster.DeletionTimestamp != nil, RollWait: w.rollWait}
+	obs := Observed{Cluster: w.cluster, Now: w.now, Finalizing: w.cluster.DeletionTimestamp != nil || w.unmatched, RollWait: w.rollWait}
 	if w.staleParent != nil && w.lastStatus != nil && w.staleParent.Intn(3) == 0 {
 		raw, err := json.Marshal(w.lastStatus)
 		if err != nil {

@@ -273,11 +273,17 @@ func (p *Plane) waitHookPods() {
 // paths and timeouts stay as installed.
 func (p *Plane) PointHooks(hookURL string) {
 	p.t.Helper()
+	p.PointControllerHooks("etcdops", hookURL)
+}
+
+// PointControllerHooks is PointHooks for the CompositeController named controller: a shard's.
+func (p *Plane) PointControllerHooks(controller, hookURL string) {
+	p.t.Helper()
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
-	cc, err := p.Dynamic.Resource(compositeControllers).Get(ctx, "etcdops", metav1.GetOptions{})
+	cc, err := p.Dynamic.Resource(compositeControllers).Get(ctx, controller, metav1.GetOptions{})
 	if err != nil {
-		p.t.Fatalf("the etcdops CompositeController: %v", err)
+		p.t.Fatalf("the %s CompositeController: %v", controller, err)
 	}
 	hooks, _, _ := unstructured.NestedMap(cc.Object, "spec", "hooks")
 	var patch []map[string]any
@@ -295,7 +301,7 @@ func (p *Plane) PointHooks(hookURL string) {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	if _, err := p.Dynamic.Resource(compositeControllers).Patch(ctx, "etcdops", types.JSONPatchType, body, metav1.PatchOptions{}); err != nil {
-		p.t.Fatalf("pointing the hooks at %s: %v", hookURL, err)
+	if _, err := p.Dynamic.Resource(compositeControllers).Patch(ctx, controller, types.JSONPatchType, body, metav1.PatchOptions{}); err != nil {
+		p.t.Fatalf("pointing the hooks of %s at %s: %v", controller, hookURL, err)
 	}
 }
