@@ -2,6 +2,7 @@ package sync
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -40,10 +41,22 @@ func guardLabel(g *v1alpha1.StepGuard) string {
 	return "guard-" + shortHash(g.Step+"@"+at)
 }
 
+// AnnotationGuard on a backup Job taken for a risky step is status.backup.guard as it was
+// when the snapshot was asked for, in JSON.
+const AnnotationGuard = "etcdops.dev/guard"
+
 // guarded records, in status.backup b, the outcome of backup Job j in its guard when j is the
-// snapshot the guard asked for: the snapshot b.LastSuccessful, or the failure f.
+// snapshot the guard asked for: the snapshot b.LastSuccessful, or the failure f. Metacontroller
+// may hand the sync that records it the EtcdCluster as its cache held it before the status
+// that opened the guard: then the guard is the one j carries (AnnotationGuard), rather than
+// none, or an older step's, which would have the snapshot recorded as found fresh, not taken
+// for the step.
 func guarded(b *v1alpha1.BackupStatus, j *batchv1.Job, f *v1alpha1.BackupFailure) {
 	g := b.Guard
+	var asked v1alpha1.StepGuard
+	if raw := j.Annotations[AnnotationGuard]; raw != "" && json.Unmarshal([]byte(raw), &asked) == nil && (g == nil || g.Since.Before(&asked.Since)) {
+		g = &asked
+	}
 	if g == nil || g.Done != nil || g.Requested == nil || j.Labels[LabelBackupFor] != guardLabel(g) {
 		return
 	}
@@ -189,6 +202,8 @@ func (p *planner) guardBackup(rec *backupRecord, g *v1alpha1.StepGuard, survivor
 	} else {
 		s = p.backupStep(t)
 	}
+	asked := *g
+	s.job.guard = &asked
 	s.backup.Guard = g
 	return s
 }

@@ -122,8 +122,8 @@ func checkJob(v *view, s step) (*member, error) {
 	// A backup or a drill outstanding changes no membership: a fix may start beside it, never
 	// a second backup or drill.
 	for _, j := range s.keep {
-		if state, _ := stateOf(j); state != jobRunning && readsOnly(j.Labels[LabelAction]) {
-			continue // a finished backup or drill, kept until status holds its outcome
+		if state, _ := stateOf(j); state != jobRunning && readsOnly(j.Labels[LabelAction]) || state == jobSucceeded && j.Annotations[AnnotationSwitchover] != "" {
+			continue // a finished backup, drill or switchover, kept until status holds its outcome
 		}
 		if !readsOnly(j.Labels[LabelAction]) || readsOnly(s.job.verb) {
 			return nil, fmt.Errorf("new %s Job while Job %s is outstanding", s.job.verb, j.Name)

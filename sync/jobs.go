@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -81,6 +82,10 @@ type memberJob struct {
 	scratch string
 	// create: expand-claim creates the claim when it is missing, as the StatefulSet would.
 	create bool
+	// switchover: move-leader, the record of the switchover request it serves, if it does.
+	switchover *v1alpha1.SwitchoverRecord
+	// guard: backup, the risky step's guard it is taken for, if it is (guard.go).
+	guard *v1alpha1.StepGuard
 }
 
 // stepKey names a step: its verb, and the member it acts on ("" for one of the whole
@@ -222,6 +227,15 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	if j.podUID != "" {
 		annotate(AnnotationPodUID, j.podUID)
 	}
+	// Records of strings, bools and times: marshalling them cannot fail.
+	if j.switchover != nil {
+		raw, _ := json.Marshal(j.switchover)
+		annotate(AnnotationSwitchover, string(raw))
+	}
+	if j.guard != nil {
+		raw, _ := json.Marshal(j.guard)
+		annotate(AnnotationGuard, string(raw))
+	}
 	return child("batch/v1", "Job", meta, spec)
 }
 
@@ -295,6 +309,9 @@ type jobStage struct {
 	// backupRetry is what a failed backup Job whose database outgrew its scratch volume was
 	// for (its backupFor): taken again now (backup.go, outgrewScratch).
 	backupRetry string
+	// switchover is status.lastSwitchover as an observed move-leader Job records it, while
+	// the status handed in lacks it (switchover.go).
+	switchover *v1alpha1.SwitchoverRecord
 }
 
 // memberJobs is the Job stage: it reads the observed Jobs. A member Job in flight is returned unchanged and
@@ -345,6 +362,10 @@ func (p *planner) memberJobs() jobStage {
 			continue
 		}
 		state, at := stateOf(j)
+		record := p.switchoverJob(j)
+		if record != nil {
+			js.switchover = record
+		}
 		var s step
 		switch state {
 		case jobRunning:
@@ -352,6 +373,11 @@ func (p *planner) memberJobs() jobStage {
 		case jobSucceeded:
 			if p.effectShows(j) {
 				js.done = append(js.done, keyOf(j))
+				if record != nil {
+					// The switchover's only record but for this answer's status, which a sync
+					// on a stale parent may overwrite: it stays, not waited for.
+					js.keep = append(js.keep, j)
+				}
 				continue
 			}
 			s = p.wait(who, fmt.Sprintf("%s %s: Job %s done, membership does not show it yet", verb, who, j.Name), resyncSoon)

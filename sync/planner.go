@@ -79,7 +79,7 @@ func plan(v *view) step {
 	// 6. The Job stage: a member Job outstanding is waited for.
 	p.stage = p.memberJobs()
 	s := p.decideStep()
-	s.records(step{recovery: progress, backup: p.stage.backup})
+	s.records(step{recovery: progress, backup: p.stage.backup, switchover: p.stage.switchover})
 	return s
 }
 

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,57 @@ func TestBackupOutcomesSurviveStaleParents(t *testing.T) {
 		}
 		if backedUp.IsZero() || drilled.IsZero() {
 			t.Errorf("seed %d: no backup (%v) or no drill (%v) finished", seed, backedUp, drilled)
+		}
+	}
+}
+
+// TestSwitchoverSurvivesStaleParents: a switchover request is served by a move-leader Job, and
+// status.lastSwitchover is the only record that it was. A stale parent handed to a sync after
+// the Job started lacks that record; were the request read as not yet served, the target,
+// leading by then, would be recorded as leading already (moved false, from itself). The Job
+// stays until the status handed in holds the request, and is its record meanwhile: the record
+// says who led before, and that leadership moved.
+func TestSwitchoverSurvivesStaleParents(t *testing.T) {
+	for seed := int64(1); seed <= 12; seed++ {
+		w := newSimWorld(t, 3, true)
+		w.run(100)
+		from := w.memberByID(w.leader)
+		if from == nil || from.ord == 2 {
+			t.Fatalf("seed %d: the leader is %v; the story asks etcd-2, a follower, to lead", seed, from)
+		}
+		w.staleParent = rand.New(rand.NewSource(seed))
+		w.cluster.Annotations = map[string]string{v1alpha1.AnnotationSwitchoverTo: "etcd-2"}
+		for range 30 {
+			w.step()
+		}
+		want := v1alpha1.SwitchoverRecord{Request: "etcd-2", Member: PodName("etcd", from.ord), Moved: true}
+		switch r := w.cluster.Status.LastSwitchover; {
+		case r == nil || r.Request != want.Request || r.Member != want.Member || r.Moved != want.Moved:
+			t.Errorf("seed %d: status.lastSwitchover %+v, want %+v", seed, r, want)
+		case w.memberByID(w.leader) == nil || w.memberByID(w.leader).ord != 2:
+			t.Errorf("seed %d: etcd-2 does not lead", seed)
+		case len(w.jobs) > 0:
+			t.Errorf("seed %d: Jobs left once the switchover is in status: %v", seed, sortedKeysOf(w.jobs))
+		}
+	}
+}
+
+// TestGuardSurvivesStaleParents: a roll of every member waits for a snapshot of its own, and
+// status.backup.guard says it was taken for the roll (requested, since the roll first asked).
+// A stale parent handed to the sync that records the snapshot may lack the guard; the guard's
+// backup Job carries the guard as asked, so that its record is not made again as a fresh
+// snapshot found, with neither.
+func TestGuardSurvivesStaleParents(t *testing.T) {
+	for seed := int64(1); seed <= 12; seed++ {
+		w := newSimWorld(t, 3, true)
+		w.cluster.Spec.Backup = simBackupSpec("@daily")
+		w.run(100)
+		w.staleParent = rand.New(rand.NewSource(seed))
+		w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"}
+		w.run(200)
+		g := w.cluster.Status.Backup.Guard
+		if g == nil || !strings.HasPrefix(g.Step, "roll-") || g.Requested == nil || g.Snapshot == "" || g.Done == nil {
+			t.Errorf("seed %d: status.backup.guard %+v, want the roll's, its snapshot asked for it, done", seed, g)
 		}
 	}
 }

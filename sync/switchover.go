@@ -1,8 +1,10 @@
 package sync
 
 import (
+	"encoding/json"
 	"fmt"
 
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
@@ -17,10 +19,19 @@ import (
 // remove, asks nothing more until its value changes. A target that cannot lead (not a member,
 // a learner, not healthy) is refused with a Hold that says why, and nothing is done; the
 // request stays, and is served once the target can lead.
+//
+// Metacontroller may hand a sync the EtcdCluster as its cache held it before the status that
+// recorded the request served, and write that sync's status over it: the target, leading by
+// then, would be served again as leading already. So the Job carries the record
+// (AnnotationSwitchover), and stays, once done, until a sync is handed the record in status
+// (switchoverJob); meanwhile the record is read from it.
 func (p *planner) switchover() (step, bool) {
 	req := p.c.Annotations[v1alpha1.AnnotationSwitchoverTo]
 	if last := p.obs.Cluster.Status.LastSwitchover; req == "" || last != nil && last.Request == req {
 		return step{}, false
+	}
+	if r := p.stage.switchover; r != nil && r.Request == req {
+		return step{switchover: r}, false
 	}
 	name := v1alpha1.SwitchoverTarget(req)
 	why := fmt.Sprintf("switchover requested (%s=%s)", v1alpha1.AnnotationSwitchoverTo, req)
@@ -49,11 +60,34 @@ func (p *planner) switchover() (step, bool) {
 		return p.wait(pod, why+": waiting for "+what, resyncSoon), true
 	}
 	from := p.leader.name
-	s := p.runJob(memberJob{verb: verbMoveLeader, member: to.name, id: to.ID}, MoveLeader, why+": moving leadership from "+from+" to "+to.name)
+	rec := &v1alpha1.SwitchoverRecord{Request: req, Member: from, Moved: true, Time: metav1.NewTime(p.obs.Now)}
+	s := p.runJob(memberJob{verb: verbMoveLeader, member: to.name, id: to.ID, switchover: rec}, MoveLeader, why+": moving leadership from "+from+" to "+to.name)
 	if s.job != nil {
-		s.switchover = &v1alpha1.SwitchoverRecord{Request: req, Member: from, Moved: true, Time: metav1.NewTime(p.obs.Now)}
+		s.switchover = rec
 	}
 	return s, true
+}
+
+// AnnotationSwitchover on a move-leader Job started for a switchover request is the
+// status.lastSwitchover record of it, in JSON.
+const AnnotationSwitchover = "etcdops.dev/switchover"
+
+// switchoverJob is the switchover record move-leader Job j carries while it is the record's
+// only one: the request is still the one asked for, and the status this sync was handed does
+// not hold it. nil otherwise, when j may go once done.
+func (p *planner) switchoverJob(j *batchv1.Job) *v1alpha1.SwitchoverRecord {
+	raw := j.Annotations[AnnotationSwitchover]
+	if j.Labels[LabelAction] != verbMoveLeader || raw == "" {
+		return nil
+	}
+	var r v1alpha1.SwitchoverRecord
+	if err := json.Unmarshal([]byte(raw), &r); err != nil || r.Request == "" || r.Request != p.c.Annotations[v1alpha1.AnnotationSwitchoverTo] {
+		return nil
+	}
+	if last := p.obs.Cluster.Status.LastSwitchover; last != nil && last.Request == r.Request {
+		return nil
+	}
+	return &r
 }
 
 // unsettled names a member's pod that is missing, going, on an outdated template or not

@@ -48,7 +48,8 @@ const createBound = 4 * time.Minute
 
 // TestKustomizeInstall installs the operator with `kubectl apply -k`, creates a 3-member
 // cluster, checks that idle syncs write nothing, grows its volumes online, scales it to 5
-// and back (checking the hook's Events of it and its account), rolls a configuration change,
+// and back (checking the hook's Events of it and its account), hands leadership to a follower
+// on request and refuses a request naming no member, rolls a configuration change,
 // deletes a member's pod, then its StatefulSet, and rolls a minor version upgrade, the workload
 // writing throughout; then it deletes the cluster, keeping its claims.
 func TestKustomizeInstall(t *testing.T) {
@@ -81,6 +82,7 @@ func TestKustomizeInstall(t *testing.T) {
 			hookEventsOfSteps(t, c, scaled)
 			hookAccountMayOnlyWriteEvents(t, c)
 		}},
+		step{"switchover", func(t *testing.T) { switchover(t, c) }},
 		step{"config-roll", func(t *testing.T) {
 			configRoll(t, c, grown+"  etcdOptions:\n  - --snapshot-count=5000\n")
 		}},
@@ -97,9 +99,11 @@ func TestKustomizeInstall(t *testing.T) {
 // TestHelmInstall installs the operator with `helm install` of the chart and creates a
 // 3-member cluster with TLS on both ports whose changes stream to S3, on a class whose driver
 // grows file systems only on a remount, and grows its volumes: the operator restarts the
-// members' pods itself, one at a time. It takes a snapshot on request, restores it into a new
-// cluster beside it and replays another to a revision, proves that the volume Jobs' account
-// reaches nothing of those neighbours, and deletes the first cluster with its claims.
+// members' pods itself, one at a time. It rolls a configuration change of every member, which
+// waits for a snapshot of its own, takes a snapshot on request and proves it by a restore drill
+// on request, restores it into a new cluster beside it and replays another to a revision, proves
+// that the volume Jobs' account reaches nothing of those neighbours, and deletes the first
+// cluster with its claims.
 func TestHelmInstall(t *testing.T) {
 	t.Parallel()
 	p := Start(t)
@@ -115,7 +119,7 @@ func TestHelmInstall(t *testing.T) {
 	c.UseTLS(pki)
 	c.createS3Credentials()
 	spec := func(volume string) string {
-		return withBackup(withTLS(manifest(3, OfflineClass, volume, v1alpha1.PVCDelete), pki), srv)
+		return withVerify(withBackup(withTLS(manifest(3, OfflineClass, volume, v1alpha1.PVCDelete), pki), srv))
 	}
 	var b backedUp
 	var restored *Cluster
@@ -128,7 +132,11 @@ func TestHelmInstall(t *testing.T) {
 			checkWorkload(t, w)
 		}},
 		step{"offline-growth", func(t *testing.T) { growVolumes(t, c, spec("2Gi"), true) }},
+		step{"guarded-roll", func(t *testing.T) {
+			guardedRoll(t, c, spec("2Gi")+"  etcdOptions:\n  - --snapshot-count=5000\n", srv)
+		}},
 		step{"backup", func(t *testing.T) { b = backupOnRequest(t, c) }},
+		step{"drill", func(t *testing.T) { drillOnRequest(t, c, b.snapshot) }},
 		step{"restores", func(t *testing.T) { restored, _ = restores(t, c, b, srv) }},
 		step{"least-privilege", func(t *testing.T) {
 			claimsAccountReachesOnlyItsCluster(t, c, restored, 3)

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
+	"strings"
 	gosync "sync"
 	"time"
 
@@ -431,6 +433,10 @@ func (n *APINode) runJob(ctx context.Context, p *corev1.Pod) {
 		logFile = mounts[terminationLog]
 		for i := range argv {
 			argv[i] = rewritePath(argv[i], mounts)
+		}
+		if slices.ContainsFunc(argv, func(a string) bool { return strings.HasPrefix(a, "--etcd=") }) {
+			// A restore drill runs the etcd pods' image; its --etcd is that image's binary.
+			argv = withImageEtcd(argv, nil, c.Image, n.Kubelet.etcdBinaryFor, n.Logf)
 		}
 		if sa, ok := mounts[serviceAccountDir]; ok {
 			var claims membertool.Claims
