@@ -483,6 +483,9 @@ func (p *planner) runJob(j memberJob, t ActionType, reason string) step {
 		s.keep = p.jobsOf(j)
 		return s
 	}
+	if what := p.accessWait(j); what != "" {
+		return p.wait(j.member, reason+": waiting for "+what+", applied with this answer", resyncSoon)
+	}
 	s := p.base(Action{Type: t, Member: j.member, Reason: reason}, resyncSoon)
 	s.job = &j
 	return s

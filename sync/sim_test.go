@@ -190,6 +190,8 @@ type simJob struct {
 	evicted bool
 	// create: expand-claim creates a missing claim.
 	create bool
+	// role is the claims Role as applied before the answer that created the Job.
+	role []byte
 	// delay is how many more ticks the Job waits before it acts (sim_latency_test.go).
 	delay int
 	// survivor: a backup from the survivor of a quorum recovery; drill: a drill's report
@@ -727,6 +729,9 @@ func (w *simWorld) sync() Decision {
 // deletes only what it observed.
 func (w *simWorld) apply(d Decision) {
 	w.t.Helper()
+	// Metacontroller applies an answer's children in no set order: a new Job's pod may ask the
+	// API server before the Role of the same answer lands (mustBeAllowed).
+	roleBefore := w.applied["Role/"+ClaimsAccountName(w.cluster.Name)]
 	w.stale = map[string][]byte{}
 	conflict := map[string]bool{}
 	for k, v := range w.applied {
@@ -800,7 +805,9 @@ func (w *simWorld) apply(d Decision) {
 			w.join = &st
 		case "Job":
 			if _, ok := w.jobs[name]; !ok {
-				w.jobs[name] = w.newJob(b)
+				j := w.newJob(b)
+				j.role = roleBefore
+				w.jobs[name] = j
 			}
 		}
 	}

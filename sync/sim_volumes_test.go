@@ -137,8 +137,7 @@ func (w *simWorld) restartPod(j *simJob) {
 // object's name, so only a rule without names grants it). A refusal fails the story: the Job
 // would fail for good.
 func (w *simWorld) mustBeAllowed(j *simJob, resource, verb, name string) {
-	raw, ok := w.applied["Role/"+ClaimsAccountName(w.cluster.Name)]
-	if ok {
+	if raw := j.role; raw != nil {
 		var r rbacv1.Role
 		w.decode(raw, &r)
 		for _, rule := range r.Rules {
@@ -147,7 +146,7 @@ func (w *simWorld) mustBeAllowed(j *simJob, resource, verb, name string) {
 			}
 		}
 	}
-	w.t.Fatalf("Job %s: the Role %s does not let it %s %s %s\n%s", j.name, ClaimsAccountName(w.cluster.Name), verb, resource, name, w.describe())
+	w.t.Fatalf("Job %s: the Role %s, as applied before the answer that created the Job, does not let it %s %s %s\n%s", j.name, ClaimsAccountName(w.cluster.Name), verb, resource, name, w.describe())
 }
 
 // checkRestarts: with an offline driver, whose restarts are the planner's own disruptions,

@@ -446,6 +446,34 @@ func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels, ordinals int) []Child
 	}
 }
 
+// accessWait: a Job that asks the API server as the claims account (expand-claim,
+// restart-pod) waits until the observed Role names its object. Metacontroller applies an
+// answer's children in no set order, so a Role naming a new ordinal may land after the Job's
+// pod has asked, and the refused Job would fail (the control-plane tier saw it on a
+// scale-out whose first sync created the new member's claim). "" when the Role names it.
+func (v *view) accessWait(j memberJob) string {
+	var resource, name string
+	switch j.verb {
+	case verbExpandClaim:
+		resource, name = "persistentvolumeclaims", j.claim
+	case verbRestartPod:
+		resource, name = "pods", j.member
+	default:
+		return ""
+	}
+	role := ClaimsAccountName(v.c.Name)
+	for i := range v.obs.Children.Roles {
+		if r := &v.obs.Children.Roles[i]; r.Name == role {
+			for _, rule := range r.Rules {
+				if slices.Contains(rule.Resources, resource) && slices.Contains(rule.ResourceNames, name) {
+					return ""
+				}
+			}
+		}
+	}
+	return "Role " + role + " to name " + name
+}
+
 // accessOrdinals is how many ordinals the claims Role names: one past the highest of the
 // size, the StatefulSet's replicas as observed and as rendered now (replicas), and every
 // ordinal with a pod, a member, a claim or a member in status. A scale-out names the new

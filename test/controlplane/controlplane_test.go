@@ -49,7 +49,8 @@ const createBound = 4 * time.Minute
 // TestKustomizeInstall installs the operator with `kubectl apply -k`, creates a 3-member
 // cluster, checks that idle syncs write nothing, grows its volumes online, scales it to 5
 // and back (checking the hook's Events of it and its account), hands leadership to a follower
-// on request and refuses a request naming no member, rolls a configuration change,
+// on request and refuses a request naming no member, upgrades the operator to a new member
+// tool image (no pod rolls), rolls a configuration change (the pods take the new tool),
 // deletes a member's pod, then its StatefulSet, and rolls a minor version upgrade, the workload
 // writing throughout; then it deletes the cluster, keeping its claims.
 func TestKustomizeInstall(t *testing.T) {
@@ -83,8 +84,10 @@ func TestKustomizeInstall(t *testing.T) {
 			hookAccountMayOnlyWriteEvents(t, c)
 		}},
 		step{"switchover", func(t *testing.T) { switchover(t, c) }},
+		step{"operator-upgrade", func(t *testing.T) { operatorUpgrade(t, c) }},
 		step{"config-roll", func(t *testing.T) {
 			configRoll(t, c, grown+"  etcdOptions:\n  - --snapshot-count=5000\n")
+			podsRunTool(t, c, NextToolImage)
 		}},
 		step{"deleted-pod", func(t *testing.T) { deletedPod(t, c, c.Pod(1)) }},
 		step{"statefulset-deleted", func(t *testing.T) { statefulSetDeleted(t, c) }},

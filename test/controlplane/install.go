@@ -151,6 +151,19 @@ func (p *Plane) StartHook() string {
 	return p.recordRequests(url)
 }
 
+// UpgradeHook starts a hook of a new release, one rendering toolImage as its member tool, and
+// sends Metacontroller's calls to it from now on, as an operator upgrade does; the previous
+// hook gets none. Both share the plane's log, clock and Event sink.
+func (p *Plane) UpgradeHook(toolImage string) {
+	p.t.Helper()
+	url, stop, err := harness.InProcessHookWithEvents(sync.Config{ClusterDomain: "cluster.local", ToolImage: toolImage}, p.hookLog, p.events)(p.ctx, p.HookClock)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Cleanup(stop)
+	p.requests.retarget(url)
+}
+
 // HookAccount is the hook's service account as both installs create it.
 const HookAccount = "etcdops-hook"
 

@@ -16,12 +16,13 @@ import (
 // (test/fixtures) to what the real Metacontroller sends. The bodies go to Dir/requests, kept
 // with the plane's logs.
 type requestRecorder struct {
-	target string
 	dir    string
 	client *http.Client
 
-	mu   gosync.Mutex
-	last map[string][]byte
+	mu     gosync.Mutex
+	target string // the hook's URL; retarget changes it
+	last   map[string][]byte
+	syncs  int // /sync calls forwarded
 }
 
 // recordRequests starts the recorder in front of the hook at target and returns its URL.
@@ -50,9 +51,13 @@ func (r *requestRecorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	r.last[req.URL.Path] = body
+	target := r.target
+	if req.URL.Path == "/sync" {
+		r.syncs++
+	}
 	r.mu.Unlock()
 	_ = os.WriteFile(filepath.Join(r.dir, filepath.Base(req.URL.Path)+".json"), body, 0o644)
-	fwd, err := http.NewRequestWithContext(req.Context(), req.Method, r.target+req.URL.RequestURI(), bytes.NewReader(body))
+	fwd, err := http.NewRequestWithContext(req.Context(), req.Method, target+req.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -69,6 +74,20 @@ func (r *requestRecorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
+}
+
+// retarget sends every call from now on to the hook at target.
+func (r *requestRecorder) retarget(target string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.target = target
+}
+
+// syncCount is how many /sync calls were forwarded so far.
+func (r *requestRecorder) syncCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.syncs
 }
 
 // lastRequest is the last body posted to path (/sync, /customize, /finalize), nil if none.
