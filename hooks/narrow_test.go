@@ -139,11 +139,11 @@ func planned(t *testing.T, raw []byte, pods jsonv2.Options, snap etcdstate.Snaps
 }
 
 // TestNarrowKeepsWhatIsRead type-checks sync and hooks and fails for every field of a
-// narrowed type (podFields) that their code selects and the narrow decode does not keep.
-// It goes by type, not by path: a field read on a StatefulSet's pod template is kept on pods
-// too, which costs little and cannot miss a read. Reading the whole of a narrowed value
-// (handing a pod to encoding/json, say) is not a selection; TestNarrowPlansAlike is the check
-// for that.
+// narrowed type (podFields) that their code selects and the narrow decode does not keep, and
+// for every read of a whole pod or narrowed value (wholeReads: handed to encoding/json or fmt,
+// say). It goes by type, not by path: a field read on a StatefulSet's pod template is kept on
+// pods too, which costs little and cannot miss a read. A pod stored as an any and read later
+// escapes it; TestNarrowPlansAlike would show that.
 func TestNarrowKeepsWhatIsRead(t *testing.T) {
 	pkgs := []string{"etcdops.dev/etcdops/sync", "etcdops.dev/etcdops/hooks"}
 	goTool, err := exec.LookPath("go")
@@ -178,6 +178,25 @@ func TestNarrowKeepsWhatIsRead(t *testing.T) {
 			}
 		}
 	}
+	// isNarrowed: t is a pod, a narrowed type, or holds one in a pointer, slice or array.
+	isNarrowed := func(t types.Type) bool {
+		for {
+			switch u := t.(type) {
+			case *types.Pointer:
+				t = u.Elem()
+				continue
+			case *types.Slice:
+				t = u.Elem()
+				continue
+			case *types.Array:
+				t = u.Elem()
+				continue
+			}
+			name := types.TypeString(t, func(p *types.Package) string { return p.Name() })
+			_, ok := narrowed[name]
+			return ok || name == "v1.Pod"
+		}
+	}
 	checked := 0
 	for _, path := range pkgs {
 		p := listed[path]
@@ -189,9 +208,14 @@ func TestNarrowKeepsWhatIsRead(t *testing.T) {
 			}
 			files = append(files, f)
 		}
-		info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}}
+		info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}, Types: map[ast.Expr]types.TypeAndValue{}, Uses: map[*ast.Ident]types.Object{}}
 		if _, err := (&types.Config{Importer: imp}).Check(path, fset, files, info); err != nil {
 			t.Fatalf("type-checking %s: %v", path, err)
+		}
+		for _, f := range files {
+			for _, whole := range wholeReads(info, f, isNarrowed) {
+				t.Errorf("%s: a narrowed pod's decode is incomplete, and this reads all of it", fset.Position(whole))
+			}
 		}
 		exprs := slices.SortedFunc(maps.Keys(info.Selections), func(a, b *ast.SelectorExpr) int { return cmp.Compare(a.Pos(), b.Pos()) })
 		for _, expr := range exprs {
@@ -221,6 +245,56 @@ func TestNarrowKeepsWhatIsRead(t *testing.T) {
 	if checked == 0 {
 		t.Error("no read of a narrowed type found: the check looks at nothing")
 	}
+}
+
+// wholeReads are the places in f that read all of a value isNarrowed says is narrowed: handed
+// to a function of another module (encoding/json, fmt, reflect; slices' and sort's functions
+// only hand elements back to this module's own), or a method of its own called on it other
+// than a deep copy (metadata's accessors are ObjectMeta's, kept whole).
+func wholeReads(info *types.Info, f *ast.File, isNarrowed func(types.Type) bool) []token.Pos {
+	var out []token.Pos
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CallExpr:
+			var id *ast.Ident
+			switch fun := ast.Unparen(n.Fun).(type) {
+			case *ast.Ident:
+				id = fun
+			case *ast.SelectorExpr:
+				id = fun.Sel
+			case *ast.IndexExpr:
+				if sel, ok := fun.X.(*ast.SelectorExpr); ok {
+					id = sel.Sel
+				} else if i, ok := fun.X.(*ast.Ident); ok {
+					id = i
+				}
+			}
+			fn, ok := info.Uses[id].(*types.Func)
+			if id == nil || !ok || fn.Pkg() == nil {
+				return true
+			}
+			switch path := fn.Pkg().Path(); {
+			case strings.HasPrefix(path, "etcdops.dev/"), path == "slices", path == "sort", path == "cmp":
+				return true
+			}
+			for _, arg := range n.Args {
+				if isNarrowed(info.Types[arg].Type) {
+					out = append(out, arg.Pos())
+				}
+			}
+		case *ast.SelectorExpr:
+			sel, ok := info.Selections[n]
+			if !ok || sel.Kind() == types.FieldVal {
+				return true
+			}
+			recv := sel.Obj().(*types.Func).Type().(*types.Signature).Recv()
+			if recv != nil && isNarrowed(recv.Type()) && !strings.HasPrefix(sel.Obj().Name(), "DeepCopy") {
+				out = append(out, n.Pos())
+			}
+		}
+		return true
+	})
+	return out
 }
 
 // kept: n keeps the Go field named field, or it is not a field of n's type at all.
