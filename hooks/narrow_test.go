@@ -400,3 +400,83 @@ func BenchmarkDecodeSync(b *testing.B) {
 		})
 	}
 }
+
+// FuzzNarrowPod: a pod the whole decode reads, the narrow decode reads too, to the kept
+// members of the whole decode's result (projected); a body neither reads is refused by both.
+// The narrow decode may accept more: a skipped member of the wrong type is not looked at.
+// Seeds are the pods of the fixtures.
+func FuzzNarrowPod(f *testing.F) {
+	files, _ := filepath.Glob("../test/fixtures/*.json")
+	for _, file := range files {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		var req struct {
+			Related map[string]map[string]json.RawMessage `json:"related"`
+		}
+		if json.Unmarshal(raw, &req) != nil {
+			continue
+		}
+		for _, pod := range req.Related[keyPod] {
+			f.Add([]byte(pod))
+		}
+	}
+	f.Add([]byte(`{"spec":{"containers":[null,{"name":"etcd","\u0069mage":"x"}]},"status":null}`))
+	f.Add([]byte(`{"spec":{"containers":[{"name":"etcd","env":5}]}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var whole, narrow corev1.Pod
+		wholeErr := jsonv2.Unmarshal(body, &whole, decodeOptions[0], typeDecoders)
+		narrowErr := jsonv2.Unmarshal(body, &narrow, decodeOptions[0], podOptions)
+		if wholeErr != nil {
+			return
+		}
+		if narrowErr != nil {
+			t.Fatalf("the whole decode reads it, the narrow one refuses it: %v", narrowErr)
+		}
+		want := project(reflect.ValueOf(&whole).Elem()).Interface().(corev1.Pod)
+		if !reflect.DeepEqual(narrow, want) {
+			t.Fatalf("narrow decode:\n got %+v\nwant %+v", narrow, want)
+		}
+	})
+}
+
+// project returns a copy of v with every member podFields skip zeroed, however deep.
+func project(v reflect.Value) reflect.Value {
+	out := reflect.New(v.Type()).Elem()
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			out.Set(project(v.Elem()).Addr())
+		}
+	case reflect.Slice:
+		if !v.IsNil() {
+			out.Set(reflect.MakeSlice(v.Type(), v.Len(), v.Len()))
+			for i := range v.Len() {
+				out.Index(i).Set(project(v.Index(i)))
+			}
+		}
+	case reflect.Struct:
+		var keep map[string][]int
+		for _, n := range podFields {
+			if n.typ == v.Type() {
+				keep = n.fields
+			}
+		}
+		if keep == nil {
+			out.Set(v)
+			for i := range v.NumField() {
+				if v.Type().Field(i).IsExported() {
+					out.Field(i).Set(project(v.Field(i)))
+				}
+			}
+			return out
+		}
+		for _, i := range keep {
+			out.FieldByIndex(i).Set(project(v.FieldByIndex(i)))
+		}
+	default:
+		out.Set(v)
+	}
+	return out
+}
