@@ -77,10 +77,13 @@ var decodeOptions = []jsonv2.Options{jsontext.AllowInvalidUTF8(true), typeDecode
 // regardless of case, unknown names ignored), with the same decoders of its own.
 var parentOptions = []jsonv2.Options{jsonv1.DefaultOptionsV1(), typeDecoders}
 
-var typeDecoders = jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(
+var typeDecoders = jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(typeUnmarshalers...))
+
+// typeUnmarshalers are typeDecoders' decoders; podOptions add their own to them.
+var typeUnmarshalers = []*jsonv2.Unmarshalers{
 	jsonv2.UnmarshalFromFunc(skipManagedFields),
 	jsonv2.UnmarshalFromFunc(decodeTime),
-))
+}
 
 // skipManagedFields leaves metadata.managedFields out: the planner never reads them, an
 // observed child is answered without them, and they are often the largest part of an object.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -16,7 +17,8 @@ import (
 // A related pod is decoded only as far as the planner reads it: its metadata whole, and of
 // its spec and status the members podFields keep. The rest of a pod (its containers' env,
 // ports, probes, resources and mounts, the projected token volume, the scheduling fields, the
-// status's IPs and image IDs) is skipped unread, still checked as JSON. Pods are related
+// status's IPs and image IDs) is skipped unread, still checked as JSON (a skipped member of
+// the wrong type is not refused, as nothing would read it). Pods are related
 // objects: the planner never answers one back, so nothing it does not read is lost. Children
 // (the StatefulSet, Jobs, ConfigMaps, Services) are decoded whole: a hold or an adopted child
 // is answered as it was observed (sync/observed.go), every field of it.
@@ -33,7 +35,7 @@ var podFields = []narrowing{
 
 // podOptions decode a related pod: typeDecoders' decoders and podFields'.
 var podOptions = func() jsonv2.Options {
-	u := []*jsonv2.Unmarshalers{jsonv2.UnmarshalFromFunc(skipManagedFields), jsonv2.UnmarshalFromFunc(decodeTime)}
+	u := slices.Clone(typeUnmarshalers)
 	for _, n := range podFields {
 		u = append(u, n.unmarshal)
 	}
