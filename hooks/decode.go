@@ -39,6 +39,8 @@ type syncRequest struct {
 	finalizing bool
 	// unknownChild is the first child type with objects that this hook does not manage.
 	unknownChild string
+	// podOptions decode the related pods (decodeSyncRequest).
+	podOptions jsonv2.Options
 }
 
 // objectSets are the inner maps of children or related, by type key; within a type by the
@@ -75,10 +77,13 @@ var decodeOptions = []jsonv2.Options{jsontext.AllowInvalidUTF8(true), typeDecode
 // regardless of case, unknown names ignored), with the same decoders of its own.
 var parentOptions = []jsonv2.Options{jsonv1.DefaultOptionsV1(), typeDecoders}
 
-var typeDecoders = jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(
+var typeDecoders = jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(typeUnmarshalers...))
+
+// typeUnmarshalers are typeDecoders' decoders; podOptions add their own to them.
+var typeUnmarshalers = []*jsonv2.Unmarshalers{
 	jsonv2.UnmarshalFromFunc(skipManagedFields),
 	jsonv2.UnmarshalFromFunc(decodeTime),
-))
+}
 
 // skipManagedFields leaves metadata.managedFields out: the planner never reads them, an
 // observed child is answered without them, and they are often the largest part of an object.
@@ -118,6 +123,14 @@ func readSyncRequest(r *http.Request, body *bytes.Buffer) (syncRequest, error) {
 	if _, err := body.ReadFrom(r.Body); err != nil {
 		return req, bodyError(err)
 	}
+	return decodeSyncRequest(body, podOptions)
+}
+
+// decodeSyncRequest decodes a sync request's body, its related pods with pods: podOptions to
+// read what the planner reads of them, typeDecoders to decode them whole.
+func decodeSyncRequest(body *bytes.Buffer, pods jsonv2.Options) (syncRequest, error) {
+	var req syncRequest
+	req.podOptions = pods
 	// From a bytes.Buffer the decoder parses in place, without copying into buffers of its own.
 	dec := getDecoder(body)
 	err := members(dec, "a sync request", func(key string) error {
@@ -261,7 +274,7 @@ func (s *objectSets) decode(dec *jsontext.Decoder, typ string, req *syncRequest,
 	case children && typ == keyDeployment:
 		return decodeSet(dec, typ, &s.deployments)
 	case !children && typ == keyPod:
-		return decodeSet(dec, typ, &s.pods)
+		return decodeSet(dec, typ, &s.pods, req.podOptions)
 	case !children && typ == keySecret:
 		return decodeSet(dec, typ, &s.secrets)
 	case !children && typ == keyClaim:
@@ -279,11 +292,12 @@ func (s *objectSets) decode(dec *jsontext.Decoder, typ string, req *syncRequest,
 	return err
 }
 
-// decodeSet decodes each object of one inner map into set; null entries are absent.
-func decodeSet[T any](dec *jsontext.Decoder, typ string, set *map[string]*T) error {
+// decodeSet decodes each object of one inner map into set, with the decoder's options and
+// opts; null entries are absent.
+func decodeSet[T any](dec *jsontext.Decoder, typ string, set *map[string]*T, opts ...jsonv2.Options) error {
 	return members(dec, typ, func(key string) error {
 		var obj *T
-		err := jsonv2.UnmarshalDecode(dec, &obj)
+		err := jsonv2.UnmarshalDecode(dec, &obj, opts...)
 		var semantic *jsonv2.SemanticError
 		if errors.As(err, &semantic) {
 			return refuse(errMalformed, "%s %q: %v", typ, key, err)
