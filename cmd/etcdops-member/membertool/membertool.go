@@ -133,7 +133,9 @@ func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer,
 type operationFlags struct {
 	endpoints, member, peerURL, id, alarm string
 	cacert, cert, key                     string
-	timeout                               time.Duration
+	// user and passwordFile: the etcd user to act as while auth is on (docs/auth.md).
+	user, passwordFile string
+	timeout            time.Duration
 }
 
 // flagSet registers the flags every command that talks to etcd takes.
@@ -145,6 +147,8 @@ func (f *operationFlags) flagSet(cmd string, timeout time.Duration) *flag.FlagSe
 	fs.StringVar(&f.cacert, "cacert", "", "CA certificate file (PEM)")
 	fs.StringVar(&f.cert, "cert", "", "client certificate file (PEM)")
 	fs.StringVar(&f.key, "key", "", "client key file (PEM)")
+	fs.StringVar(&f.user, "user", "", "etcd user to act as while etcd's auth is on")
+	fs.StringVar(&f.passwordFile, "password-file", "", "file holding --user's password")
 	fs.DurationVar(&f.timeout, "timeout", timeout, "give up after this long, retrying what is retryable")
 	return fs
 }
@@ -184,6 +188,31 @@ func parseOperation(cmd string, args []string) (operationFlags, error) {
 	return f, nil
 }
 
+// access is how the command reaches etcd: its TLS material and its login.
+func (f operationFlags) access() (*etcdstate.TLS, membership.Login, error) {
+	t, err := f.tls()
+	if err != nil {
+		return nil, membership.Login{}, err
+	}
+	login, err := f.login()
+	return t, login, err
+}
+
+// login reads the password file; the zero Login without --user.
+func (f operationFlags) login() (membership.Login, error) {
+	if f.user == "" && f.passwordFile == "" {
+		return membership.Login{}, nil
+	}
+	if f.user == "" || f.passwordFile == "" {
+		return membership.Login{}, errors.New("--user and --password-file go together")
+	}
+	b, err := os.ReadFile(f.passwordFile)
+	if err != nil {
+		return membership.Login{}, err
+	}
+	return membership.Login{User: f.user, Password: strings.TrimRight(string(b), "\r\n")}, nil
+}
+
 // tls reads the TLS files; nil when the endpoints are plain HTTP and no file is given.
 func (f operationFlags) tls() (*etcdstate.TLS, error) {
 	if f.cacert == "" && f.cert == "" && f.key == "" && !strings.Contains(f.endpoints, "https://") {
@@ -219,12 +248,12 @@ func runOperation(ctx context.Context, cmd string, args []string, stdout, stderr
 			return ExitUsage
 		}
 	}
-	t, err := f.tls()
+	t, login, err := f.access()
 	if err != nil {
 		fmt.Fprintf(stderr, "%s %s: %v\n", cmd, f.member, err)
 		return ExitUsage
 	}
-	op, err := membership.Dial(strings.Split(f.endpoints, ","), t)
+	op, err := membership.Dial(strings.Split(f.endpoints, ","), t, login)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s %s: %v\n", cmd, f.member, err)
 		return ExitUsage
