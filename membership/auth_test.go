@@ -8,6 +8,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"etcdops.dev/etcdops/etcdstate"
 )
 
 // testAuth is a declaration with root, two applications each on its own prefix, and the
@@ -82,6 +84,7 @@ func TestApplyAuthOnAndOff(t *testing.T) {
 	if on, err := root.AuthEnabled(ctx); err != nil || !on {
 		t.Fatalf("auth enabled: %v, %v", on, err)
 	}
+	observeWithAuth(t, c, pw)
 
 	_, err = anon.Get(ctx, "/a/1")
 	if !errors.Is(err, rpctypes.ErrUserEmpty) && !errors.Is(err, rpctypes.ErrInvalidAuthToken) {
@@ -147,7 +150,7 @@ func TestApplyAuthOnAndOff(t *testing.T) {
 	wantOutcome(t, "remove b", out, err, Done)
 	users, err := rootCli.UserList(ctx)
 	wantNoError(t, "list users", err)
-	if got := users.Users; len(got) != 4 || got[0] != "a" || got[1] != "by-hand" || got[2] != RootUser || got[3] != "stream" {
+	if got := users.Users; len(got) != 5 || got[0] != "a" || got[1] != "by-hand" || got[2] != "etcdops-observer" || got[3] != RootUser || got[4] != "stream" {
 		t.Fatalf("users after removing b: %v", got)
 	}
 
@@ -171,6 +174,27 @@ func TestApplyAuthOnAndOff(t *testing.T) {
 		if keys[i] != want[i] {
 			t.Fatalf("keys after auth off: %q, want %q", keys, want)
 		}
+	}
+}
+
+// observeWithAuth: the observer sees auth on, and with a user of no role at all (the
+// operator's observer) it reads the membership as before; it needs no permission on any key.
+func observeWithAuth(t *testing.T, c *testCluster, pw map[string]string) {
+	t.Helper()
+	ctx := opContext(t)
+	root := dialAs(t, c, Login{RootUser, pw[RootUser]})
+	_, err := root.ApplyAuth(ctx, Auth{Enabled: true, Roles: []AuthRole{{Name: RootUser}},
+		Users: []AuthUser{{Name: RootUser, Password: pw[RootUser], Roles: []string{RootUser}}, {Name: "etcdops-observer", Password: "obs"}}})
+	wantNoError(t, "add the observer", err)
+	o := newTestObserver(t)
+	req := c.request(c.members...)
+	req.Login = &etcdstate.Login{User: "etcdops-observer", Password: "obs"}
+	snap := o.Observe(ctx, req)
+	if !snap.Asked || !snap.Complete || snap.Auth != (etcdstate.AuthState{Known: true, Enabled: true}) {
+		t.Fatalf("observed with the observer's login: asked %v, complete %v, auth %+v, err %q", snap.Asked, snap.Complete, snap.Auth, snap.Err)
+	}
+	if len(snap.Members) != 1 || !snap.Members[0].Healthy {
+		t.Fatalf("observed with the observer's login: members %+v", snap.Members)
 	}
 }
 

@@ -81,6 +81,11 @@ type memberJob struct {
 	scratch string
 	// create: expand-claim creates the claim when it is missing, as the StatefulSet would.
 	create bool
+	// auth: the declaration an auth Job applies (JSON), its digest, whether it turns auth on,
+	// and the applications' users and roles it leaves in etcd.
+	auth, authDigest     string
+	authEnabled          bool
+	authUsers, authRoles []string
 }
 
 // stepKey names a step: its verb, and the member it acts on ("" for one of the whole
@@ -107,6 +112,11 @@ func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbRestartPod {
 		// It deletes the pod through the Kubernetes API once etcd says the member may go.
 		args = append(args, "--namespace="+c.Namespace, "--uid="+j.podUID)
+	}
+	if j.verb == verbAuth {
+		// It creates the credential Secrets that are missing through the Kubernetes API,
+		// owned by the EtcdCluster.
+		args = append(args, "--namespace="+c.Namespace, "--cluster="+c.Name, "--cluster-uid="+string(c.UID), "--declaration="+j.auth)
 	}
 	if j.peerURL != "" {
 		args = append(args, "--peer-url="+j.peerURL)
@@ -170,7 +180,7 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	if refs := pullSecrets(c, false); len(refs) > 0 {
 		podSpec["imagePullSecrets"] = refs
 	}
-	kube := j.verb == verbExpandClaim || j.verb == verbRestartPod
+	kube := j.verb == verbExpandClaim || j.verb == verbRestartPod || j.verb == verbAuth
 	if kube {
 		podSpec["serviceAccountName"] = ClaimsAccountName(c.Name)
 		podSpec["automountServiceAccountToken"] = true
@@ -198,8 +208,15 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	case verbDrill:
 		drillPod(cfg, c, j, labels, podLabels, spec, podSpec, container)
 	}
+	if j.verb != verbExpandClaim {
+		authLogin(c, container, podSpec)
+	}
 	hash := shortHash([]any{labels, j.id, spec})
 	name := fmt.Sprintf("%s-%s-%s", c.Name, j.verb, j.member)
+	if j.member == "" {
+		// A step of the whole cluster (auth).
+		name = c.Name + "-" + j.verb
+	}
 	// Job names become pod label values (at most 63 characters); the hash keeps a shortened
 	// name unique.
 	if len(name) > 52 {
@@ -221,6 +238,12 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	}
 	if j.podUID != "" {
 		annotate(AnnotationPodUID, j.podUID)
+	}
+	if j.verb == verbAuth {
+		annotate(AnnotationAuthDigest, j.authDigest)
+		annotate(AnnotationAuthEnabled, strconv.FormatBool(j.authEnabled))
+		annotate(AnnotationAuthUsers, strings.Join(j.authUsers, ","))
+		annotate(AnnotationAuthRoles, strings.Join(j.authRoles, ","))
 	}
 	return child("batch/v1", "Job", meta, spec)
 }
@@ -292,6 +315,9 @@ type jobStage struct {
 	// backupWait, when set, waits for a backup Job still outstanding: it defers the normal
 	// phases, never a fix (backup.go).
 	backupWait *step
+	// auth is status.auth as the auth Job that succeeded in this sync applied it; nil when
+	// none did.
+	auth *v1alpha1.AuthStatus
 	// backupRetry is what a failed backup Job whose database outgrew its scratch volume was
 	// for (its backupFor): taken again now (backup.go, outgrewScratch).
 	backupRetry string
@@ -352,6 +378,9 @@ func (p *planner) memberJobs() jobStage {
 		case jobSucceeded:
 			if p.effectShows(j) {
 				js.done = append(js.done, keyOf(j))
+				if verb == verbAuth {
+					js.auth = authApplied(j)
+				}
 				continue
 			}
 			s = p.wait(who, fmt.Sprintf("%s %s: Job %s done, membership does not show it yet", verb, who, j.Name), resyncSoon)
@@ -425,6 +454,9 @@ func (p *planner) effectShows(j *batchv1.Job) bool {
 		return p.expandedClaim(ClaimName(p.c.Name, ord), j.Annotations[AnnotationClaimSize])
 	case verbRestartPod:
 		return p.podRestarted(ord, j.Annotations[AnnotationPodUID])
+	case verbAuth:
+		a := p.obs.Etcd.Auth
+		return a.Known && a.Enabled == (j.Annotations[AnnotationAuthEnabled] == "true")
 	case verbDisarm:
 		alarm, id := j.Labels[LabelAlarm], j.Annotations[AnnotationMemberID]
 		for _, a := range p.obs.Etcd.Alarms {
@@ -510,6 +542,8 @@ func actionOfVerb(verb string) ActionType {
 		return ExpandVolume
 	case verbRestartPod:
 		return RestartPod
+	case verbAuth:
+		return ApplyAuth
 	}
 	return MoveLeader
 }

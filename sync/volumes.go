@@ -415,7 +415,7 @@ func (v *view) volumesCondition(a *answer) {
 // cannot narrow a create by name (the object has no name until it is created), so creating
 // claims, which expand-claim does for a member about to join, is a rule of its own.
 func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels, ordinals int) []Child {
-	if c.Spec.StorageSpec == nil {
+	if c.Spec.StorageSpec == nil && !authManaged(c) {
 		return nil
 	}
 	claims, pods := make([]string, ordinals), make([]string, ordinals)
@@ -432,11 +432,7 @@ func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels, ordinals int) []Child
 		}},
 		{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role", Name: name, Object: object{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
-			"rules": []object{
-				{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "resourceNames": claims, "verbs": []string{"get", "patch"}},
-				{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "verbs": []string{"create"}},
-				{"apiGroups": []string{""}, "resources": []string{"pods"}, "resourceNames": pods, "verbs": []string{"delete"}},
-			},
+			"rules": accessRules(c, claims, pods),
 		}},
 		{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding", Name: name, Object: object{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
@@ -444,6 +440,25 @@ func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels, ordinals int) []Child
 			"subjects": []object{{"kind": "ServiceAccount", "name": name, "namespace": c.Namespace}},
 		}},
 	}
+}
+
+// accessRules: the claims and pods the expand-claim and restart-pod Jobs act on (with
+// storage), and the credential Secrets the auth Job reads and creates (auth.go). Creation
+// cannot be limited to names; reading can.
+func accessRules(c *v1alpha1.EtcdCluster, claims, pods []string) []object {
+	var rules []object
+	if c.Spec.StorageSpec != nil {
+		rules = append(rules,
+			object{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "resourceNames": claims, "verbs": []string{"get", "patch"}},
+			object{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "verbs": []string{"create"}},
+			object{"apiGroups": []string{""}, "resources": []string{"pods"}, "resourceNames": pods, "verbs": []string{"delete"}})
+	}
+	if authManaged(c) {
+		rules = append(rules,
+			object{"apiGroups": []string{""}, "resources": []string{"secrets"}, "resourceNames": credentialSecrets(c), "verbs": []string{"get"}},
+			object{"apiGroups": []string{""}, "resources": []string{"secrets"}, "verbs": []string{"create"}})
+	}
+	return rules
 }
 
 // accessOrdinals is how many ordinals the claims Role names: one past the highest of the

@@ -822,7 +822,7 @@ type VolumeStatus struct {
 type Action struct {
 	// Type: Steady, Wait, Hold, Bootstrap, AddLearner, PromoteLearner, RemoveMember,
 	// MoveLeader, ReplacePod, ScaleStatefulSet, Teardown, Compact, Defragment, DisarmAlarm,
-	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod, RestoreDrill
+	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod, RestoreDrill, ApplyAuth
 	// (docs/status.md, "Actions").
 	//
 	// +optional

@@ -56,6 +56,10 @@ commands:
               [--timeout=30s]   (deletes the pod if its UID is still UID, once etcd says member
               HEX does not lead and every other voter is healthy; the Kubernetes API, as
               expand-claim)
+  auth        --endpoints=URL[,URL] --namespace=NS --cluster=NAME --cluster-uid=UID
+              --declaration=JSON [--timeout=2m]   (creates the users' missing credential
+              Secrets, then makes etcd's users, roles and auth switch match; the Kubernetes
+              API, as expand-claim)
   backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination> [<lineage>]
               [--keep=N] [--keep-for=DURATION] [--keep-hourly=N] [--keep-daily=N]
               [--max-bandwidth=BYTES] [--work-dir=DIR] [--survivor]
@@ -107,6 +111,9 @@ func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return runExpandClaim(ctx, claims, rest, stdout, stderr)
 	case "restart-pod":
 		return runRestartPod(ctx, claims, rest, stdout, stderr)
+	case "auth":
+		s, _ := claims.(Secrets)
+		return runAuth(ctx, s, rest, stdout, stderr)
 	case "stream-backup":
 		return runStreamBackup(ctx, rest, stdout, stderr)
 	case "drill":
@@ -207,6 +214,11 @@ func (f operationFlags) login() (membership.Login, error) {
 		return membership.Login{}, errors.New("--user and --password-file go together")
 	}
 	b, err := os.ReadFile(f.passwordFile)
+	if errors.Is(err, os.ErrNotExist) {
+		// The Secret is mounted as optional (sync/auth.go): before the first auth Job made
+		// it there is no password, and etcd's auth is off.
+		return membership.Login{}, nil
+	}
 	if err != nil {
 		return membership.Login{}, err
 	}
