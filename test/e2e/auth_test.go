@@ -64,8 +64,8 @@ func authOnRotateOff(t *testing.T, env *harness.Env) int {
 	defer cancel()
 	orders := authClient(t, env, "orders", secretPassword(t, env, v1alpha1.UserSecretName(cluster, "orders")))
 	billing := authClient(t, env, "billing", secretPassword(t, env, v1alpha1.UserSecretName(cluster, "billing")))
-	mustAuth(t, "orders writes its prefix", authPut(ctx, orders, "/orders/1"))
-	mustAuth(t, "billing writes its prefix", authPut(ctx, billing, "/billing/1"))
+	mustAuth(t, "orders writes its prefix", recordedPut(env, 200, orders, "/orders/1"))
+	mustAuth(t, "billing writes its prefix", recordedPut(env, 201, billing, "/billing/1"))
 	denied(t, "orders reads billing's prefix", authRead(ctx, orders, "/billing/"))
 	denied(t, "orders writes billing's prefix", authPut(ctx, orders, "/billing/2"))
 	denied(t, "billing reads orders' prefix", authRead(ctx, billing, "/orders/"))
@@ -92,8 +92,12 @@ func authOnRotateOff(t *testing.T, env *harness.Env) int {
 		if pw == old {
 			return false, "the old password"
 		}
-		cli := authClient(t, env, "orders", pw)
-		return authPut(ctx, cli, "/orders/rotated") == nil, "the new password is not taken yet"
+		cli, err := clientv3.New(clientv3.Config{Endpoints: env.ClientURLs(), DialTimeout: time.Second, Logger: zap.NewNop(), Username: "orders", Password: pw})
+		if err != nil {
+			return false, "the new password is not taken yet: " + err.Error()
+		}
+		defer cli.Close()
+		return recordedPut(env, 202, cli, "/orders/rotated") == nil, "the new password is not taken yet"
 	}); err != nil {
 		t.Fatalf("orders' password not rotated: %v\n%s", err, env.Describe())
 	}
@@ -144,10 +148,22 @@ func authClient(t *testing.T, env *harness.Env, user, password string) *clientv3
 	return cli
 }
 
+// authPut is a write etcd is expected to refuse; one it applied would be a write the
+// workload's watchers do not know, and fail the check.
 func authPut(ctx context.Context, cli *clientv3.Client, key string) error {
-	_, err := cli.Put(ctx, key, "v")
+	_, err := cli.Put(ctx, key, "refused")
 	return err
 }
+
+// recordedPut is a write the workload's checker accounts for, under client ID id.
+func recordedPut(env *harness.Env, id int, cli *clientv3.Client, key string) error {
+	recordedPuts++
+	_, err := env.RecordedPut(id, cli, key, fmt.Sprintf("auth-%d", recordedPuts))
+	return err
+}
+
+// recordedPuts makes each recorded value unique.
+var recordedPuts int
 
 func authRead(ctx context.Context, cli *clientv3.Client, prefix string) error {
 	_, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
