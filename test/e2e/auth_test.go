@@ -10,7 +10,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -34,13 +33,18 @@ func TestAuth(t *testing.T) {
 }
 
 func authRootLogin(t *testing.T, env *harness.Env) harness.WorkloadOptions {
-	name := sync.RootSecretName(env.Store.Parent().Name)
+	presetRoot(t, env)
+	return harness.WorkloadOptions{}
+}
+
+// presetRoot makes root's credential Secret and has the applications' clients log in as root.
+func presetRoot(t *testing.T, env *harness.Env) {
+	name := sync.RootSecretName(env.Cluster)
 	if err := env.Store.Create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Type: corev1.SecretTypeBasicAuth,
 		Data: map[string][]byte{sync.SecretKeyUsername: []byte("root"), sync.SecretKeyPassword: []byte(authRootPassword)}}); err != nil {
 		t.Fatal(err)
 	}
 	env.UseLogin("root", authRootPassword)
-	return harness.WorkloadOptions{}
 }
 
 func authOnRotateOff(t *testing.T, env *harness.Env) int {
@@ -92,7 +96,7 @@ func authOnRotateOff(t *testing.T, env *harness.Env) int {
 		if pw == old {
 			return false, "the old password"
 		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: env.ClientURLs(), DialTimeout: time.Second, Logger: zap.NewNop(), Username: "orders", Password: pw})
+		cli, err := clientv3.New(loginConfig(env, "orders", pw))
 		if err != nil {
 			return false, "the new password is not taken yet: " + err.Error()
 		}
@@ -140,12 +144,20 @@ func secretPassword(t *testing.T, env *harness.Env, name string) string {
 
 func authClient(t *testing.T, env *harness.Env, user, password string) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: env.ClientURLs(), DialTimeout: time.Second, Logger: zap.NewNop(), Username: user, Password: password})
+	cli, err := clientv3.New(loginConfig(env, user, password))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// loginConfig is an application's client configuration (with TLS when the cluster serves it)
+// logging in as user.
+func loginConfig(env *harness.Env, user, password string) clientv3.Config {
+	cfg := env.ClientConfig()
+	cfg.Username, cfg.Password = user, password
+	return cfg
 }
 
 // authPut is a write etcd is expected to refuse; one it applied would be a write the

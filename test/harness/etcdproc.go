@@ -94,7 +94,7 @@ func (k *Kubelet) startContainerEtcd(image string, args []string, rt *podRuntime
 	if err := os.MkdirAll(rt.dir, 0o755); err != nil {
 		return nil, err
 	}
-	return startExternal(bin, args, rt.ip, filepath.Join(rt.dir, fmt.Sprintf("etcd-%d.log", time.Now().UnixNano())),
+	return startExternal(bin, args, rt.ip, filepath.Join(rt.dir, fmt.Sprintf("etcd-%d.log", time.Now().UnixNano())), k.Login,
 		etcdbin.DNSEnv+"="+k.DNS.conn.LocalAddr().String())
 }
 
@@ -105,6 +105,7 @@ type extEtcd struct {
 	log      string
 	endpoint string
 	tls      *tls.Config
+	login    func() (user, password string)
 	state    atomic.Pointer[extState]
 	status   error // cmd.Wait's answer, set before closed
 }
@@ -179,7 +180,7 @@ func podURL(s, podIP string) string {
 // startExternal starts a real etcd process; it returns once the process runs. It counts
 // among the kubelet's servers once it has answered on its client port, or at once when it
 // restarts on a data dir whose last process was seen.
-func startExternal(bin string, args []string, podIP, logPath string, env ...string) (*etcdProcess, error) {
+func startExternal(bin string, args []string, podIP, logPath string, login func() (string, string), env ...string) (*etcdProcess, error) {
 	if err := loopbackOnly(podIP); err != nil {
 		return nil, err
 	}
@@ -205,7 +206,7 @@ func startExternal(bin string, args []string, podIP, logPath string, env ...stri
 		return nil, err
 	}
 	defer logf.Close()
-	x := &extEtcd{dataDir: dir, log: logPath}
+	x := &extEtcd{dataDir: dir, log: logPath, login: login}
 	for _, s := range strings.Split(vals["listen-client-urls"], ",") {
 		// Plain first: while the client port serves both, the observer needs no certificate.
 		if strings.HasPrefix(s, "http://") || x.endpoint == "" {
@@ -257,8 +258,9 @@ func startExternal(bin string, args []string, podIP, logPath string, env ...stri
 // redials within 200ms: the process may not listen yet when the poll starts, and gRPC's
 // default back-off would leave the member unseen for seconds.
 func (x *extEtcd) poll(p *etcdProcess) {
+	user, password := x.credentials()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{x.endpoint}, TLS: x.tls, DialTimeout: time.Second,
-		Logger: zap.NewNop(), DialKeepAliveTime: time.Second,
+		Logger: zap.NewNop(), DialKeepAliveTime: time.Second, Username: user, Password: password,
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
 			MinConnectTimeout: time.Second,
@@ -318,7 +320,16 @@ func (x *extEtcd) sample(cli *clientv3.Client) (*extState, bool) {
 
 // client is a client of this member alone, for the day-2 calls.
 func (x *extEtcd) client() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: []string{x.endpoint}, TLS: x.tls, DialTimeout: time.Second, Logger: zap.NewNop()})
+	user, password := x.credentials()
+	return clientv3.New(clientv3.Config{Endpoints: []string{x.endpoint}, TLS: x.tls, DialTimeout: time.Second, Logger: zap.NewNop(), Username: user, Password: password})
+}
+
+// credentials are the login of the harness's clients; none unless Kubelet.Login is set.
+func (x *extEtcd) credentials() (user, password string) {
+	if x.login == nil {
+		return "", ""
+	}
+	return x.login()
 }
 
 // endExternal is SIGTERM (etcd's graceful stop, which hands leadership away) or SIGKILL; a

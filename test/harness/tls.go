@@ -287,6 +287,7 @@ func (e *Env) UseLogin(user, password string) {
 	e.tlsMu.Lock()
 	defer e.tlsMu.Unlock()
 	e.login = &clientv3.Config{Username: user, Password: password}
+	e.Kubelet.Login = func() (string, string) { return user, password }
 }
 
 // podScheme is transport credentials that follow each pod's client port: gRPC's own TLS
