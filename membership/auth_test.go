@@ -198,6 +198,27 @@ func observeWithAuth(t *testing.T, c *testCluster, pw map[string]string) {
 	}
 }
 
+// TestObserveAuthOverClientTLS: over client TLS a call without a login is made as the user
+// the client certificate's common name names (etcd's rule), which has no permission on the
+// key the health read asks for: the member still counts as serving, and auth as on.
+func TestObserveAuthOverClientTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	c := newTestCluster(t, 1, pki)
+	ctx := opContext(t)
+	op, err := Dial(clientURLs(c.members...), pki.clientTLS, Login{RootUser, "root-pw"})
+	wantNoError(t, "dial", err)
+	t.Cleanup(func() { op.Close() })
+	_, err = op.ApplyAuth(ctx, Auth{Enabled: true, Roles: []AuthRole{{Name: RootUser}},
+		Users: []AuthUser{{Name: RootUser, Password: "root-pw", Roles: []string{RootUser}}, {Name: "etcdops-observer", Password: "obs"}}})
+	wantNoError(t, "auth on", err)
+	req := c.request(c.members...)
+	req.Login = &etcdstate.Login{User: "etcdops-observer", Password: "obs"}
+	snap := newTestObserver(t).Observe(ctx, req)
+	if !snap.Asked || snap.Auth != (etcdstate.AuthState{Known: true, Enabled: true}) || len(snap.Members) != 1 || !snap.Members[0].Healthy {
+		t.Fatalf("observed over client TLS with auth on: asked %v, auth %+v, members %+v, err %q", snap.Asked, snap.Auth, snap.Members, snap.Err)
+	}
+}
+
 func dialAs(t *testing.T, c *testCluster, login Login) *Operator {
 	t.Helper()
 	op, err := Dial(clientURLs(c.members...), nil, login)

@@ -56,14 +56,16 @@ func (m *memberClient) status(ctx context.Context) (st *clientv3.StatusResponse,
 }
 
 // readLocally reads a key serializably, from the member's own store, without logging in:
-// while etcd's auth is on the member refuses it for want of a user (authOn), which still
-// shows that it serves. Read so, it needs no permission on any key.
+// while etcd's auth is on the member refuses it (authOn), which still shows that it serves.
+// It refuses it for want of a user, or, over client TLS, as the user its certificate's
+// common name names, which has no permission on the key (etcd takes that name for the user
+// of a call without a token). Read so, it needs no permission on any key.
 func (m *memberClient) readLocally(ctx context.Context) (authOn bool, err error) {
 	err = m.callAnonymous(ctx, func(ctx context.Context) error {
 		_, err := m.kv.Range(ctx, &pb.RangeRequest{Key: []byte("health"), Serializable: true})
 		return err
 	})
-	if errors.Is(err, rpctypes.ErrUserEmpty) {
+	if errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrPermissionDenied) {
 		return true, nil
 	}
 	return false, err
