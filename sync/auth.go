@@ -37,10 +37,12 @@ const (
 	// AnnotationAuthDigest on an auth Job is the digest of what it applies;
 	// AnnotationAuthEnabled whether it turns auth on; AnnotationAuthUsers and
 	// AnnotationAuthRoles the applications' users and roles it leaves in etcd.
-	AnnotationAuthDigest  = "etcdops.dev/auth-digest"
-	AnnotationAuthEnabled = "etcdops.dev/auth-enabled"
-	AnnotationAuthUsers   = "etcdops.dev/auth-users"
-	AnnotationAuthRoles   = "etcdops.dev/auth-roles"
+	AnnotationAuthDigest = "etcdops.dev/auth-digest"
+	// AnnotationAuthDeclaration on an auth Job is the digest of its declaration alone.
+	AnnotationAuthDeclaration = "etcdops.dev/auth-declaration"
+	AnnotationAuthEnabled     = "etcdops.dev/auth-enabled"
+	AnnotationAuthUsers       = "etcdops.dev/auth-users"
+	AnnotationAuthRoles       = "etcdops.dev/auth-roles"
 	// AnnotationLoginDigest on the stream's pod template is the digest of root's password
 	// it logs in with.
 	AnnotationLoginDigest = "etcdops.dev/login-digest"
@@ -133,10 +135,9 @@ func (v *view) authDigest(d etcdstate.AuthDeclaration) string {
 	return shortHash([]any{d, creds})
 }
 
-// authSettled: nothing is left to apply. With spec.auth removed, that is once auth is off
-// and no application's user is left.
-func (v *view) authSettled(d etcdstate.AuthDeclaration, digest string) bool {
-	prev := v.obs.Cluster.Status.Auth
+// authSettled: nothing is left to apply after prev, what the last auth Job applied. With
+// spec.auth removed, that is once auth is off and no application's user is left.
+func (v *view) authSettled(prev *v1alpha1.AuthStatus, d etcdstate.AuthDeclaration, digest string) bool {
 	if v.c.Spec.Auth == nil && (prev == nil || !prev.Enabled && len(prev.Users) == 0 && len(prev.Roles) == 0) {
 		return true
 	}
@@ -153,7 +154,12 @@ func (p *planner) authChange() (step, bool) {
 	}
 	d := authDeclaration(p.c)
 	digest := p.authDigest(d)
-	if p.authSettled(d, digest) {
+	prev := p.obs.Cluster.Status.Auth
+	if p.stage.auth != nil {
+		// An auth Job succeeded in this sync: what it applied is not in status yet.
+		prev = p.stage.auth
+	}
+	if p.authSettled(prev, d, digest) {
 		return step{}, false
 	}
 	if !p.obs.Etcd.Auth.Known {
@@ -173,7 +179,7 @@ func (p *planner) authChange() (step, bool) {
 	if d.Enabled {
 		what = "applying users and roles, auth on"
 	}
-	j := memberJob{verb: verbAuth, auth: string(raw), authDigest: digest, authEnabled: d.Enabled, authUsers: usersOf(p.c), authRoles: rolesOf(p.c)}
+	j := memberJob{verb: verbAuth, auth: string(raw), authDigest: digest, authDeclaration: shortHash(d), authEnabled: d.Enabled, authUsers: usersOf(p.c), authRoles: rolesOf(p.c)}
 	return p.runJob(j, ApplyAuth, fmt.Sprintf("etcd auth: %s (declaration %s)", what, digest)), true
 }
 
@@ -199,8 +205,12 @@ func rolesOf(c *v1alpha1.EtcdCluster) []string {
 	return out
 }
 
-// authApplied is status.auth after a succeeded auth Job.
-func authApplied(j *batchv1.Job) *v1alpha1.AuthStatus {
+// authApplied is status.auth after a succeeded auth Job. The Job created the credential
+// Secrets that were missing, so the digest it was named by (with "" for them) is not the one
+// to record: when its declaration is the current one and every credential Secret is there
+// now, the current digest is recorded, else another auth Job would follow to apply what it
+// already applied, right after it.
+func (v *view) authApplied(j *batchv1.Job) *v1alpha1.AuthStatus {
 	split := func(s string) []string {
 		if s == "" {
 			return nil
@@ -209,10 +219,26 @@ func authApplied(j *batchv1.Job) *v1alpha1.AuthStatus {
 	}
 	return &v1alpha1.AuthStatus{
 		Enabled: j.Annotations[AnnotationAuthEnabled] == "true",
-		Applied: j.Annotations[AnnotationAuthDigest],
+		Applied: v.appliedDigest(j),
 		Users:   split(j.Annotations[AnnotationAuthUsers]),
 		Roles:   split(j.Annotations[AnnotationAuthRoles]),
 	}
+}
+
+func (v *view) appliedDigest(j *batchv1.Job) string {
+	if !authManaged(v.c) {
+		return j.Annotations[AnnotationAuthDigest]
+	}
+	d := authDeclaration(v.c)
+	if j.Annotations[AnnotationAuthDeclaration] != shortHash(d) {
+		return j.Annotations[AnnotationAuthDigest]
+	}
+	for _, name := range credentialSecrets(v.c) {
+		if v.obs.Credentials[name] == "" {
+			return j.Annotations[AnnotationAuthDigest]
+		}
+	}
+	return v.authDigest(d)
 }
 
 // authRecord sets status.auth: what the last auth Job applied (this sync's, or the last

@@ -83,9 +83,9 @@ type memberJob struct {
 	create bool
 	// auth: the declaration an auth Job applies (JSON), its digest, whether it turns auth on,
 	// and the applications' users and roles it leaves in etcd.
-	auth, authDigest     string
-	authEnabled          bool
-	authUsers, authRoles []string
+	auth, authDigest, authDeclaration string
+	authEnabled                       bool
+	authUsers, authRoles              []string
 }
 
 // stepKey names a step: its verb, and the member it acts on ("" for one of the whole
@@ -241,6 +241,7 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	}
 	if j.verb == verbAuth {
 		annotate(AnnotationAuthDigest, j.authDigest)
+		annotate(AnnotationAuthDeclaration, j.authDeclaration)
 		annotate(AnnotationAuthEnabled, strconv.FormatBool(j.authEnabled))
 		annotate(AnnotationAuthUsers, strings.Join(j.authUsers, ","))
 		annotate(AnnotationAuthRoles, strings.Join(j.authRoles, ","))
@@ -379,7 +380,7 @@ func (p *planner) memberJobs() jobStage {
 			if p.effectShows(j) {
 				js.done = append(js.done, keyOf(j))
 				if verb == verbAuth {
-					js.auth = authApplied(j)
+					js.auth = p.authApplied(j)
 				}
 				continue
 			}
