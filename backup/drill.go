@@ -47,6 +47,8 @@ type DrillOptions struct {
 	// Endpoints are the live members' client URLs; a follower is read before the leader.
 	Endpoints []string
 	TLS       *etcdstate.TLS
+	// Login is the etcd user it reads as while auth is on.
+	Login membership.Login
 	// WorkDir is the drill's scratch space: the restored data dir and the files fetched.
 	WorkDir string
 	// Etcd is the etcd server binary of the cluster's image: it replays the stored changes and
@@ -93,13 +95,13 @@ func Drill(ctx context.Context, o DrillOptions) backupresult.Drill {
 	if !ValidLineage(o.Lineage) || o.Lineage == LegacyLineage {
 		return fail(backupresult.DrillError, fmt.Errorf("lineage %q is not an etcd cluster ID in hex", o.Lineage))
 	}
-	sources, err := snapshotSources(ctx, TakeOptions{Endpoints: o.Endpoints, TLS: o.TLS, ClusterID: o.Lineage, SourceTimeout: o.SourceTimeout})
+	sources, err := snapshotSources(ctx, TakeOptions{Endpoints: o.Endpoints, TLS: o.TLS, Login: o.Login, ClusterID: o.Lineage, SourceTimeout: o.SourceTimeout})
 	if err != nil {
 		return fail(backupresult.DrillError, fmt.Errorf("the live cluster cannot be read: %w", err))
 	}
 	src := sources[0]
 	r.Member = fmt.Sprintf("%x", src.ID)
-	live, err := membership.Dial([]string{src.Endpoint}, o.TLS)
+	live, err := membership.Dial([]string{src.Endpoint}, o.TLS, o.Login)
 	if err != nil {
 		return fail(backupresult.DrillError, err)
 	}

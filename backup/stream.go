@@ -22,6 +22,8 @@ type StreamOptions struct {
 	// Endpoints are the members' client URLs; the watch moves between them by itself.
 	Endpoints []string
 	TLS       *etcdstate.TLS
+	// Login is the etcd user it reads as while auth is on.
+	Login membership.Login
 	// Take takes a full snapshot when a chain must start afresh: none stored yet, its base
 	// compacted away, or a gap in what is stored. Its Store is the stream's destination, its
 	// ClusterID (when set) the cluster the stream must find behind the endpoints, and its
@@ -218,7 +220,7 @@ func resumePoint(ctx context.Context, s Store) (base, next int64, err error) {
 // held and not yet stored are stored before it returns, when they can be.
 func (w *streamWriter) streamChain(ctx context.Context) error {
 	o := w.o
-	op, err := membership.Dial(o.Endpoints, o.TLS)
+	op, err := membership.Dial(o.Endpoints, o.TLS, o.Login)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,8 @@ type TakeOptions struct {
 	// before the leader whatever the order.
 	Endpoints []string
 	TLS       *etcdstate.TLS
+	// Login is the etcd user it reads as while auth is on.
+	Login membership.Login
 	// Cluster names the snapshots (SnapshotName).
 	Cluster string
 	// Store is the destination; each snapshot goes into the lineage of the cluster ID its
@@ -115,7 +117,7 @@ func snapshotSources(ctx context.Context, o TakeOptions) ([]membership.SnapshotS
 }
 
 func askSource(ctx context.Context, o TakeOptions, ep string) (membership.SnapshotSource, error) {
-	op, err := membership.Dial([]string{ep}, o.TLS)
+	op, err := membership.Dial([]string{ep}, o.TLS, o.Login)
 	if err != nil {
 		return membership.SnapshotSource{}, err
 	}
@@ -129,7 +131,7 @@ func askSource(ctx context.Context, o TakeOptions, ep string) (membership.Snapsh
 }
 
 func takeFrom(ctx context.Context, o TakeOptions, ls Store, src membership.SnapshotSource) (backupresult.Result, error) {
-	op, err := membership.Dial([]string{src.Endpoint}, o.TLS)
+	op, err := membership.Dial([]string{src.Endpoint}, o.TLS, o.Login)
 	if err != nil {
 		return backupresult.Result{}, err
 	}

@@ -34,6 +34,15 @@ type Snapshot struct {
 	// Alarms are the cluster's active alarms, also those of members no longer in the list,
 	// and those of member ID 0, which etcd raises when it cannot tell which member is at fault.
 	Alarms []Alarm `json:"alarms,omitempty"`
+	// Auth is whether etcd's authentication is on, as the members' anonymous reads showed.
+	Auth AuthState `json:"auth"`
+}
+
+// AuthState is whether etcd's authentication is on. Known is false when no member answered
+// a read, so nothing can be said either way.
+type AuthState struct {
+	Known   bool `json:"known,omitempty"`
+	Enabled bool `json:"enabled,omitempty"`
 }
 
 // Unlisted is one answer from outside the member list.
@@ -129,6 +138,45 @@ type Request struct {
 	Key       string
 	Endpoints []Endpoint
 	TLS       *TLS
+	// Login is the user the observer logs in as while etcd's auth is on; nil: none.
+	Login *Login
+}
+
+// AuthDeclaration is what an auth Job applies to etcd: whether auth is on, every user it
+// manages (each with the Secret holding its password) and role, and the users and roles to
+// delete. The member tool reads it from its command line.
+type AuthDeclaration struct {
+	Enabled     bool               `json:"enabled"`
+	Users       []AuthDeclaredUser `json:"users"`
+	Roles       []AuthDeclaredRole `json:"roles"`
+	RemoveUsers []string           `json:"removeUsers,omitempty"`
+	RemoveRoles []string           `json:"removeRoles,omitempty"`
+}
+
+// AuthDeclaredUser is a user, the Secret with its password, and its roles.
+type AuthDeclaredUser struct {
+	Name   string   `json:"name"`
+	Secret string   `json:"secret"`
+	Roles  []string `json:"roles,omitempty"`
+}
+
+// AuthDeclaredRole is a role and its permissions.
+type AuthDeclaredRole struct {
+	Name        string                   `json:"name"`
+	Permissions []AuthDeclaredPermission `json:"permissions,omitempty"`
+}
+
+// AuthDeclaredPermission is read, write or readwrite on a key, or with Prefix on every key
+// starting with it.
+type AuthDeclaredPermission struct {
+	Type   string `json:"type"`
+	Key    string `json:"key,omitempty"`
+	Prefix bool   `json:"prefix,omitempty"`
+}
+
+// Login is an etcd user name and password.
+type Login struct {
+	User, Password string
 }
 
 // TLS is PEM material for talking to a cluster that serves client TLS. Cert and Key are the

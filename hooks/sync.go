@@ -126,6 +126,7 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 		CABundles: need.CABundles,
 		// Certificates members would reject are caught before a TLS change relies on them.
 		CertProblems: h.certs.problems(c.Namespace+"/"+c.Name, need.Certificates, now),
+		Credentials:  need.Credentials,
 		BackupStream: stream,
 		Finalizing:   req.finalizing || finalize,
 		Now:          now,
@@ -150,7 +151,7 @@ func (h *handler) snapshot(ctx context.Context, c *v1alpha1.EtcdCluster, need sy
 	ctx, cancel := context.WithTimeout(ctx, h.ObserveTimeout)
 	defer cancel()
 	start := time.Now()
-	snap := h.Etcd.Observe(ctx, etcdstate.Request{Key: key, Endpoints: endpoints, TLS: tls})
+	snap := h.Etcd.Observe(ctx, etcdstate.Request{Key: key, Endpoints: endpoints, TLS: tls, Login: need.Login})
 	h.metrics.observeDuration.Observe(time.Since(start).Seconds())
 	if !snap.Asked {
 		h.metrics.observeFailures.Inc()

@@ -517,7 +517,9 @@ func fullStatus(now time.Time) v1alpha1.EtcdClusterStatus {
 		TLS: &v1alpha1.TLSStatus{Client: "http+https", Peer: "https", ServerSecret: "status-server", PeerSecret: "status-peer",
 			ClientSecret: "status-client", Progress: "client TLS on, stage 1 of 2: 1 of 3 pods rolled"},
 		Client: &v1alpha1.ClientStatus{Endpoints: []string{"https://status-0.status.default.svc.cluster.local:2379"}, Service: "https://status-client.default.svc.cluster.local:2379",
-			Scheme: "https", ClientSecret: "status-client", ConfigMap: "status-client"},
+			Scheme: "https", ClientSecret: "status-client", ConfigMap: "status-client",
+			Users: []v1alpha1.ClientUser{{Name: "orders", Secret: "status-user-orders"}}},
+		Auth: &v1alpha1.AuthStatus{Enabled: true, Applied: "3f2a9c", Users: []string{"orders"}, Roles: []string{"orders"}},
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
@@ -35,6 +36,9 @@ type memberClient struct {
 	kv       pb.KVClient
 	cluster  pb.ClusterClient
 	maint    pb.MaintenanceClient
+	auth     pb.AuthClient
+	// token is the cluster's auth token, shared by its members' clients.
+	token *authToken
 
 	mu     sync.Mutex
 	missed int       // observations in a row this endpoint did not answer
@@ -51,12 +55,57 @@ func (m *memberClient) status(ctx context.Context) (st *clientv3.StatusResponse,
 	return st, err
 }
 
-// readLocally reads a key serializably, from the member's own store.
-func (m *memberClient) readLocally(ctx context.Context) error {
-	return m.call(ctx, func(ctx context.Context) error {
+// readLocally reads a key serializably, from the member's own store, without logging in:
+// while etcd's auth is on the member refuses it (authOn), which still shows that it serves.
+// It refuses it for want of a user, or, over client TLS, as the user its certificate's
+// common name names, which has no permission on the key (etcd takes that name for the user
+// of a call without a token). Read so, it needs no permission on any key.
+func (m *memberClient) readLocally(ctx context.Context) (authOn bool, err error) {
+	err = m.callAnonymous(ctx, func(ctx context.Context) error {
 		_, err := m.kv.Range(ctx, &pb.RangeRequest{Key: []byte("health"), Serializable: true})
 		return err
 	})
+	if errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrPermissionDenied) {
+		return true, nil
+	}
+	return false, err
+}
+
+// authenticate logs in as login at this member: its token, or "" when auth is off.
+func (m *memberClient) authenticate(ctx context.Context, login etcdstate.Login) (string, error) {
+	var token string
+	err := m.callAnonymous(ctx, func(ctx context.Context) error {
+		resp, err := m.auth.Authenticate(ctx, &pb.AuthenticateRequest{Name: login.User, Password: login.Password})
+		if err == nil {
+			token = resp.Token
+		}
+		return err
+	})
+	if errors.Is(err, rpctypes.ErrAuthNotEnabled) {
+		return "", nil
+	}
+	return token, err
+}
+
+// authToken is a cluster's auth token: set by a login, dropped when a member refuses it.
+type authToken struct {
+	mu    sync.Mutex
+	token string
+}
+
+func (t *authToken) get() string {
+	if t == nil {
+		return ""
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.token
+}
+
+func (t *authToken) set(token string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.token = token
 }
 
 // memberList reads the member list, linearizably unless serializable.
@@ -75,12 +124,32 @@ func (m *memberClient) memberList(ctx context.Context, serializable bool) (list 
 // of both ends of a held connection, up to 4 KB each, for values never sent again (about
 // 3 KB a connection less, measured). The member learns that the hook stopped waiting from
 // the stream's cancellation instead.
+// With a token and not anonymous, the call is made as its user; a token the member refuses
+// (expired, or auth turned off and on again) is dropped, for the next observation to log in
+// again.
 func (m *memberClient) call(ctx context.Context, do func(context.Context) error) error {
+	return m.callAs(ctx, m.token.get(), do)
+}
+
+// callAnonymous makes the call without the token.
+func (m *memberClient) callAnonymous(ctx context.Context, do func(context.Context) error) error {
+	return m.callAs(ctx, "", do)
+}
+
+func (m *memberClient) callAs(ctx context.Context, tok string, do func(context.Context) error) error {
 	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	return callError(ctx, do(toMember(callCtx, m.addr)))
+	callCtx = toMember(callCtx, m.addr)
+	if tok != "" {
+		callCtx = metadata.AppendToOutgoingContext(callCtx, rpctypes.TokenFieldNameGRPC, tok)
+	}
+	err := callError(ctx, do(callCtx))
+	if tok != "" && (errors.Is(err, rpctypes.ErrInvalidAuthToken) || errors.Is(err, rpctypes.ErrAuthOldRevision)) {
+		m.token.set("")
+	}
+	return err
 }
 
 // callError gives etcd's errors as clientv3 does: the server's by their etcd text, and a call
@@ -182,6 +251,7 @@ func newClusterClients(req etcdstate.Request, connectTimeout time.Duration, dial
 			return nil, nil, err
 		}
 	}
+	token := &authToken{}
 	members := make([]*memberClient, 0, len(req.Endpoints))
 	for _, ep := range req.Endpoints {
 		cc := plainCC
@@ -189,8 +259,8 @@ func newClusterClients(req etcdstate.Request, connectTimeout time.Duration, dial
 			cc = secureCC
 		}
 		addr, _ := dialTarget(ep)
-		members = append(members, &memberClient{endpoint: ep, addr: addr,
-			kv: pb.NewKVClient(cc), cluster: pb.NewClusterClient(cc), maint: pb.NewMaintenanceClient(cc)})
+		members = append(members, &memberClient{endpoint: ep, addr: addr, token: token,
+			kv: pb.NewKVClient(cc), cluster: pb.NewClusterClient(cc), maint: pb.NewMaintenanceClient(cc), auth: pb.NewAuthClient(cc)})
 	}
 	return members, channels, nil
 }
@@ -279,6 +349,25 @@ func (c *clusterClients) remember(snap etcdstate.Snapshot) {
 
 func (c *clusterClients) close() { c.channels.close() }
 
+// logIn gets the cluster a token when it has none, from the first member that answers; while
+// auth is off there is none to get, and each observation asks again (a login without raft's
+// log: etcd answers that auth is off from its own state).
+// Each member is given perTry: one that hangs must not use up the observation's deadline.
+func (c *clusterClients) logIn(ctx context.Context, login etcdstate.Login, perTry time.Duration) {
+	if len(c.members) == 0 || c.members[0].token.get() != "" {
+		return
+	}
+	for _, m := range c.members {
+		tryCtx, cancel := context.WithTimeout(ctx, perTry)
+		tok, err := m.authenticate(tryCtx, login)
+		cancel()
+		if err == nil {
+			m.token.set(tok)
+			return
+		}
+	}
+}
+
 // clientCache holds clients per cluster, least recently used first out, closing idle ones.
 // An evicted entry still in use is closed by its last user.
 type clientCache struct {
@@ -302,6 +391,9 @@ func cacheKey(req etcdstate.Request) string {
 	}
 	if req.TLS != nil {
 		fmt.Fprintf(h, "tls %x %x %x\n", sha256.Sum256(req.TLS.CA), sha256.Sum256(req.TLS.Cert), sha256.Sum256(req.TLS.Key))
+	}
+	if req.Login != nil {
+		fmt.Fprintf(h, "login %q %x\n", req.Login.User, sha256.Sum256([]byte(req.Login.Password)))
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -66,7 +66,7 @@ func withAnswerHeld(t *testing.T, p *answerProxy, method string, call func() (Ou
 func proxiedCluster(t *testing.T, n int) (c *testCluster, op, direct *Operator) {
 	t.Helper()
 	c = startTestCluster(t, clusterOptions{members: n, proxied: true})
-	direct, err := Dial([]string{c.members[0].clientURL.String()}, nil)
+	direct, err := Dial([]string{c.members[0].clientURL.String()}, nil, Login{})
 	if err != nil {
 		t.Fatal(err)
 	}

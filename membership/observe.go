@@ -113,6 +113,8 @@ type endpointStatus struct {
 	status    *clientv3.StatusResponse
 	statusErr error
 	healthErr error
+	// authOn: the member refused the anonymous read for want of a user.
+	authOn bool
 }
 
 // Observe reads the cluster in one parallel round: every endpoint is asked for Status and a
@@ -133,6 +135,9 @@ func (o *Observer) Observe(ctx context.Context, req etcdstate.Request) etcdstate
 		return etcdstate.Snapshot{Err: err.Error()}
 	}
 	defer func() { o.cache.release(clients, time.Now()) }()
+	if req.Login != nil {
+		clients.logIn(ctx, *req.Login, o.slowMember)
+	}
 
 	// A member that hangs must not use up the deadline a second member list read still needs.
 	roundCtx, cancelRound := halfOfRemaining(ctx)
@@ -155,9 +160,23 @@ func (o *Observer) Observe(ctx context.Context, req etcdstate.Request) etcdstate
 		}
 	}
 	snap := assemble(clients.members, statuses, list)
+	snap.Auth = authState(statuses)
 	clients.remember(snap)
 	snap.Err = joinNonEmpty("; ", note, snap.Err)
 	return snap
+}
+
+// authState: auth is on when a member refused the anonymous read for want of a user, off
+// when every member that answered it served it; unknown when none answered.
+func authState(statuses []endpointStatus) etcdstate.AuthState {
+	var st etcdstate.AuthState
+	for _, s := range statuses {
+		if s.healthErr == nil && s.statusErr == nil {
+			st.Known = true
+			st.Enabled = st.Enabled || s.authOn
+		}
+	}
+	return st
 }
 
 // backOffGraceDivisor: an endpoint backing off is waited for SlowMember/10 after the others
@@ -246,8 +265,8 @@ func askStatus(ctx context.Context, m *memberClient, i int) func(*round) {
 // askHealth reads from endpoint i serializably: a member that cannot serve a local read is
 // not healthy, whatever its Status says.
 func askHealth(ctx context.Context, m *memberClient, i int) func(*round) {
-	err := m.readLocally(ctx)
-	return func(r *round) { r.statuses[i].healthErr = err }
+	authOn, err := m.readLocally(ctx)
+	return func(r *round) { r.statuses[i].healthErr, r.statuses[i].authOn = err, authOn }
 }
 
 // askMemberList reads the member list linearizably, so it is the cluster's current one.

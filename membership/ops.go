@@ -50,7 +50,8 @@ type Operator struct {
 
 // Dial prepares an Operator for the cluster at endpoints (client URLs of voters). It does not
 // wait for a connection: the first operation does, under its caller's context.
-func Dial(endpoints []string, t *etcdstate.TLS) (*Operator, error) {
+// With a login, every call is made as that user (etcd ignores it while auth is off).
+func Dial(endpoints []string, t *etcdstate.TLS, login Login) (*Operator, error) {
 	if len(endpoints) == 0 {
 		return nil, errNoEndpoints
 	}
@@ -60,6 +61,8 @@ func Dial(endpoints []string, t *etcdstate.TLS) (*Operator, error) {
 		MaxUnaryRetries:    3,
 		BackoffWaitBetween: 50 * time.Millisecond,
 		DialOptions:        []grpc.DialOption{grpc.WithChainUnaryInterceptor(failFast)},
+		Username:           login.User,
+		Password:           login.Password,
 	}
 	if t != nil {
 		// The server name comes from each endpoint's URL, so it is left empty here.

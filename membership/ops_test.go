@@ -20,7 +20,7 @@ func dialTest(t *testing.T, c *testCluster, ms ...*testMember) *Operator {
 	if c.pki != nil {
 		tlsMaterial = c.pki.clientTLS
 	}
-	op, err := Dial(clientURLs(ms...), tlsMaterial)
+	op, err := Dial(clientURLs(ms...), tlsMaterial, Login{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,8 @@ const (
 	// RestoreDrill: a Job restores the newest backup into a scratch directory and compares it
 	// with the live cluster (spec.backup.verify).
 	RestoreDrill
+	// ApplyAuth: a Job makes etcd's users, roles and auth switch match spec.auth.
+	ApplyAuth
 )
 
 var actionNames = [...]string{
@@ -72,6 +74,7 @@ var actionNames = [...]string{
 	ExpandVolume:     "ExpandVolume",
 	RestartPod:       "RestartPod",
 	RestoreDrill:     "RestoreDrill",
+	ApplyAuth:        "ApplyAuth",
 }
 
 func (t ActionType) String() string {

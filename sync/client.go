@@ -27,6 +27,9 @@ const (
 	ClientKeyCA = "ca.crt"
 	// ClientKeyClientSecret names the Secret with the client certificate members require.
 	ClientKeyClientSecret = "client-secret"
+	// ClientKeyUsers names each application's etcd user and its credential Secret
+	// (spec.auth), as user=secret, comma-separated.
+	ClientKeyUsers = "users"
 )
 
 // clientStatus is how applications reach the cluster now: every voter's client URL (the
@@ -46,6 +49,7 @@ func (v *view) clientStatus() *v1alpha1.ClientStatus {
 		// No member yet (the bootstrap): the seed's, which is the first.
 		cs.Endpoints = []string{clientURLOf(v.c, PodName(v.c.Name, 0), v.cfg.ClusterDomain, secure)}
 	}
+	cs.Users = clientUsers(v.c)
 	return cs
 }
 
@@ -64,6 +68,13 @@ func (v *view) clientConfigMap(cs *v1alpha1.ClientStatus) Child {
 		if cs.ClientSecret != "" {
 			data[ClientKeyClientSecret] = cs.ClientSecret
 		}
+	}
+	if len(cs.Users) > 0 {
+		var users []string
+		for _, u := range cs.Users {
+			users = append(users, u.Name+"="+u.Secret)
+		}
+		data[ClientKeyUsers] = strings.Join(users, ",")
 	}
 	meta := metadata(v.c, ClientConfigMapName(v.c.Name), v.labels.common)
 	if id := v.knownClusterID(); id != "" {

@@ -66,6 +66,7 @@ func (v *view) answer(s step, job *Child, l ledger) answer {
 		v.volumesCondition, // 10 volumes.go: VolumesExpanded
 		v.drillResync,      // 11 drill.go: the resync, no later than the next drill
 		v.backupResync,     // 12 backup.go: the resync, no later than the next schedule time
+		v.authRecord,       // 13 auth.go: status.auth, what the last auth Job applied and whether auth is on
 	} {
 		record(&a)
 	}

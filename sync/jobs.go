@@ -86,6 +86,11 @@ type memberJob struct {
 	switchover *v1alpha1.SwitchoverRecord
 	// guard: backup, the risky step's guard it is taken for, if it is (guard.go).
 	guard *v1alpha1.StepGuard
+	// auth: the declaration an auth Job applies (JSON), its digest, whether it turns auth on,
+	// and the applications' users and roles it leaves in etcd.
+	auth, authDigest, authDeclaration string
+	authEnabled                       bool
+	authUsers, authRoles              []string
 }
 
 // stepKey names a step: its verb, and the member it acts on ("" for one of the whole
@@ -112,6 +117,11 @@ func (j memberJob) args(c *v1alpha1.EtcdCluster) []string {
 	if j.verb == verbRestartPod {
 		// It deletes the pod through the Kubernetes API once etcd says the member may go.
 		args = append(args, "--namespace="+c.Namespace, "--uid="+j.podUID)
+	}
+	if j.verb == verbAuth {
+		// It creates the credential Secrets that are missing through the Kubernetes API,
+		// owned by the EtcdCluster.
+		args = append(args, "--namespace="+c.Namespace, "--cluster="+c.Name, "--cluster-uid="+string(c.UID), "--declaration="+j.auth)
 	}
 	if j.peerURL != "" {
 		args = append(args, "--peer-url="+j.peerURL)
@@ -175,7 +185,7 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	if refs := pullSecrets(c, false); len(refs) > 0 {
 		podSpec["imagePullSecrets"] = refs
 	}
-	kube := j.verb == verbExpandClaim || j.verb == verbRestartPod
+	kube := j.verb == verbExpandClaim || j.verb == verbRestartPod || j.verb == verbAuth
 	if kube {
 		podSpec["serviceAccountName"] = ClaimsAccountName(c.Name)
 		podSpec["automountServiceAccountToken"] = true
@@ -203,8 +213,15 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	case verbDrill:
 		drillPod(cfg, c, j, labels, podLabels, spec, podSpec, container)
 	}
+	if j.verb != verbExpandClaim {
+		authLogin(c, container, podSpec)
+	}
 	hash := shortHash([]any{labels, j.id, spec})
 	name := fmt.Sprintf("%s-%s-%s", c.Name, j.verb, j.member)
+	if j.member == "" {
+		// A step of the whole cluster (auth).
+		name = c.Name + "-" + j.verb
+	}
 	// Job names become pod label values (at most 63 characters); the hash keeps a shortened
 	// name unique.
 	if len(name) > 52 {
@@ -235,6 +252,13 @@ func (j memberJob) render(cfg Config, c *v1alpha1.EtcdCluster) Child {
 	if j.guard != nil {
 		raw, _ := json.Marshal(j.guard)
 		annotate(AnnotationGuard, string(raw))
+	}
+	if j.verb == verbAuth {
+		annotate(AnnotationAuthDigest, j.authDigest)
+		annotate(AnnotationAuthDeclaration, j.authDeclaration)
+		annotate(AnnotationAuthEnabled, strconv.FormatBool(j.authEnabled))
+		annotate(AnnotationAuthUsers, strings.Join(j.authUsers, ","))
+		annotate(AnnotationAuthRoles, strings.Join(j.authRoles, ","))
 	}
 	return child("batch/v1", "Job", meta, spec)
 }
@@ -306,6 +330,9 @@ type jobStage struct {
 	// backupWait, when set, waits for a backup Job still outstanding: it defers the normal
 	// phases, never a fix (backup.go).
 	backupWait *step
+	// auth is status.auth as the auth Job that succeeded in this sync applied it; nil when
+	// none did.
+	auth *v1alpha1.AuthStatus
 	// backupRetry is what a failed backup Job whose database outgrew its scratch volume was
 	// for (its backupFor): taken again now (backup.go, outgrewScratch).
 	backupRetry string
@@ -377,6 +404,9 @@ func (p *planner) memberJobs() jobStage {
 					// The switchover's only record but for this answer's status, which a sync
 					// on a stale parent may overwrite: it stays, not waited for.
 					js.keep = append(js.keep, j)
+				}
+				if verb == verbAuth {
+					js.auth = p.authApplied(j)
 				}
 				continue
 			}
@@ -451,6 +481,9 @@ func (p *planner) effectShows(j *batchv1.Job) bool {
 		return p.expandedClaim(ClaimName(p.c.Name, ord), j.Annotations[AnnotationClaimSize])
 	case verbRestartPod:
 		return p.podRestarted(ord, j.Annotations[AnnotationPodUID])
+	case verbAuth:
+		a := p.obs.Etcd.Auth
+		return a.Known && a.Enabled == (j.Annotations[AnnotationAuthEnabled] == "true")
 	case verbDisarm:
 		alarm, id := j.Labels[LabelAlarm], j.Annotations[AnnotationMemberID]
 		for _, a := range p.obs.Etcd.Alarms {
@@ -539,6 +572,8 @@ func actionOfVerb(verb string) ActionType {
 		return ExpandVolume
 	case verbRestartPod:
 		return RestartPod
+	case verbAuth:
+		return ApplyAuth
 	}
 	return MoveLeader
 }

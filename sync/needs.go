@@ -36,6 +36,12 @@ type Needs struct {
 	CAs, CABundles map[string]string
 	// Certificates checks the Secrets' certificates, for Observed.CertProblems.
 	Certificates CertificateCheck
+	// Credentials digests the operator's credential Secrets' passwords, for
+	// Observed.Credentials.
+	Credentials map[string]string
+	// Login is the observer's etcd login while the operator manages auth; nil before its
+	// Secret exists (auth is off then).
+	Login *etcdstate.Login
 }
 
 // Need is what the hook must observe for cluster c, from the children, pods and Secrets
@@ -51,7 +57,45 @@ func Need(cfg Config, c *v1alpha1.EtcdCluster, children Children, pods []corev1.
 		CAs:          caDigests(c, secrets),
 		CABundles:    caBundles(c, secrets),
 		Certificates: newCertificateCheck(cfg, c, secrets),
+		Credentials:  credentialDigests(c, secrets),
+		Login:        observerLogin(c, secrets),
 	}
+}
+
+// credentialDigests digests the password of each of the operator's credential Secrets that
+// was sent (auth.go); the planner sees only these digests, never a password.
+func credentialDigests(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) map[string]string {
+	out := map[string]string{}
+	for _, name := range credentialSecrets(c) {
+		if pw := credential(c, secrets, name); pw != nil {
+			sum := sha256.Sum256(pw)
+			out[name] = hex.EncodeToString(sum[:])
+		}
+	}
+	return out
+}
+
+// observerLogin is the hook's own etcd login, from its credential Secret.
+func observerLogin(c *v1alpha1.EtcdCluster, secrets []corev1.Secret) *etcdstate.Login {
+	if !authManaged(c) {
+		return nil
+	}
+	pw := credential(c, secrets, ObserverSecretName(c.Name))
+	if pw == nil {
+		return nil
+	}
+	return &etcdstate.Login{User: authObserverUser, Password: string(pw)}
+}
+
+// credential is the password in the cluster's Secret name; nil when it was not sent or holds
+// none.
+func credential(c *v1alpha1.EtcdCluster, secrets []corev1.Secret, name string) []byte {
+	for _, s := range secrets {
+		if s.Name == name && (s.Namespace == c.Namespace || s.Namespace == "") && len(s.Data[SecretKeyPassword]) > 0 {
+			return s.Data[SecretKeyPassword]
+		}
+	}
+	return nil
 }
 
 // caDigests digests the CA bundle of each of the cluster's Secrets (those in its namespace);
@@ -143,6 +187,9 @@ func SecretNames(c *v1alpha1.EtcdCluster) []string {
 		add(t.ServerSecret)
 		add(t.PeerSecret)
 		add(t.ClientSecret)
+	}
+	for _, n := range credentialSecrets(c) {
+		add(n)
 	}
 	slices.Sort(names)
 	return names

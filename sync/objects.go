@@ -250,5 +250,6 @@ type claimSource struct {
 }
 
 type secretSource struct {
+	Optional   bool   `json:"optional,omitempty"`
 	SecretName string `json:"secretName"`
 }

@@ -45,6 +45,8 @@ type step struct {
 	backup      *v1alpha1.BackupStatus
 	// switchover, when set, is status.lastSwitchover: a switchover request served.
 	switchover *v1alpha1.SwitchoverRecord
+	// auth, when set, is status.auth: what an auth Job that succeeded applied.
+	auth *v1alpha1.AuthStatus
 	// forkSeen is status.forkSeenSince after this sync: nil unless it saw a fork.
 	forkSeen *metav1.Time
 	// phase, when set, is the cluster's phase whatever the view says: a sync that must change
@@ -66,6 +68,9 @@ func (s *step) records(from step) {
 	if s.switchover == nil {
 		s.switchover = from.switchover
 	}
+	if s.auth == nil {
+		s.auth = from.auth
+	}
 }
 
 // plan runs the Job stage (phase 6), then the later phases with what it found.
@@ -79,7 +84,7 @@ func plan(v *view) step {
 	// 6. The Job stage: a member Job outstanding is waited for.
 	p.stage = p.memberJobs()
 	s := p.decideStep()
-	s.records(step{recovery: progress, backup: p.stage.backup, switchover: p.stage.switchover})
+	s.records(step{recovery: progress, backup: p.stage.backup, switchover: p.stage.switchover, auth: p.stage.auth})
 	return s
 }
 
@@ -129,7 +134,8 @@ func (p *planner) change() (decided, recorded step) {
 		p.defragment,    // 23 maintenance.go: scheduled defragmentation
 		p.drillDue,      // 24 drill.go: a restore drill that is due
 		p.tlsWaiting,    // 25 tls.go: a TLS change waiting for its Secrets or its pods
-		p.switchover,    // 26 switchover.go: leadership asked for on a member (etcdops.dev/switchover-to)
+		p.authChange,    // 26 auth.go: etcd's users, roles or auth switch to change (spec.auth)
+		p.switchover,    // 27 switchover.go: leadership asked for on a member (etcdops.dev/switchover-to)
 	}
 	for _, phase := range fixes {
 		s, ok := phase()

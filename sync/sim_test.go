@@ -172,9 +172,12 @@ type simJob struct {
 	endpoints []string
 	// clientCert: the Job presents the client certificate.
 	clientCert bool
-	state      jobState
-	at         time.Time
-	failNow    bool
+	// login: the Job logs in as root (--user=root); declaration: an auth Job's.
+	login       bool
+	declaration string
+	state       jobState
+	at          time.Time
+	failNow     bool
 	// ticks it has run without finishing (sim_slowbackup_test.go).
 	ticks int
 
@@ -308,6 +311,8 @@ type simWorld struct {
 	// attaching ordinals: their next pod waits for its volume to attach, its etcd not started,
 	// until healed.
 	attaching map[int]bool
+	// auth is etcd's authentication and the credential Secrets (sim_auth_test.go).
+	auth simAuth
 	// goneMounts are Secrets and claims deleted while pods mount them (sim_restore_test.go).
 	goneMounts map[string]bool
 	// forks are the memberships quorum recoveries forced survivors out of
@@ -601,6 +606,7 @@ func (w *simWorld) observe() Observed {
 	}
 	w.observedVolumes(&obs)
 	obs.Etcd = w.snapshot(obs.Pods)
+	w.observeAuth(&obs)
 	w.forkedAnswers(&obs.Etcd)
 	if w.etcdOverride != nil {
 		w.etcdOverride(&obs.Etcd)
@@ -879,6 +885,12 @@ func (w *simWorld) newJob(b []byte) *simJob {
 		if v, ok := strings.CutPrefix(a, "--alarm="); ok {
 			sj.alarm = v
 		}
+		if v, ok := strings.CutPrefix(a, "--declaration="); ok {
+			sj.declaration = v
+		}
+		if a == "--user="+authRootUser {
+			sj.login = true
+		}
 		if v, ok := strings.CutPrefix(a, "--endpoints="); ok {
 			sj.endpoints = strings.Split(v, ",")
 		}
@@ -955,7 +967,7 @@ func (w *simWorld) runJob(j *simJob) {
 	if (j.verb == verbBackup || j.verb == verbDrill) && w.readOnlyJob(j, fail) {
 		return
 	}
-	if j.failNow || !w.hasQuorum() || !w.jobReaches(j) {
+	if j.failNow || !w.hasQuorum() || !w.jobReaches(j) || w.auth.refuses(j) {
 		fail()
 		return
 	}
@@ -1027,6 +1039,11 @@ func (w *simWorld) runJob(j *simJob) {
 		m.file = m.live + m.history
 	case verbDisarm:
 		w.disarm(j.alarm, j.id)
+	case verbAuth:
+		if !w.applyAuth(j) {
+			fail()
+			return
+		}
 	case verbBackup:
 		if w.outgrows(j) {
 			j.evicted = true

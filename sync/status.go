@@ -43,6 +43,7 @@ const (
 	ReasonTLSSecretMissing         = "TLSSecretMissing"
 	ReasonTLSCertificate           = "TLSCertificateInvalid"
 	ReasonStepSnapshotFailed       = "StepSnapshotFailed"
+	ReasonAuthRootLost             = "AuthRootLost"
 	ReasonBlocked                  = "Blocked"
 )
 
@@ -149,6 +150,7 @@ func newStatus(obs *Observed, c *v1alpha1.EtcdCluster, phase v1alpha1.Phase, a A
 		RestoredLineage:  prev.RestoredLineage,
 		Client:           prev.Client,
 		LastSwitchover:   prev.LastSwitchover,
+		Auth:             prev.Auth,
 	}
 }
 

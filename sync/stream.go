@@ -201,12 +201,19 @@ func (v *view) backupStream() (Child, bool) {
 	if refs := pullSecrets(v.c, false); len(refs) > 0 {
 		podSpec["imagePullSecrets"] = refs
 	}
+	authLogin(v.c, container, podSpec)
+	podMeta := object{"labels": podLabels}
+	if authManaged(v.c) {
+		// The stream reads root's password when it starts: a new one (the Secret created by
+		// the first auth Job) restarts it.
+		podMeta["annotations"] = map[string]string{AnnotationLoginDigest: v.obs.Credentials[RootSecretName(v.c.Name)]}
+	}
 	spec := object{
 		"replicas": 1,
 		"strategy": object{"type": "Recreate"},
 		"selector": object{"matchLabels": podLabels},
 		"template": object{
-			"metadata": object{"labels": podLabels},
+			"metadata": podMeta,
 			"spec":     podSpec,
 		},
 	}

@@ -44,6 +44,10 @@ type Observed struct {
 	// CertProblems says, per TLS Secret whose certificate members would reject, why
 	// (CertificateCheck); no TLS change moves onto such a Secret.
 	CertProblems map[string]string
+	// Credentials digests, per credential Secret of the operator's etcd users (auth.go) that
+	// Metacontroller sent, its password; a Secret not in it is not there. The planner sees
+	// no password.
+	Credentials map[string]string
 	// BackupStream is the continuous backup's progress, read from its Service.
 	BackupStream StreamProgress
 	// RollWait, when set, says why no roll may begin now: the hook bounds how many clusters

@@ -415,7 +415,7 @@ func (v *view) volumesCondition(a *answer) {
 // cannot narrow a create by name (the object has no name until it is created), so creating
 // claims, which expand-claim does for a member about to join, is a rule of its own.
 func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels, ordinals int) []Child {
-	if c.Spec.StorageSpec == nil {
+	if c.Spec.StorageSpec == nil && !authManaged(c) {
 		return nil
 	}
 	claims, pods := make([]string, ordinals), make([]string, ordinals)
@@ -432,11 +432,7 @@ func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels, ordinals int) []Child
 		}},
 		{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role", Name: name, Object: object{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
-			"rules": []object{
-				{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "resourceNames": claims, "verbs": []string{"get", "patch"}},
-				{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "verbs": []string{"create"}},
-				{"apiGroups": []string{""}, "resources": []string{"pods"}, "resourceNames": pods, "verbs": []string{"delete"}},
-			},
+			"rules": accessRules(c, claims, pods),
 		}},
 		{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding", Name: name, Object: object{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
@@ -447,31 +443,60 @@ func claimsAccess(c *v1alpha1.EtcdCluster, lb childLabels, ordinals int) []Child
 }
 
 // accessWait: a Job that asks the API server as the claims account (expand-claim,
-// restart-pod) waits until the observed Role names its object. Metacontroller applies an
-// answer's children in no set order, so a Role naming a new ordinal may land after the Job's
-// pod has asked, and the refused Job would fail (the control-plane tier saw it on a
-// scale-out whose first sync created the new member's claim). "" when the Role names it.
+// restart-pod, auth) waits until the observed Role names its objects. Metacontroller applies
+// an answer's children in no set order, so a Role naming a new ordinal or Secret may land
+// after the Job's pod has asked, and the refused Job would fail (the control-plane tier saw
+// it on a scale-out whose first sync created the new member's claim). "" when the Role names
+// them all.
 func (v *view) accessWait(j memberJob) string {
-	var resource, name string
+	var resource string
+	var names []string
 	switch j.verb {
 	case verbExpandClaim:
-		resource, name = "persistentvolumeclaims", j.claim
+		resource, names = "persistentvolumeclaims", []string{j.claim}
 	case verbRestartPod:
-		resource, name = "pods", j.member
+		resource, names = "pods", []string{j.member}
+	case verbAuth:
+		resource, names = "secrets", credentialSecrets(v.c)
 	default:
 		return ""
 	}
 	role := ClaimsAccountName(v.c.Name)
+	var named []string
 	for i := range v.obs.Children.Roles {
 		if r := &v.obs.Children.Roles[i]; r.Name == role {
 			for _, rule := range r.Rules {
-				if slices.Contains(rule.Resources, resource) && slices.Contains(rule.ResourceNames, name) {
-					return ""
+				if slices.Contains(rule.Resources, resource) {
+					named = append(named, rule.ResourceNames...)
 				}
 			}
 		}
 	}
-	return "Role " + role + " to name " + name
+	for _, name := range names {
+		if !slices.Contains(named, name) {
+			return "Role " + role + " to name " + name
+		}
+	}
+	return ""
+}
+
+// accessRules: the claims and pods the expand-claim and restart-pod Jobs act on (with
+// storage), and the credential Secrets the auth Job reads and creates (auth.go). Creation
+// cannot be limited to names; reading can.
+func accessRules(c *v1alpha1.EtcdCluster, claims, pods []string) []object {
+	var rules []object
+	if c.Spec.StorageSpec != nil {
+		rules = append(rules,
+			object{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "resourceNames": claims, "verbs": []string{"get", "patch"}},
+			object{"apiGroups": []string{""}, "resources": []string{"persistentvolumeclaims"}, "verbs": []string{"create"}},
+			object{"apiGroups": []string{""}, "resources": []string{"pods"}, "resourceNames": pods, "verbs": []string{"delete"}})
+	}
+	if authManaged(c) {
+		rules = append(rules,
+			object{"apiGroups": []string{""}, "resources": []string{"secrets"}, "resourceNames": credentialSecrets(c), "verbs": []string{"get"}},
+			object{"apiGroups": []string{""}, "resources": []string{"secrets"}, "verbs": []string{"create"}})
+	}
+	return rules
 }
 
 // accessOrdinals is how many ordinals the claims Role names: one past the highest of the

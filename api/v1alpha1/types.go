@@ -103,6 +103,12 @@ type EtcdClusterSpec struct {
 	//
 	// +optional
 	TLS *TLSSpec `json:"tls,omitempty"`
+	// Auth turns etcd's authentication on and declares users and roles for applications,
+	// each user's password in a Secret the operator creates (docs/auth.md). Absent, auth
+	// stays as it is: off for a new cluster.
+	//
+	// +optional
+	Auth *AuthSpec `json:"auth,omitempty"`
 	// EtcdOptions are extra etcd flags, each "--flag=value". Flags the operator owns
 	// (names, URLs, data dir, initial cluster, TLS files) are rejected.
 	//
@@ -563,6 +569,10 @@ type EtcdClusterStatus struct {
 	//
 	// +optional
 	Client *ClientStatus `json:"client,omitempty"`
+	// Auth is etcd's authentication as the operator last applied it.
+	//
+	// +optional
+	Auth *AuthStatus `json:"auth,omitempty"`
 	// LastSwitchover is the last switchover request (annotation etcdops.dev/switchover-to)
 	// served; a request of the same value is not served again.
 	//
@@ -594,6 +604,11 @@ type ClientStatus struct {
 	//
 	// +optional
 	ConfigMap string `json:"configMap,omitempty"`
+	// Users are the applications' etcd users (spec.auth) and the Secrets with their
+	// credentials.
+	//
+	// +optional
+	Users []ClientUser `json:"users,omitempty"`
 }
 
 // TLSStatus is what the members' pods are configured to serve, and the Secrets the operator
@@ -807,7 +822,7 @@ type VolumeStatus struct {
 type Action struct {
 	// Type: Steady, Wait, Hold, Bootstrap, AddLearner, PromoteLearner, RemoveMember,
 	// MoveLeader, ReplacePod, ScaleStatefulSet, Teardown, Compact, Defragment, DisarmAlarm,
-	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod, RestoreDrill
+	// RecoverQuorum, Backup, UpdatePeerURL, ExpandVolume, RestartPod, RestoreDrill, ApplyAuth
 	// (docs/status.md, "Actions").
 	//
 	// +optional

@@ -89,6 +89,11 @@ func Validate(c EtcdCluster) error {
 			add("%s", msg)
 		}
 	}
+	if s.Auth != nil {
+		for _, msg := range checkAuth(c.Name, *s.Auth) {
+			add("%s", msg)
+		}
+	}
 	if s.PodTemplate != nil {
 		for _, msg := range checkPodTemplate(*s.PodTemplate) {
 			add("%s", msg)

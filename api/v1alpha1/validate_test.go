@@ -70,6 +70,26 @@ func TestValidate(t *testing.T) {
 			c.Spec.PodTemplate = &PodTemplate{Metadata: &PodMetadata{Labels: map[string]string{"team": "storage"}}, Spec: &PodSpec{PriorityClassName: "system-cluster-critical"}}
 			c.Status.CurrentVersion = "3.5.26"
 		}, nil},
+		{"users each on their own prefix, one reading a shared key, are valid", func(c *EtcdCluster) {
+			c.Spec.Auth = &AuthSpec{Enabled: true,
+				Roles: []AuthRole{{Name: "orders", Permissions: []AuthPermission{{Type: PermissionReadWrite, Key: "/orders/", Prefix: true}, {Type: PermissionRead, Key: "/config"}}},
+					{Name: "audit", Permissions: []AuthPermission{{Type: PermissionRead, Prefix: true}}}},
+				Users: []AuthUser{{Name: "orders-api", Roles: []string{"orders"}}, {Name: "auditor", Roles: []string{"audit"}}}}
+		}, nil},
+		{"auth names are checked, the operator's are reserved, roles must be declared", func(c *EtcdCluster) {
+			c.Spec.Auth = &AuthSpec{Enabled: true,
+				Roles: []AuthRole{{Name: "root"}, {Name: "Orders"}, {Name: "a", Permissions: []AuthPermission{{Type: "All", Key: "/a/"}, {Type: PermissionRead}}}, {Name: "a"}},
+				Users: []AuthUser{{Name: "etcdops-backup"}, {Name: "app", Roles: []string{"missing"}}, {Name: "app"}}}
+		}, []string{
+			`spec.auth.roles[0].name "root" is the operator's: root and names starting with etcdops are reserved`,
+			`spec.auth.roles[1].name "Orders" is not a DNS-1123 label`,
+			`spec.auth.roles[2].permissions[0].type "All" is not a permission; allowed: Read, Write, ReadWrite`,
+			"spec.auth.roles[2].permissions[1] has no key: a permission on one key needs the key; for the whole key space set prefix: true with an empty key",
+			`spec.auth.roles[3].name "a" is declared twice`,
+			`spec.auth.users[0].name "etcdops-backup" is the operator's: root and names starting with etcdops are reserved`,
+			`spec.auth.users[1] has role "missing", which spec.auth.roles does not declare`,
+			`spec.auth.users[2].name "app" is declared twice`,
+		}},
 		{"an even size is allowed; status flags it instead", func(c *EtcdCluster) { c.Spec.Size = ptr(int32(4)) }, nil},
 		{"peer TLS without server TLS is allowed: it is no worse than plain HTTP", func(c *EtcdCluster) { c.Spec.TLS = &TLSSpec{PeerSecret: "p"} }, nil},
 		{"client-port TLS without peer TLS is allowed", func(c *EtcdCluster) { c.Spec.TLS = &TLSSpec{ServerSecret: "s", ClientSecret: "c"} }, nil},

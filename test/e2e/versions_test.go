@@ -477,6 +477,8 @@ func versionMatrix(t *testing.T, v string) {
 	minFree := resource.MustParse("1Mi")
 	s.Maintenance = &v1alpha1.MaintenanceSpec{Defragment: &v1alpha1.DefragmentSpec{InUseBelowPercent: 50, MinFree: &minFree}}
 	s.Backup = &v1alpha1.BackupSpec{Schedule: "0 0 1 1 *", Destination: dest}
+	// The applications log in as root from the start: the auth scenario turns auth on under them.
+	presetRoot(t, env)
 	t.Run("create", func(t *testing.T) {
 		env.Create(s)
 		waitLeader(t, env)
@@ -493,6 +495,8 @@ func versionMatrix(t *testing.T, v string) {
 			})
 			return 3
 		}},
+		// Passwords over TLS: each application's user confined to its prefix, a rotation, off.
+		{name: "auth", act: authOnRotateOff},
 		{name: "wipe-member", act: wipeMember},
 		{name: "scheduled-defragment", act: scheduledDefragment},
 	} {

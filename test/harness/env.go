@@ -100,6 +100,8 @@ type Env struct {
 
 	tlsMu gosync.Mutex
 	pki   *PKI // the cluster's certificates, once UseTLS was called
+	// login is the etcd user applications log in as, once UseLogin was called.
+	login *clientv3.Config
 }
 
 var (

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/api/v3/version"
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -94,7 +95,7 @@ func (k *Kubelet) startContainerEtcd(image string, args []string, rt *podRuntime
 	if err := os.MkdirAll(rt.dir, 0o755); err != nil {
 		return nil, err
 	}
-	return startExternal(bin, args, rt.ip, filepath.Join(rt.dir, fmt.Sprintf("etcd-%d.log", time.Now().UnixNano())),
+	return startExternal(bin, args, rt.ip, filepath.Join(rt.dir, fmt.Sprintf("etcd-%d.log", time.Now().UnixNano())), k.Login,
 		etcdbin.DNSEnv+"="+k.DNS.conn.LocalAddr().String())
 }
 
@@ -105,6 +106,7 @@ type extEtcd struct {
 	log      string
 	endpoint string
 	tls      *tls.Config
+	login    func() (user, password string)
 	state    atomic.Pointer[extState]
 	status   error // cmd.Wait's answer, set before closed
 }
@@ -179,7 +181,7 @@ func podURL(s, podIP string) string {
 // startExternal starts a real etcd process; it returns once the process runs. It counts
 // among the kubelet's servers once it has answered on its client port, or at once when it
 // restarts on a data dir whose last process was seen.
-func startExternal(bin string, args []string, podIP, logPath string, env ...string) (*etcdProcess, error) {
+func startExternal(bin string, args []string, podIP, logPath string, login func() (string, string), env ...string) (*etcdProcess, error) {
 	if err := loopbackOnly(podIP); err != nil {
 		return nil, err
 	}
@@ -205,7 +207,7 @@ func startExternal(bin string, args []string, podIP, logPath string, env ...stri
 		return nil, err
 	}
 	defer logf.Close()
-	x := &extEtcd{dataDir: dir, log: logPath}
+	x := &extEtcd{dataDir: dir, log: logPath, login: login}
 	for _, s := range strings.Split(vals["listen-client-urls"], ",") {
 		// Plain first: while the client port serves both, the observer needs no certificate.
 		if strings.HasPrefix(s, "http://") || x.endpoint == "" {
@@ -255,37 +257,54 @@ func startExternal(bin string, args []string, podIP, logPath string, env ...stri
 
 // poll keeps the process's state as it answers, every 25ms, until it exits. Its client
 // redials within 200ms: the process may not listen yet when the poll starts, and gRPC's
-// default back-off would leave the member unseen for seconds.
+// default back-off would leave the member unseen for seconds. Once the member refuses it for
+// want of a login (its auth is on) and Kubelet.Login gives one, a client that logs in takes
+// over; it is made only then, as a client that logs in does so when it is made.
 func (x *extEtcd) poll(p *etcdProcess) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{x.endpoint}, TLS: x.tls, DialTimeout: time.Second,
-		Logger: zap.NewNop(), DialKeepAliveTime: time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
-			MinConnectTimeout: time.Second,
-		})}})
+	cli, err := x.pollClient("", "")
 	if err != nil {
 		return
 	}
-	defer cli.Close()
+	defer func() { cli.Close() }()
 	t := time.NewTicker(25 * time.Millisecond)
 	defer t.Stop()
+	loggedIn := false
 	for {
 		select {
 		case <-p.exit:
 			return
 		case <-t.C:
 		}
-		if s, ok := x.sample(cli); ok {
+		s, err := x.sample(cli)
+		if user, password := x.credentials(); err != nil && !loggedIn && user != "" &&
+			(errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrGRPCUserEmpty)) {
+			if c, err := x.pollClient(user, password); err == nil {
+				cli.Close()
+				cli, loggedIn = c, true
+			}
+			continue
+		}
+		if s != nil {
 			x.state.Store(s)
 		}
 	}
 }
 
-// sample asks the member for its membership, then its status. A member that no longer finds
+func (x *extEtcd) pollClient(user, password string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: []string{x.endpoint}, TLS: x.tls, DialTimeout: time.Second,
+		Logger: zap.NewNop(), DialKeepAliveTime: time.Second, Username: user, Password: password,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		})}})
+}
+
+// sample asks the member for its membership, then its status: nil when it did not answer
+// both (with the error when one failed). A member that no longer finds
 // itself in the membership has applied its own removal and stops within a second; a Status
 // then makes etcd panic ("failed to find local ID in cluster members"), so the observer,
 // which a real cluster does not have, leaves it alone and keeps what it last saw.
-func (x *extEtcd) sample(cli *clientv3.Client) (*extState, bool) {
+func (x *extEtcd) sample(cli *clientv3.Client) (*extState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	s := &extState{}
@@ -293,7 +312,7 @@ func (x *extEtcd) sample(cli *clientv3.Client) (*extState, bool) {
 	if err != nil {
 		// A learner serves only its status (and serializable reads).
 		if !strings.Contains(err.Error(), "not supported for learner") {
-			return nil, false
+			return nil, err
 		}
 		ml = &clientv3.MemberListResponse{Header: &pb.ResponseHeader{}}
 	}
@@ -305,20 +324,29 @@ func (x *extEtcd) sample(cli *clientv3.Client) (*extState, bool) {
 			Attributes:     membership.Attributes{Name: m.Name, ClientURLs: m.ClientURLs}})
 	}
 	if !self {
-		return nil, false
+		return nil, nil
 	}
 	st, err := cli.Status(ctx, x.endpoint)
 	if err != nil {
-		return nil, false
+		return nil, err
 	}
 	s.id, s.applied, s.term, s.lead = st.Header.MemberId, st.RaftAppliedIndex, st.RaftTerm, st.Leader
 	s.dbSize, s.dbInUse, s.version = st.DbSize, st.DbSizeInUse, st.Version
-	return s, true
+	return s, nil
 }
 
 // client is a client of this member alone, for the day-2 calls.
 func (x *extEtcd) client() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: []string{x.endpoint}, TLS: x.tls, DialTimeout: time.Second, Logger: zap.NewNop()})
+	user, password := x.credentials()
+	return clientv3.New(clientv3.Config{Endpoints: []string{x.endpoint}, TLS: x.tls, DialTimeout: time.Second, Logger: zap.NewNop(), Username: user, Password: password})
+}
+
+// credentials are the login of the harness's clients; none unless Kubelet.Login is set.
+func (x *extEtcd) credentials() (user, password string) {
+	if x.login == nil {
+		return "", ""
+	}
+	return x.login()
 }
 
 // endExternal is SIGTERM (etcd's graceful stop, which hands leadership away) or SIGKILL; a

@@ -85,6 +85,10 @@ type Kubelet struct {
 	// EtcdBinary, when set, runs each etcd container as a real etcd process of the binary
 	// it returns for the pod's image (etcdproc.go); otherwise members are embedded.
 	EtcdBinary EtcdBinaryForImage
+	// Login, when set, is the etcd user the harness's own clients of real etcd processes
+	// log in as (Env.UseLogin): etcd v3.6 on answers Status and the member list only to a
+	// client that logged in once its auth is on.
+	Login func() (user, password string)
 
 	mu      gosync.Mutex
 	closed  bool

@@ -271,11 +271,23 @@ func (e *Env) ClientConfig() clientv3.Config {
 	cfg := clientv3.Config{Endpoints: e.ClientURLs(), DialTimeout: time.Second, Logger: zap.NewNop()}
 	e.tlsMu.Lock()
 	p := e.pki
+	if l := e.login; l != nil {
+		cfg.Username, cfg.Password = l.Username, l.Password
+	}
 	e.tlsMu.Unlock()
 	if p != nil {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(&podScheme{env: e, tls: credentials.NewTLS(p.ClientTLS())})}
 	}
 	return cfg
+}
+
+// UseLogin makes applications' clients (ClientConfig, the workload's among them) log in as
+// user: etcd ignores it while its auth is off, and requires it once auth is on.
+func (e *Env) UseLogin(user, password string) {
+	e.tlsMu.Lock()
+	defer e.tlsMu.Unlock()
+	e.login = &clientv3.Config{Username: user, Password: password}
+	e.Kubelet.Login = func() (string, string) { return user, password }
 }
 
 // podScheme is transport credentials that follow each pod's client port: gRPC's own TLS

@@ -266,3 +266,34 @@ func claimsOf(ctx context.Context) membertool.Claims {
 	c, _ := ctx.Value(claimsKey{}).(membertool.Claims)
 	return c
 }
+
+// Password reads a credential Secret's password, as the auth Job's pod may (membertool.Secrets).
+func (c storeClaims) Password(_ context.Context, namespace, name string) (string, error) {
+	if err := c.allowed("secrets", "get", name); err != nil {
+		return "", err
+	}
+	o, ok := c.store.Get("Secret", name)
+	if !ok || namespace != c.store.Namespace {
+		return "", fmt.Errorf("%w: secrets %q not found", membertool.ErrSecretNotFound, name)
+	}
+	pw := o.(*corev1.Secret).Data["password"]
+	if len(pw) == 0 {
+		return "", fmt.Errorf("secret %q has no password", name)
+	}
+	return string(pw), nil
+}
+
+// CreateCredential creates a credential Secret, as the auth Job's pod may.
+func (c storeClaims) CreateCredential(_ context.Context, namespace, name, user, password string, owner metav1.OwnerReference) error {
+	if err := c.allowed("secrets", "create", ""); err != nil {
+		return err
+	}
+	if namespace != c.store.Namespace {
+		return fmt.Errorf("%w: namespace %s", membertool.ErrClaimRefused, namespace)
+	}
+	if _, ok := c.store.Get("Secret", name); ok {
+		return fmt.Errorf("%w: secrets %q already exists", membertool.ErrSecretExists, name)
+	}
+	return c.store.Create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, OwnerReferences: []metav1.OwnerReference{owner}},
+		Type: corev1.SecretTypeBasicAuth, Data: map[string][]byte{"username": []byte(user), "password": []byte(password)}})
+}

@@ -76,7 +76,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return code
 	}
-	t, err := f.tls()
+	t, login, err := f.access()
 	if err != nil {
 		return report(backupresult.Result{Error: err.Error()}, ExitUsage)
 	}
@@ -89,6 +89,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	r, err := backup.Take(ctx, backup.TakeOptions{
 		Endpoints:      strings.Split(f.endpoints, ","),
 		TLS:            t,
+		Login:          login,
 		Cluster:        cluster,
 		ClusterID:      lf.clusterID,
 		Origin:         origin,
@@ -155,7 +156,7 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 		writer, _ = os.Hostname()
 	}
 	m := newStreamMetrics(cluster, time.Now)
-	t, err := f.tls()
+	t, login, err := f.access()
 	if err == nil && metricsAddr != "" {
 		err = m.serve(ctx, metricsAddr)
 	}
@@ -164,8 +165,8 @@ func runStreamBackup(ctx context.Context, args []string, stdout, stderr io.Write
 		if store, err = dest.Open(); err == nil {
 			eps := strings.Split(f.endpoints, ",")
 			err = backup.Stream(ctx, backup.StreamOptions{
-				Endpoints: eps, TLS: t, Interval: interval, MaxChunkBytes: maxChunk, Writer: writer,
-				Take: backup.TakeOptions{Endpoints: eps, TLS: t, Cluster: cluster, ClusterID: lf.clusterID, Origin: origin, Store: store, WorkDir: workDir,
+				Endpoints: eps, TLS: t, Login: login, Interval: interval, MaxChunkBytes: maxChunk, Writer: writer,
+				Take: backup.TakeOptions{Endpoints: eps, TLS: t, Login: login, Cluster: cluster, ClusterID: lf.clusterID, Origin: origin, Store: store, WorkDir: workDir,
 					BytesPerSecond: bandwidth, Now: time.Now},
 				TakeTimeout: f.timeout,
 				Stored: func(d backup.Delta, where string) {

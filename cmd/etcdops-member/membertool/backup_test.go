@@ -166,7 +166,7 @@ func TestLaunchRestoresToATime(t *testing.T) {
 // ep2lineage is the lineage of the cluster at ep: its ID as the backup reads it.
 func ep2lineage(t *testing.T, ep string) string {
 	t.Helper()
-	op, err := membership.Dial([]string{ep}, nil)
+	op, err := membership.Dial([]string{ep}, nil, membership.Login{})
 	if err != nil {
 		t.Fatal(err)
 	}

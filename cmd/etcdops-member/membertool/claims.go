@@ -256,12 +256,12 @@ func runRestartPod(ctx context.Context, claims Claims, args []string, stdout, st
 			return ExitUsage
 		}
 	}
-	t, err := f.tls()
+	t, login, err := f.access()
 	if err != nil {
 		fmt.Fprintf(stderr, "restart-pod %s: %v\n", f.member, err)
 		return ExitUsage
 	}
-	op, err := membership.Dial(strings.Split(f.endpoints, ","), t)
+	op, err := membership.Dial(strings.Split(f.endpoints, ","), t, login)
 	if err != nil {
 		fmt.Fprintf(stderr, "restart-pod %s: %v\n", f.member, err)
 		return ExitUsage

@@ -63,7 +63,7 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "drill %s: %s: %s\n", cluster, d.Outcome, d.Message)
 		return ExitRetryable
 	}
-	t, err := f.tls()
+	t, login, err := f.access()
 	if err != nil {
 		return report(backupresult.Drill{Outcome: backupresult.DrillError, Message: err.Error()})
 	}
@@ -74,7 +74,7 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	return report(backup.Drill(ctx, backup.DrillOptions{
-		Store: store, Lineage: clusterID, Endpoints: strings.Split(f.endpoints, ","), TLS: t, WorkDir: workDir, Etcd: etcd,
+		Store: store, Lineage: clusterID, Endpoints: strings.Split(f.endpoints, ","), TLS: t, Login: login, WorkDir: workDir, Etcd: etcd,
 		BytesPerSecond: bandwidth, Now: time.Now,
 	}))
 }

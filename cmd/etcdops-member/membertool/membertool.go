@@ -56,6 +56,10 @@ commands:
               [--timeout=30s]   (deletes the pod if its UID is still UID, once etcd says member
               HEX does not lead and every other voter is healthy; the Kubernetes API, as
               expand-claim)
+  auth        --endpoints=URL[,URL] --namespace=NS --cluster=NAME --cluster-uid=UID
+              --declaration=JSON [--timeout=2m]   (creates the users' missing credential
+              Secrets, then makes etcd's users, roles and auth switch match; the Kubernetes
+              API, as expand-claim)
   backup      --endpoints=URL[,URL] --member=POD --cluster=NAME <destination> [<lineage>]
               [--keep=N] [--keep-for=DURATION] [--keep-hourly=N] [--keep-daily=N]
               [--max-bandwidth=BYTES] [--work-dir=DIR] [--survivor]
@@ -107,6 +111,9 @@ func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return runExpandClaim(ctx, claims, rest, stdout, stderr)
 	case "restart-pod":
 		return runRestartPod(ctx, claims, rest, stdout, stderr)
+	case "auth":
+		s, _ := claims.(Secrets)
+		return runAuth(ctx, s, rest, stdout, stderr)
 	case "stream-backup":
 		return runStreamBackup(ctx, rest, stdout, stderr)
 	case "drill":
@@ -133,7 +140,9 @@ func RunWithClaims(ctx context.Context, args []string, stdout, stderr io.Writer,
 type operationFlags struct {
 	endpoints, member, peerURL, id, alarm string
 	cacert, cert, key                     string
-	timeout                               time.Duration
+	// user and passwordFile: the etcd user to act as while auth is on (docs/auth.md).
+	user, passwordFile string
+	timeout            time.Duration
 }
 
 // flagSet registers the flags every command that talks to etcd takes.
@@ -145,6 +154,8 @@ func (f *operationFlags) flagSet(cmd string, timeout time.Duration) *flag.FlagSe
 	fs.StringVar(&f.cacert, "cacert", "", "CA certificate file (PEM)")
 	fs.StringVar(&f.cert, "cert", "", "client certificate file (PEM)")
 	fs.StringVar(&f.key, "key", "", "client key file (PEM)")
+	fs.StringVar(&f.user, "user", "", "etcd user to act as while etcd's auth is on")
+	fs.StringVar(&f.passwordFile, "password-file", "", "file holding --user's password")
 	fs.DurationVar(&f.timeout, "timeout", timeout, "give up after this long, retrying what is retryable")
 	return fs
 }
@@ -184,6 +195,36 @@ func parseOperation(cmd string, args []string) (operationFlags, error) {
 	return f, nil
 }
 
+// access is how the command reaches etcd: its TLS material and its login.
+func (f operationFlags) access() (*etcdstate.TLS, membership.Login, error) {
+	t, err := f.tls()
+	if err != nil {
+		return nil, membership.Login{}, err
+	}
+	login, err := f.login()
+	return t, login, err
+}
+
+// login reads the password file; the zero Login without --user.
+func (f operationFlags) login() (membership.Login, error) {
+	if f.user == "" && f.passwordFile == "" {
+		return membership.Login{}, nil
+	}
+	if f.user == "" || f.passwordFile == "" {
+		return membership.Login{}, errors.New("--user and --password-file go together")
+	}
+	b, err := os.ReadFile(f.passwordFile)
+	if errors.Is(err, os.ErrNotExist) {
+		// The Secret is mounted as optional (sync/auth.go): before the first auth Job made
+		// it there is no password, and etcd's auth is off.
+		return membership.Login{}, nil
+	}
+	if err != nil {
+		return membership.Login{}, err
+	}
+	return membership.Login{User: f.user, Password: strings.TrimRight(string(b), "\r\n")}, nil
+}
+
 // tls reads the TLS files; nil when the endpoints are plain HTTP and no file is given.
 func (f operationFlags) tls() (*etcdstate.TLS, error) {
 	if f.cacert == "" && f.cert == "" && f.key == "" && !strings.Contains(f.endpoints, "https://") {
@@ -219,12 +260,12 @@ func runOperation(ctx context.Context, cmd string, args []string, stdout, stderr
 			return ExitUsage
 		}
 	}
-	t, err := f.tls()
+	t, login, err := f.access()
 	if err != nil {
 		fmt.Fprintf(stderr, "%s %s: %v\n", cmd, f.member, err)
 		return ExitUsage
 	}
-	op, err := membership.Dial(strings.Split(f.endpoints, ","), t)
+	op, err := membership.Dial(strings.Split(f.endpoints, ","), t, login)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s %s: %v\n", cmd, f.member, err)
 		return ExitUsage
