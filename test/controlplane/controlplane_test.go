@@ -52,7 +52,8 @@ const createBound = 4 * time.Minute
 // on request and refuses a request naming no member, upgrades the operator to a new member
 // tool image (no pod rolls), rolls a configuration change (the pods take the new tool),
 // deletes a member's pod, then its StatefulSet, and rolls a minor version upgrade, the workload
-// writing throughout; then it deletes the cluster, keeping its claims.
+// writing throughout; turns etcd's authentication on with an application user and off again;
+// then it deletes the cluster, keeping its claims.
 func TestKustomizeInstall(t *testing.T) {
 	t.Parallel()
 	p := Start(t)
@@ -94,6 +95,9 @@ func TestKustomizeInstall(t *testing.T) {
 		step{"version-roll", func(t *testing.T) {
 			v37 := pinned(t, "v3.7")
 			versionRoll(t, c, withVersion(grown, v37)+"  etcdOptions:\n  - --snapshot-count=5000\n", v37)
+		}},
+		step{"auth-on-off", func(t *testing.T) {
+			authOnAndOff(t, c, withVersion(grown, pinned(t, "v3.7"))+"  etcdOptions:\n  - --snapshot-count=5000\n", 3)
 		}},
 		step{"teardown-retain", func(t *testing.T) { teardown(t, c, v1alpha1.PVCRetain) }},
 	)
