@@ -51,9 +51,12 @@ func (w *simWorld) applyAuth(j *simJob) bool {
 		w.auth.secrets = map[string]string{}
 	}
 	for _, u := range d.Users {
+		// It reads each user's Secret, and creates those missing, as the claims account.
+		w.mustBeAllowed(j, "secrets", "get", u.Secret)
 		if _, ok := w.auth.secrets[u.Secret]; ok {
 			continue
 		}
+		w.mustBeAllowed(j, "secrets", "create", "")
 		if u.Name == authRootUser && w.auth.enabled {
 			return false
 		}
