@@ -183,23 +183,25 @@ func (p *planner) authChange() (step, bool) {
 	return p.runJob(j, ApplyAuth, fmt.Sprintf("etcd auth: %s (declaration %s)", what, digest)), true
 }
 
+// usersOf and rolesOf are the names of spec.auth's users and roles, sorted.
 func usersOf(c *v1alpha1.EtcdCluster) []string {
-	var out []string
 	if a := c.Spec.Auth; a != nil {
-		for _, u := range a.Users {
-			out = append(out, u.Name)
-		}
+		return sortedNames(a.Users, func(u v1alpha1.AuthUser) string { return u.Name })
 	}
-	slices.Sort(out)
-	return out
+	return nil
 }
 
 func rolesOf(c *v1alpha1.EtcdCluster) []string {
-	var out []string
 	if a := c.Spec.Auth; a != nil {
-		for _, r := range a.Roles {
-			out = append(out, r.Name)
-		}
+		return sortedNames(a.Roles, func(r v1alpha1.AuthRole) string { return r.Name })
+	}
+	return nil
+}
+
+func sortedNames[T any](items []T, name func(T) string) []string {
+	var out []string
+	for _, it := range items {
+		out = append(out, name(it))
 	}
 	slices.Sort(out)
 	return out

@@ -141,18 +141,15 @@ func (c *Cluster) drillJob() *batchv1.Job {
 // keysAt counts the cluster's keys at revision rev, read from its members.
 func (c *Cluster) keysAt(t *testing.T, rev int64) int64 {
 	t.Helper()
-	cli, err := clientv3.New(c.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(c.Plane.ctx, 10*time.Second)
-	defer cancel()
-	resp, err := cli.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(rev), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.Count
+	var n int64
+	withEtcd(t, c, func(ctx context.Context, cli *clientv3.Client) error {
+		resp, err := cli.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(rev), clientv3.WithCountOnly())
+		if err == nil {
+			n = resp.Count
+		}
+		return err
+	})
+	return n
 }
 
 // guardedRoll rolls a configuration change of every member (changed) of a cluster backed up to

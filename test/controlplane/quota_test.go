@@ -197,7 +197,9 @@ func restoreMounts(spec corev1.PodSpec) string {
 	return strings.Join(out, ", ")
 }
 
-func put(t *testing.T, c *Cluster, key, value string) {
+// withEtcd calls f with a client of c's members and a context bounded to 10 s; an error
+// fails the test.
+func withEtcd(t *testing.T, c *Cluster, f func(ctx context.Context, cli *clientv3.Client) error) {
 	t.Helper()
 	cli, err := clientv3.New(c.ClientConfig())
 	if err != nil {
@@ -206,26 +208,28 @@ func put(t *testing.T, c *Cluster, key, value string) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(c.Plane.ctx, 10*time.Second)
 	defer cancel()
-	if _, err := cli.Put(ctx, key, value); err != nil {
+	if err := f(ctx, cli); err != nil {
 		t.Fatal(err)
 	}
 }
 
+func put(t *testing.T, c *Cluster, key, value string) {
+	t.Helper()
+	withEtcd(t, c, func(ctx context.Context, cli *clientv3.Client) error {
+		_, err := cli.Put(ctx, key, value)
+		return err
+	})
+}
+
 func get(t *testing.T, c *Cluster, key string) string {
 	t.Helper()
-	cli, err := clientv3.New(c.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(c.Plane.ctx, 10*time.Second)
-	defer cancel()
-	resp, err := cli.Get(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(resp.Kvs) == 0 {
-		return ""
-	}
-	return string(resp.Kvs[0].Value)
+	var value string
+	withEtcd(t, c, func(ctx context.Context, cli *clientv3.Client) error {
+		resp, err := cli.Get(ctx, key)
+		if err == nil && len(resp.Kvs) > 0 {
+			value = string(resp.Kvs[0].Value)
+		}
+		return err
+	})
+	return value
 }
