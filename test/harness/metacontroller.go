@@ -318,7 +318,11 @@ func (m *Metacontroller) send(ctx context.Context, req []byte, replayed bool) Sy
 	if drop {
 		return m.finish(rec, false)
 	}
-	if err := m.apply(rec.Answer); err != nil {
+	generation, err := generationOf(req)
+	if err == nil {
+		err = m.apply(rec.Answer, generation)
+	}
+	if err != nil {
 		rec.Err = err
 		return m.finish(rec, false)
 	}
@@ -487,9 +491,27 @@ func (m *Metacontroller) related(ctx context.Context, parent *v1alpha1.EtcdClust
 // lastApplied is the annotation Metacontroller's client-side apply keeps.
 const lastApplied = "metacontroller.k8s.io/last-applied-configuration"
 
+// generationOf is the generation of the parent a sync request carries. Metacontroller
+// stamps the status with the generation it synced, not the parent's generation when the
+// answer comes back: a spec edited meanwhile stays unobserved until a sync sees it.
+func generationOf(req []byte) (int64, error) {
+	var r struct {
+		Parent struct {
+			Metadata struct {
+				Generation int64 `json:"generation"`
+			} `json:"metadata"`
+		} `json:"parent"`
+	}
+	if err := json.Unmarshal(req, &r); err != nil {
+		return 0, fmt.Errorf("reading the parent's generation from the sync request: %w", err)
+	}
+	return r.Parent.Metadata.Generation, nil
+}
+
 // apply makes the store match an answer: children created, updated per strategy, or
-// deleted when left out; status replaced with observedGeneration added.
-func (m *Metacontroller) apply(a Answer) error {
+// deleted when left out; status replaced with observedGeneration, the generation of the
+// parent that was synced, added.
+func (m *Metacontroller) apply(a Answer, generation int64) error {
 	parent := m.Store.Parent()
 	desired := map[objKey]Object{}
 	raws := map[objKey]string{}
@@ -566,7 +588,7 @@ func (m *Metacontroller) apply(a Answer) error {
 		}
 	}
 	st := a.Status
-	st.ObservedGeneration = parent.Generation
+	st.ObservedGeneration = generation
 	m.Store.SetParentStatus(st)
 	return nil
 }

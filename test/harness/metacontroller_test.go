@@ -72,6 +72,33 @@ func TestMetacontrollerAppliesAnswers(t *testing.T) {
 	}
 }
 
+// A spec edited while the hook answers stays unobserved: Metacontroller stamps the status
+// with the generation it synced, so a test waiting for observedGeneration cannot mistake an
+// answer to the old spec for one to the new.
+func TestMetacontrollerObservesTheGenerationItSynced(t *testing.T) {
+	s := NewStore("ns")
+	s.CreateParent(&v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Generation: 1}})
+	edited := false
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !edited {
+			edited = true
+			s.EditParentSpec(func(spec *v1alpha1.EtcdClusterSpec) { spec.Version = "3.6.16" })
+		}
+		w.Write([]byte(`{"status":{"phase":"Running"},"children":[]}`))
+	}))
+	defer hook.Close()
+	mc := NewMetacontroller(s, Controller{Paths: map[string]string{"sync": "/sync"}, Version: "v1"}, func() string { return hook.URL }, 1)
+
+	for want := int64(1); want <= 2; want++ {
+		if rec := mc.Sync(context.Background()); rec.Err != nil || !rec.Applied {
+			t.Fatalf("sync: applied=%v err=%v", rec.Applied, rec.Err)
+		}
+		if got := s.Parent().Status.ObservedGeneration; got != want {
+			t.Errorf("observedGeneration = %d after a sync of generation %d (the parent is at %d now)", got, want, s.Parent().Generation)
+		}
+	}
+}
+
 func child(apiVersion, resource, method string) ChildResource {
 	c := ChildResource{APIVersion: apiVersion, Resource: resource}
 	c.UpdateStrategy.Method = method
