@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -28,6 +29,13 @@ import (
 // BenchmarkMemberConnections measures: "<kind> <per endpoint> <endpoint>,<endpoint>,...".
 const connCostEnv = "ETCDOPS_CONNCOST"
 
+// connTLSEnv is, for the kind tlsKind, the directory holding the client's TLS material as
+// PEM files: ca.crt, client.crt and client.key.
+const connTLSEnv = "ETCDOPS_CONNCOST_TLS"
+
+// tlsKind is the observer's clients over client TLS, with a client certificate.
+const tlsKind = "observer+tls"
+
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(connCostEnv); spec != "" {
 		if err := connCost(spec); err != nil {
@@ -47,6 +55,8 @@ func TestMain(m *testing.M) {
 // time of one Status on a held connection and the process's CPU time per Status, over up to
 // 300 of them: "observer" with the observer's own clients (a channel per cluster),
 // "observer+NAME" with the dial options of connVariants[NAME] added, one at a time,
+// "observer+tls" with the observer's own clients over client TLS, as the hook asks a cluster
+// whose members require client certificates (a cluster of that kind, started for it),
 // "clientv3" with a clientv3 client per member and the same keep-alive (what the observer
 // held before it shared a channel per cluster), and "grpc" with a bare gRPC connection per
 // member, for comparison.
@@ -62,10 +72,17 @@ func BenchmarkMemberConnections(b *testing.B) {
 	for _, v := range connVariants {
 		kinds = append(kinds, "observer+"+v.name)
 	}
-	for _, kind := range append(kinds, "clientv3", "grpc") {
+	for _, kind := range append(kinds, tlsKind, "clientv3", "grpc") {
 		b.Run(kind, func(b *testing.B) {
+			runEps, env := eps, os.Environ()
+			if kind == tlsKind {
+				var dir string
+				runEps, dir = tlsCluster(b)
+				env = append(env, connTLSEnv+"="+dir)
+				b.ResetTimer()
+			}
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %s", connCostEnv, kind, b.N, strings.Join(eps, ",")))
+			cmd.Env = append(env, fmt.Sprintf("%s=%s %d %s", connCostEnv, kind, b.N, strings.Join(runEps, ",")))
 			cmd.Stderr = os.Stderr
 			out, err := cmd.Output()
 			if err != nil {
@@ -85,6 +102,41 @@ func BenchmarkMemberConnections(b *testing.B) {
 	}
 }
 
+// tlsCluster starts a 3-member cluster that requires client certificates, for one run of
+// the kind tlsKind, and writes the client's TLS material to a directory for the measured
+// process: the members' client addresses, and that directory.
+func tlsCluster(b *testing.B) ([]string, string) {
+	pki := newTestPKI(b)
+	c := newTestCluster(b, 3, pki)
+	var eps []string
+	for _, m := range c.members {
+		eps = append(eps, m.clientURL.Host)
+	}
+	dir := b.TempDir()
+	for name, data := range map[string][]byte{"ca.crt": pki.clientTLS.CA, "client.crt": pki.clientTLS.Cert, "client.key": pki.clientTLS.Key} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return eps, dir
+}
+
+// readClientTLS is the client TLS material in dir (connTLSEnv).
+func readClientTLS(dir string) (*etcdstate.TLS, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%s needs %s", tlsKind, connTLSEnv)
+	}
+	var t etcdstate.TLS
+	for name, into := range map[string]*[]byte{"ca.crt": &t.CA, "client.crt": &t.Cert, "client.key": &t.Key} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		*into = data
+	}
+	return &t, nil
+}
+
 // connCost is the measured process: it opens the connections spec names, keeps them open,
 // and prints what they cost it.
 func connCost(spec string) error {
@@ -93,11 +145,18 @@ func connCost(spec string) error {
 	if _, err := fmt.Sscanf(spec, "%s %d %s", &kind, &perEndpoint, &list); err != nil {
 		return fmt.Errorf("%s=%q: %v", connCostEnv, spec, err)
 	}
+	var clientTLS *etcdstate.TLS
+	if kind == tlsKind {
+		var err error
+		if clientTLS, err = readClientTLS(os.Getenv(connTLSEnv)); err != nil {
+			return err
+		}
+	}
 	before := memory()
 	var open []conn
 	eps := strings.Split(list, ",")
 	for range perEndpoint {
-		cluster, err := openCluster(kind, eps)
+		cluster, err := openCluster(kind, eps, clientTLS)
 		if err != nil {
 			return err
 		}
@@ -188,8 +247,8 @@ var connVariants = []struct {
 }
 
 // openCluster opens the connections of kind to the members at eps, one conn per member,
-// each having answered a Status.
-func openCluster(kind string, eps []string) ([]conn, error) {
+// each having answered a Status; over TLS with clientTLS when set.
+func openCluster(kind string, eps []string, clientTLS *etcdstate.TLS) ([]conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var open []conn
@@ -200,9 +259,15 @@ func openCluster(kind string, eps []string) ([]conn, error) {
 				extra = v.opts
 			}
 		}
-		req := etcdstate.Request{Key: "c"}
+		req := etcdstate.Request{Key: "c", TLS: clientTLS}
 		for i, ep := range eps {
-			req.Endpoints = append(req.Endpoints, etcdstate.Endpoint{Member: fmt.Sprint("m", i), Address: ep})
+			e := etcdstate.Endpoint{Member: fmt.Sprint("m", i), Address: ep}
+			if clientTLS != nil {
+				// Every member's certificate names localhost (testPKI); the hook names
+				// each member's DNS name, which costs the same.
+				e.ServerName, e.TLS = "localhost", true
+			}
+			req.Endpoints = append(req.Endpoints, e)
 		}
 		members, channels, err := newClusterClients(req, time.Second, nil, extra...)
 		if err != nil {
