@@ -19,11 +19,13 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"etcdops.dev/etcdops/cmd/hook-server/hookserver"
+	"etcdops.dev/etcdops/gcpace"
 	"etcdops.dev/etcdops/hooks"
 	"etcdops.dev/etcdops/kubeevents"
 	"etcdops.dev/etcdops/membership"
@@ -61,6 +63,7 @@ type config struct {
 	authTokenFile   string
 	events          bool
 	kubeconfig      string
+	gcHeadroom      uint64
 }
 
 // envPrefix turns a flag name into its environment variable: sync-timeout → ETCDOPS_SYNC_TIMEOUT.
@@ -99,6 +102,15 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	fs.StringVar(&c.authTokenFile, "auth-token-file", "", "file holding the bearer token every hook call must present")
 	fs.BoolVar(&c.events, "events", true, "emit Events on EtcdClusters through the Kubernetes API, with the pod's service account or --kubeconfig; off where neither is found")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for the Events, when not running in a pod")
+	c.gcHeadroom = gcpace.DefaultHeadroom
+	fs.Func("gc-headroom", "garbage the Go collector may let build up between collections, as a Kubernetes quantity (16Mi), when that is less than GOGC's share of live memory; 0 leaves GOGC alone (default 16Mi)", func(v string) error {
+		q, err := resource.ParseQuantity(v)
+		if err != nil || q.Sign() < 0 {
+			return fmt.Errorf("%q is not a size such as 16Mi", v)
+		}
+		c.gcHeadroom = uint64(q.Value())
+		return nil
+	})
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -202,6 +214,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Log:                log,
 		Dial:               dial,
 		Events:             eventSink(events),
+		GCHeadroom:         c.gcHeadroom,
 	})
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {

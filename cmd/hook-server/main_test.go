@@ -303,6 +303,12 @@ func TestParseFlags(t *testing.T) {
 			func(c config) bool { return c.idleClusters == 90*time.Second }, ""},
 		{"an idle timeout must be positive", []string{"--idle-cluster-timeout=0s"}, nil, nil, "--idle-cluster-timeout must be positive"},
 		{"stray arguments are refused", []string{"serve"}, nil, nil, "unexpected arguments"},
+		{"the collector's headroom is 16Mi unless told", nil, nil, func(c config) bool { return c.gcHeadroom == 16<<20 }, ""},
+		{"the headroom is a quantity, from the environment too", nil, map[string]string{"ETCDOPS_GC_HEADROOM": "64Mi"},
+			func(c config) bool { return c.gcHeadroom == 64<<20 }, ""},
+		{"a headroom of 0 leaves GOGC alone", []string{"--gc-headroom=0"}, nil, func(c config) bool { return c.gcHeadroom == 0 }, ""},
+		{"a headroom that is no size is refused", []string{"--gc-headroom=lots"}, nil, nil, `"lots" is not a size such as 16Mi`},
+		{"a negative headroom is refused", []string{"--gc-headroom=-1Mi"}, nil, nil, `"-1Mi" is not a size`},
 	}
 	for _, tt := range tests {
 		c, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, io.Discard)

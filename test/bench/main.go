@@ -10,8 +10,10 @@
 //   - /sync over HTTP to the hook in a process of its own, sequentially and at 8 and 32
 //     concurrent clients, with the hook's allocations per request;
 //   - a cluster whose pods nobody listens for (unreachable), and one whose member hangs;
-//   - 1,000 clusters synced round-robin: the hook's RSS, goroutines and latency per pass;
-//     then half of them only, until the others idled out, and what the hook holds then.
+//   - 1,000 clusters synced round-robin, on a hook process of their own: its RSS,
+//     goroutines and latency per pass, and each held cluster's share of the RSS grown over
+//     the hook just started, against three member connections alone (-conn-rss); then half
+//     of them only, until the others idled out, and what the hook holds then.
 //
 // With -tls the members serve client TLS and require a client certificate, which the hook
 // and the floor present, as a cluster with spec.tls runs.
@@ -77,6 +79,7 @@ import (
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 	"etcdops.dev/etcdops/cmd/hook-server/hookserver"
+	"etcdops.dev/etcdops/gcpace"
 	"etcdops.dev/etcdops/manifests"
 	"etcdops.dev/etcdops/sync"
 	"etcdops.dev/etcdops/test/dialguard"
@@ -113,8 +116,10 @@ func main() {
 	passes := flag.Int("passes", 3, "round-robin passes over the clusters")
 	rounds := flag.Int("rounds", 10, "blocks of each kind, floor and /sync in turn, into which each floor-and-/sync case is split")
 	out := flag.String("out", "", "also write the results table to this file")
-	profiles := flag.String("hook-profiles", "", "save the hook's CPU profile over the 3- and 5-member cases, its allocation profile over the run and its heap at the end in this directory (this tree's hook only)")
+	profiles := flag.String("hook-profiles", "", "save in this directory the hook's CPU profile over the 3- and 5-member cases, its allocations up to the fleet, and the heap of the fleet's hook after the round-robin passes and after the half pass (this tree's hook only)")
 	useTLS := flag.Bool("tls", false, "members serve client TLS and require a client certificate")
+	gcHeadroom := flag.String("gc-headroom", "", "the hook's --gc-headroom (empty: its default)")
+	connRSS := flag.Float64("conn-rss", 0, "the resident bytes of one held member connection alone, as BenchmarkMemberConnections measured it in the same run: the held-clusters table compares each cluster's share of the hook's RSS with three of them")
 	idle := flag.Duration("idle-cluster-timeout", 30*time.Second, "the hook's --idle-cluster-timeout, Metacontroller's resync period by default; after the round-robin passes, half the clusters are synced until the others idled out (0: the hook's default, and no half pass)")
 	flag.Parse()
 	if *profiles != "" && *hookBin != "" {
@@ -125,7 +130,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: -rounds %d with -n %d leaves blocks of fewer operations than the %d clients of the largest case\n", *rounds, *n, largest)
 		os.Exit(2)
 	}
-	opts := options{hookBin: *hookBin, maxClusters: *maxClusters, n: *n, rounds: *rounds, clusters: *clusters, passes: *passes, out: *out, profiles: *profiles, tls: *useTLS, idle: *idle}
+	opts := options{hookBin: *hookBin, maxClusters: *maxClusters, n: *n, rounds: *rounds, clusters: *clusters, passes: *passes, out: *out, profiles: *profiles, tls: *useTLS, idle: *idle, gcHeadroom: *gcHeadroom, connRSS: *connRSS}
 	if err := run(opts); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -141,8 +146,17 @@ func serveHook(args []string) error {
 	maxClusters := fs.Int("max-cached-clusters", 0, "")
 	idle := fs.Duration("idle-cluster-timeout", 0, "")
 	pprofAddr := fs.String("pprof-addr", "", "")
+	gcHeadroom := fs.String("gc-headroom", "", "")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	headroom := uint64(gcpace.DefaultHeadroom)
+	if *gcHeadroom != "" {
+		q, err := resource.ParseQuantity(*gcHeadroom)
+		if err != nil {
+			return fmt.Errorf("-gc-headroom: %w", err)
+		}
+		headroom = uint64(q.Value())
 	}
 	if *pprofAddr != "" {
 		pl, err := net.Listen("tcp", *pprofAddr)
@@ -192,6 +206,7 @@ func serveHook(args []string) error {
 		MaxClusters:        *maxClusters,
 		IdleClusterTimeout: *idle,
 		ShutdownTimeout:    time.Second,
+		GCHeadroom:         headroom,
 		Log:                slog.New(slog.NewJSONHandler(os.Stdout, nil)),
 		Dial: dialguard.Dialer(func(addr string) {
 			fmt.Fprintf(os.Stderr, "bench hook: dialled %s, outside 127.0.0.0/8\n", addr)
@@ -225,14 +240,14 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func startHook(bin string, maxClusters int, idle time.Duration, pprofAddr string) (*hookProcess, error) {
+func startHook(o options, pprofAddr string) (*hookProcess, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
 	var cmd *exec.Cmd
-	if bin != "" {
-		cmd = exec.Command(bin, "--log-format=json")
+	if o.hookBin != "" {
+		cmd = exec.Command(o.hookBin, "--log-format=json")
 	} else {
 		self, err := os.Executable()
 		if err != nil {
@@ -249,11 +264,14 @@ func startHook(bin string, maxClusters int, idle time.Duration, pprofAddr string
 		return nil, err
 	}
 	cmd.Env = append(os.Environ(), env...)
-	if maxClusters > 0 {
-		cmd.Args = append(cmd.Args, fmt.Sprintf("--max-cached-clusters=%d", maxClusters))
+	if o.maxClusters > 0 {
+		cmd.Args = append(cmd.Args, fmt.Sprintf("--max-cached-clusters=%d", o.maxClusters))
 	}
-	if idle > 0 {
-		cmd.Args = append(cmd.Args, "--idle-cluster-timeout="+idle.String())
+	if o.idle > 0 {
+		cmd.Args = append(cmd.Args, "--idle-cluster-timeout="+o.idle.String())
+	}
+	if o.gcHeadroom != "" {
+		cmd.Args = append(cmd.Args, "--gc-headroom="+o.gcHeadroom)
 	}
 	// The hook logs a line per sync, as deployed; the driver only drains them.
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
@@ -593,6 +611,8 @@ type options struct {
 	out, profiles    string
 	tls              bool
 	idle             time.Duration
+	gcHeadroom       string
+	connRSS          float64
 }
 
 // concurrency is the client counts at which /sync is compared with the floor.
@@ -620,11 +640,11 @@ func run(o options) error {
 			return err
 		}
 	}
-	hook, err := startHook(o.hookBin, o.maxClusters, o.idle, pprofAddr)
+	hook, err := startHook(o, pprofAddr)
 	if err != nil {
 		return err
 	}
-	defer hook.stop()
+	defer func() { hook.stop() }()
 	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	p := poster{client: client, url: hook.base + "/sync"}
 
@@ -772,8 +792,24 @@ func run(o options) error {
 	}
 	record(r)
 
-	// 1,000 clusters: the steady 3-member request under as many parent UIDs, so each is a
-	// cluster of its own to the hook (its own cached clients and connections).
+	// 1,000 clusters, on a hook of their own, so that what they cost is the growth over a
+	// hook that just started: the cases above leave freed pages that the runtime keeps.
+	// The allocations of those cases are saved first.
+	if o.profiles != "" {
+		if err := saveProfile(client, "http://"+pprofAddr+"/debug/pprof/allocs", filepath.Join(o.profiles, "hook-allocs.prof")); err != nil {
+			return err
+		}
+	}
+	hook.stop()
+	fleetHook, err := startHook(o, pprofAddr)
+	if err != nil {
+		return err
+	}
+	hook = fleetHook
+	p.url = hook.base + "/sync"
+	freshMB := hook.rssMB()
+	// The steady 3-member request under as many parent UIDs, so each is a cluster of its own
+	// to the hook (its own cached clients and connections).
 	var parent struct {
 		Parent struct {
 			Metadata struct{ UID string } `json:"metadata"`
@@ -787,6 +823,7 @@ func run(o options) error {
 		bodies[i] = bytes.ReplaceAll(three.request, []byte(parent.Parent.Metadata.UID), []byte(fmt.Sprintf("bench-%08d-0000-0000-0000-000000000000", i)))
 	}
 	var notes []string
+	var fleet []heldClusters
 	for pass := 1; pass <= o.passes; pass++ {
 		t0 := time.Now()
 		r, err := measureSync(fmt.Sprintf("/sync, %d clusters round-robin, pass %d", o.clusters, pass), 8, o.clusters, func(i int) []byte { return bodies[i] })
@@ -794,10 +831,17 @@ func run(o options) error {
 			return err
 		}
 		record(r)
+		fleet = append(fleet, heldClusters{pass: pass, clusters: o.clusters, rssMB: r.rssMB, freshMB: freshMB, heldMB: r.heldMB, goroutines: r.goroutines})
 		// A pass slower than the idle timeout lets the sweep close clusters it has not come
 		// back to yet: the next pass dials them again, and connections were not all held.
 		if took := time.Since(t0); o.idle > 0 && took > o.idle {
 			notes = append(notes, fmt.Sprintf("round-robin pass %d took %s, longer than the idle timeout %s: the next pass found connections closed", pass, took.Round(time.Second), o.idle))
+		}
+	}
+	if o.profiles != "" {
+		// What the hook holds with every cluster's connections open.
+		if err := saveProfile(client, "http://"+pprofAddr+"/debug/pprof/heap", filepath.Join(o.profiles, "hook-heap-passes.prof")); err != nil {
+			return err
 		}
 	}
 	if o.idle > 0 {
@@ -822,15 +866,12 @@ func run(o options) error {
 	}
 
 	if o.profiles != "" {
-		// allocs: everything the hook allocated over the run; heap: what it holds after the
-		// round-robin passes.
-		for _, name := range []string{"allocs", "heap"} {
-			if err := saveProfile(client, "http://"+pprofAddr+"/debug/pprof/"+name, filepath.Join(o.profiles, "hook-"+name+".prof")); err != nil {
-				return err
-			}
+		// What the fleet's hook holds after the half pass.
+		if err := saveProfile(client, "http://"+pprofAddr+"/debug/pprof/heap", filepath.Join(o.profiles, "hook-fleet-heap.prof")); err != nil {
+			return err
 		}
 	}
-	table := format(results, o, hook.runtimeEnv)
+	table := format(results, o, hook.runtimeEnv) + formatHeld(fleet, o.connRSS)
 	for _, n := range notes {
 		table += "\n- " + n
 	}
@@ -842,6 +883,36 @@ func run(o options) error {
 		return os.WriteFile(o.out, []byte(table), 0o644)
 	}
 	return nil
+}
+
+// heldClusters is what the hook of the round-robin passes held after one.
+type heldClusters struct {
+	pass, clusters int
+	rssMB, freshMB float64 // after the pass; of the hook just started, before any sync
+	heldMB         float64
+	goroutines     float64
+}
+
+// formatHeld tables each pass's resident set per held cluster, over the fresh hook's, against
+// three member connections alone (connRSS bytes each, when known).
+func formatHeld(held []heldClusters, connRSS float64) string {
+	if len(held) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n| held clusters | pass | hook RSS MB | fresh hook RSS MB | RSS over the fresh hook, KB per cluster | 3 connections alone, KB | per cluster / 3 connections | heap+stacks MB | goroutines per cluster |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, h := range held {
+		per := (h.rssMB - h.freshMB) * 1024 / float64(h.clusters)
+		conns, ratio := "", ""
+		if connRSS > 0 {
+			conns = fmt.Sprintf("%.1f", 3*connRSS/1024)
+			ratio = fmt.Sprintf("%.2f×", per*1024/(3*connRSS))
+		}
+		fmt.Fprintf(&b, "| %d | %d | %.0f | %.0f | %.1f | %s | %s | %.0f | %.1f |\n",
+			h.clusters, h.pass, h.rssMB, h.freshMB, per, conns, ratio, h.heldMB, h.goroutines/float64(h.clusters))
+	}
+	return b.String()
 }
 
 func saveProfile(client *http.Client, url, file string) error {

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"etcdops.dev/etcdops/gcpace"
 	"etcdops.dev/etcdops/hooks"
 	"etcdops.dev/etcdops/membership"
 	"etcdops.dev/etcdops/sync"
@@ -51,6 +52,9 @@ type Options struct {
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Events emits decisions' Events on their EtcdClusters; none when nil.
 	Events hooks.EventSink
+	// GCHeadroom bounds the garbage kept between collections, in bytes, below GOGC's share
+	// of live memory (gcpace); 0 leaves GOGC alone.
+	GCHeadroom uint64
 }
 
 // Server is one hook server. Serve it once; Close releases it at once.
@@ -127,6 +131,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		"clusterDomain", s.opts.Config.ClusterDomain, "toolImage", s.opts.Config.ToolImage,
 		"syncTimeout", s.opts.SyncTimeout.String(), "observeTimeout", s.opts.ObserveTimeout.String(), "drainPeriod", s.opts.DrainPeriod.String())
 	s.ready.Store(true)
+	paceCtx, stopPacing := context.WithCancel(ctx)
+	paced := make(chan struct{})
+	go func() { gcpace.Run(paceCtx, s.opts.GCHeadroom, time.Second); close(paced) }()
+	defer func() { stopPacing(); <-paced }()
 
 	select {
 	case err := <-served:
