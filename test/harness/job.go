@@ -107,17 +107,30 @@ func (c *Jobs) reconcile(ctx context.Context) {
 			c.expire(j)
 			continue
 		}
-		c.mu.Lock()
-		start := !c.running[j.Name] && !time.Now().Before(c.retryAt[j.Name])
-		if start {
-			c.running[j.Name] = true
-			c.seq++
+		c.consider(ctx, j.Name)
+	}
+}
+
+// consider starts an attempt of Job name when none runs and its back-off is over. It reads
+// the Job again under the lock an attempt's end takes: a listing made before an attempt
+// completed would otherwise run a completed Job a second time, which no Job controller does.
+func (c *Jobs) consider(ctx context.Context, name string) {
+	c.mu.Lock()
+	o, ok := c.Store.Get("Job", name)
+	start := ok && !c.running[name] && !time.Now().Before(c.retryAt[name])
+	if start {
+		if done, _ := jobDone(o.(*batchv1.Job)); done {
+			start = false
 		}
-		seq := c.seq
-		c.mu.Unlock()
-		if start {
-			go c.attempt(ctx, j, seq)
-		}
+	}
+	if start {
+		c.running[name] = true
+		c.seq++
+	}
+	seq := c.seq
+	c.mu.Unlock()
+	if start {
+		go c.attempt(ctx, o.(*batchv1.Job), seq)
 	}
 }
 
