@@ -574,6 +574,10 @@ func actionOfVerb(verb string) ActionType {
 		return RestartPod
 	case verbAuth:
 		return ApplyAuth
+	case verbBackup:
+		return TakeBackup
+	case verbDrill:
+		return RestoreDrill
 	}
 	return MoveLeader
 }

@@ -177,7 +177,9 @@ type simJob struct {
 	declaration string
 	state       jobState
 	at          time.Time
-	failNow     bool
+	// created is when the Job was created: the time of the answer that asked for it.
+	created time.Time
+	failNow bool
 	// ticks it has run without finishing (sim_slowbackup_test.go).
 	ticks int
 
@@ -503,11 +505,13 @@ func (w *simWorld) observe() Observed {
 		case "Job":
 			var o batchv1.Job
 			w.decode(raw, &o)
-			if j := w.jobs[name]; j != nil && !w.hideJobs {
-				switch j.state {
-				case jobSucceeded:
+			if j := w.jobs[name]; j != nil {
+				o.CreationTimestamp = metav1.NewTime(j.created)
+				switch {
+				case w.hideJobs:
+				case j.state == jobSucceeded:
 					o.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(j.at)}}
-				case jobFailed:
+				case j.state == jobFailed:
 					o.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(j.at)}}
 				}
 			}
@@ -812,7 +816,7 @@ func (w *simWorld) apply(d Decision) {
 		case "Job":
 			if _, ok := w.jobs[name]; !ok {
 				j := w.newJob(b)
-				j.role = roleBefore
+				j.role, j.created = roleBefore, w.now
 				w.jobs[name] = j
 			}
 		}

@@ -1,7 +1,9 @@
 package sync
 
 import (
+	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,4 +105,59 @@ func TestGuardSurvivesStaleParents(t *testing.T) {
 			t.Errorf("seed %d: status.backup.guard %+v, want the roll's, its snapshot asked for it, done", seed, g)
 		}
 	}
+}
+
+// TestStepRecordsSurviveStaleParents: a step that runs a Job is recorded in status.history
+// when it starts. A sync handed a stale parent, whose status predates that record, writes its
+// status over it all the same; the Job is then the step's only record, and the history is
+// given it back, so that every step a Job took is in the history, finished, once the cluster
+// is steady: the Jobs of a scale-out, and of a roll guarded by a snapshot of its own.
+func TestStepRecordsSurviveStaleParents(t *testing.T) {
+	stories := []struct {
+		name   string
+		backup bool
+		change func(*v1alpha1.EtcdClusterSpec)
+	}{
+		{"scale-out", false, func(s *v1alpha1.EtcdClusterSpec) { s.Size = ptrTo(int32(4)) }},
+		{"guarded-roll", true, func(s *v1alpha1.EtcdClusterSpec) { s.EtcdOptions = []string{"--snapshot-count=5000"} }},
+	}
+	for _, story := range stories {
+		for seed := int64(1); seed <= 12; seed++ {
+			w := newSimWorld(t, 3, true)
+			if story.backup {
+				w.cluster.Spec.Backup = simBackupSpec("@daily")
+			}
+			w.run(100)
+			w.staleParent = rand.New(rand.NewSource(seed))
+			story.change(&w.cluster.Spec)
+			ran := map[string]bool{}
+			for range 200 {
+				w.step()
+				for name := range w.jobs {
+					ran[name] = true
+				}
+			}
+			hist := w.cluster.Status.History
+			if len(ran) == 0 {
+				t.Fatalf("%s, seed %d: no Job ran", story.name, seed)
+			}
+			for name := range ran {
+				i := slices.IndexFunc(hist, func(r v1alpha1.StepRecord) bool { return r.Job == name })
+				switch {
+				case i < 0:
+					t.Errorf("%s, seed %d: Job %s ran, and no step of status.history names it:\n%s", story.name, seed, name, historyLines(hist))
+				case hist[i].Result == v1alpha1.StepRunning:
+					t.Errorf("%s, seed %d: the step of Job %s is still Running once the cluster is steady:\n%s", story.name, seed, name, historyLines(hist))
+				}
+			}
+		}
+	}
+}
+
+func historyLines(hist []v1alpha1.StepRecord) string {
+	var b strings.Builder
+	for _, r := range hist {
+		fmt.Fprintf(&b, "  %s %s %s job=%s %s\n", r.Started.UTC().Format(time.RFC3339), r.Type, r.Member, r.Job, r.Result)
+	}
+	return b.String()
 }

@@ -1,11 +1,13 @@
 package sync
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
@@ -162,17 +164,74 @@ func startStep(hist []v1alpha1.StepRecord, prev *v1alpha1.Action, a Action, job 
 	if !isStep(a.Type) || sameAction(prev, a) {
 		return hist
 	}
+	return appendStep(hist, v1alpha1.StepRecord{Type: a.Type.String(), Member: a.Member, Reason: a.Reason, Job: job,
+		Result: v1alpha1.StepRunning, Repair: repair, Started: metav1.NewTime(now)})
+}
+
+// appendStep adds record r, Running, to a copy of hist; the step before, if still running,
+// ends when r started.
+func appendStep(hist []v1alpha1.StepRecord, r v1alpha1.StepRecord) []v1alpha1.StepRecord {
 	hist = slices.Clone(hist)
 	if n := len(hist); n > 0 && hist[n-1].Result == v1alpha1.StepRunning {
 		result := v1alpha1.StepSucceeded
 		if hist[n-1].Job != "" || hist[n-1].Type == ReplacePod.String() {
 			result = v1alpha1.StepInterrupted
 		}
-		finishStep(&hist[n-1], result, now)
+		finishStep(&hist[n-1], result, r.Started.Time)
 	}
-	hist = append(hist, v1alpha1.StepRecord{Type: a.Type.String(), Member: a.Member, Reason: a.Reason, Job: job,
-		Result: v1alpha1.StepRunning, Repair: repair, Started: metav1.NewTime(now)})
+	hist = append(hist, r)
 	return hist[max(0, len(hist)-v1alpha1.MaxHistory):]
+}
+
+// restoreStep gives hist back the record of a step whose start it lacks though the step's
+// Job is observed. Metacontroller may hand a sync the EtcdCluster as its cache held it before
+// the status that recorded the step, and write that sync's status over it; the Job is then
+// the step's only record. A Job of ours created no earlier than the newest record, of a step
+// no record covers, is such a step: its record is rebuilt from the Job (a repair when the
+// status handed in says Degraded, as it did when the step began), Running, and this sync's
+// reading of the Job ends it as any record's.
+func (v *view) restoreStep(hist []v1alpha1.StepRecord) []v1alpha1.StepRecord {
+	var newest time.Time
+	if n := len(hist); n > 0 {
+		newest = hist[n-1].Started.Time
+	}
+	var lost *batchv1.Job
+	for _, j := range v.jobs {
+		created := j.CreationTimestamp
+		if created.IsZero() || created.Time.Before(newest) || stepRecorded(hist, j) {
+			continue
+		}
+		if lost == nil || lost.CreationTimestamp.Before(&created) {
+			lost = j
+		}
+	}
+	if lost == nil {
+		return hist
+	}
+	verb, who := lost.Labels[LabelAction], lost.Labels[LabelMember]
+	what := verb + " " + who
+	var g v1alpha1.StepGuard
+	if raw := lost.Annotations[AnnotationGuard]; raw != "" && json.Unmarshal([]byte(raw), &g) == nil {
+		// Worded as the guard's own backup step (backupTrigger), which the history is read for.
+		what = "backup before " + g.Step
+	}
+	degraded := false
+	for _, c := range v.obs.Cluster.Status.Conditions {
+		degraded = degraded || c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue
+	}
+	return appendStep(hist, v1alpha1.StepRecord{Type: actionOfVerb(verb).String(), Member: who, Job: lost.Name,
+		Reason: fmt.Sprintf("%s: Job %s (this record, written over by a status from before it, was restored from the Job)", what, lost.Name),
+		Result: v1alpha1.StepRunning, Repair: degraded, Started: lost.CreationTimestamp})
+}
+
+// stepRecorded: a record of hist names Job j, or the newest record is of j's step and stands
+// for it (a Job of the step under way, rendered again under another name).
+func stepRecorded(hist []v1alpha1.StepRecord, j *batchv1.Job) bool {
+	if slices.ContainsFunc(hist, func(r v1alpha1.StepRecord) bool { return r.Job == j.Name }) {
+		return true
+	}
+	n := len(hist)
+	return n > 0 && hist[n-1].Type == actionOfVerb(j.Labels[LabelAction]).String() && hist[n-1].Member == j.Labels[LabelMember]
 }
 
 func finishStep(r *v1alpha1.StepRecord, result string, now time.Time) {
@@ -461,7 +520,7 @@ func (v *view) stepStatus(a *answer) {
 	// Membership as etcd answered, unless the answer cannot be trusted: then status keeps what
 	// it knew, above all the cluster ID, which a stranger's answer must not overwrite.
 	asked := v.unknown == ""
-	hist := v.updateResult(s, v.obs.Cluster.Status.History, asked)
+	hist := v.updateResult(s, v.restoreStep(v.obs.Cluster.Status.History), asked)
 	h := v.judge(s, hist, asked)
 	degraded, degradedWhy, degradedMsg := degradedCondition(s, h)
 
