@@ -169,7 +169,8 @@ func startStep(hist []v1alpha1.StepRecord, prev *v1alpha1.Action, a Action, job 
 }
 
 // appendStep adds record r, Running, to a copy of hist; the step before, if still running,
-// ends when r started.
+// ends when r started, or when it started itself if r's start (read from another clock) is
+// earlier.
 func appendStep(hist []v1alpha1.StepRecord, r v1alpha1.StepRecord) []v1alpha1.StepRecord {
 	hist = slices.Clone(hist)
 	if n := len(hist); n > 0 && hist[n-1].Result == v1alpha1.StepRunning {
@@ -177,28 +178,35 @@ func appendStep(hist []v1alpha1.StepRecord, r v1alpha1.StepRecord) []v1alpha1.St
 		if hist[n-1].Job != "" || hist[n-1].Type == ReplacePod.String() {
 			result = v1alpha1.StepInterrupted
 		}
-		finishStep(&hist[n-1], result, r.Started.Time)
+		finishStep(&hist[n-1], result, latest(hist[n-1].Started.Time, r.Started.Time))
 	}
 	hist = append(hist, r)
 	return hist[max(0, len(hist)-v1alpha1.MaxHistory):]
 }
 
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // restoreStep gives hist back the record of a step whose start it lacks though the step's
 // Job is observed. Metacontroller may hand a sync the EtcdCluster as its cache held it before
 // the status that recorded the step, and write that sync's status over it; the Job is then
-// the step's only record. A Job of ours created no earlier than the newest record, of a step
-// no record covers, is such a step: its record is rebuilt from the Job (a repair when the
-// status handed in says Degraded, as it did when the step began), Running, and this sync's
-// reading of the Job ends it as any record's.
+// the step's only record. A Job of ours that no record names, and whose step is not the
+// newest record's, is such a step: a step's Job lives no longer than a few syncs past the
+// step, far fewer than the history's records. Its record is rebuilt from the Job, started
+// when the Job was created (the API server's clock), a repair when the status handed in says
+// Degraded (as it did when the step began), Running; this sync's reading of the Job ends it
+// as any record's. A backup or drill, which may run beside another step, is not restored
+// over a step still running.
 func (v *view) restoreStep(hist []v1alpha1.StepRecord) []v1alpha1.StepRecord {
-	var newest time.Time
-	if n := len(hist); n > 0 {
-		newest = hist[n-1].Started.Time
-	}
+	running := runningStep(hist) != nil
 	var lost *batchv1.Job
 	for _, j := range v.jobs {
-		created := j.CreationTimestamp
-		if created.IsZero() || created.Time.Before(newest) || stepRecorded(hist, j) {
+		verb, created := j.Labels[LabelAction], j.CreationTimestamp
+		if created.IsZero() || stepRecorded(hist, j) || running && (verb == verbBackup || verb == verbDrill) {
 			continue
 		}
 		if lost == nil || lost.CreationTimestamp.Before(&created) {
