@@ -53,9 +53,8 @@ const AnnotationGuard = "etcdops.dev/guard"
 // for the step.
 func guarded(b *v1alpha1.BackupStatus, j *batchv1.Job, f *v1alpha1.BackupFailure) {
 	g := b.Guard
-	var asked v1alpha1.StepGuard
-	if raw := j.Annotations[AnnotationGuard]; raw != "" && json.Unmarshal([]byte(raw), &asked) == nil && (g == nil || g.Since.Before(&asked.Since)) {
-		g = &asked
+	if asked := guardOf(j); asked != nil && (g == nil || g.Since.Before(&asked.Since)) {
+		g = asked
 	}
 	if g == nil || g.Done != nil || g.Requested == nil || j.Labels[LabelBackupFor] != guardLabel(g) {
 		return
@@ -67,6 +66,15 @@ func guarded(b *v1alpha1.BackupStatus, j *batchv1.Job, f *v1alpha1.BackupFailure
 		ng.Snapshot, ng.Revision, ng.SnapshotTime, ng.Failure, ng.FailureTime = l.Object, l.Revision, &l.Time, "", nil
 	}
 	b.Guard = &ng
+}
+
+// guardOf is the guard backup Job j carries (AnnotationGuard), nil for none.
+func guardOf(j *batchv1.Job) *v1alpha1.StepGuard {
+	var g v1alpha1.StepGuard
+	if raw := j.Annotations[AnnotationGuard]; raw == "" || json.Unmarshal([]byte(raw), &g) != nil {
+		return nil
+	}
+	return &g
 }
 
 // stepSnapshot: a risky step ahead (riskyStep) is guarded by a snapshot before it starts: one

@@ -1,7 +1,6 @@
 package sync
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -218,15 +217,12 @@ func (v *view) restoreStep(hist []v1alpha1.StepRecord) []v1alpha1.StepRecord {
 	}
 	verb, who := lost.Labels[LabelAction], lost.Labels[LabelMember]
 	what := verb + " " + who
-	var g v1alpha1.StepGuard
-	if raw := lost.Annotations[AnnotationGuard]; raw != "" && json.Unmarshal([]byte(raw), &g) == nil {
+	if g := guardOf(lost); g != nil {
 		// Worded as the guard's own backup step (backupTrigger), which the history is read for.
 		what = "backup before " + g.Step
 	}
-	degraded := false
-	for _, c := range v.obs.Cluster.Status.Conditions {
-		degraded = degraded || c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue
-	}
+	c := findCondition(v.obs.Cluster.Status.Conditions, v1alpha1.ConditionDegraded)
+	degraded := c != nil && c.Status == metav1.ConditionTrue
 	return appendStep(hist, v1alpha1.StepRecord{Type: actionOfVerb(verb).String(), Member: who, Job: lost.Name,
 		Reason: fmt.Sprintf("%s: Job %s (this record, written over by a status from before it, was restored from the Job)", what, lost.Name),
 		Result: v1alpha1.StepRunning, Repair: degraded, Started: lost.CreationTimestamp})

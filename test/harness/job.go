@@ -119,9 +119,8 @@ func (c *Jobs) consider(ctx context.Context, name string) {
 	o, ok := c.Store.Get("Job", name)
 	start := ok && !c.running[name] && !time.Now().Before(c.retryAt[name])
 	if start {
-		if done, _ := jobDone(o.(*batchv1.Job)); done {
-			start = false
-		}
+		done, _ := jobDone(o.(*batchv1.Job))
+		start = !done
 	}
 	if start {
 		c.running[name] = true
