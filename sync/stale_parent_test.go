@@ -122,7 +122,7 @@ func TestStepRecordsSurviveStaleParents(t *testing.T) {
 		{"guarded-roll", true, func(s *v1alpha1.EtcdClusterSpec) { s.EtcdOptions = []string{"--snapshot-count=5000"} }},
 	}
 	for _, story := range stories {
-		for seed := int64(1); seed <= 12; seed++ {
+		for seed := int64(1); seed <= 60; seed++ {
 			w := newSimWorld(t, 3, true)
 			if story.backup {
 				w.cluster.Spec.Backup = simBackupSpec("@daily")
@@ -150,14 +150,35 @@ func TestStepRecordsSurviveStaleParents(t *testing.T) {
 					t.Errorf("%s, seed %d: the step of Job %s is still Running once the cluster is steady:\n%s", story.name, seed, name, historyLines(hist))
 				}
 			}
+			if story.backup {
+				guardedAfterBackup(t, fmt.Sprintf("%s, seed %d", story.name, seed), w.cluster.Status)
+			}
 		}
+	}
+}
+
+// guardedAfterBackup: the history shows the roll's snapshot, taken for it and succeeded, then
+// a step of the roll guarded by it.
+func guardedAfterBackup(t *testing.T, story string, st v1alpha1.EtcdClusterStatus) {
+	t.Helper()
+	g := st.Backup.Guard
+	if g == nil || g.Snapshot == "" {
+		t.Errorf("%s: no guard snapshot in status.backup: %+v", story, st.Backup)
+		return
+	}
+	hist := st.History
+	took := slices.IndexFunc(hist, func(r v1alpha1.StepRecord) bool {
+		return r.Type == TakeBackup.String() && strings.Contains(r.Reason, "backup before "+g.Step) && r.Result == v1alpha1.StepSucceeded
+	})
+	if took < 0 || !slices.ContainsFunc(hist[took:], func(r v1alpha1.StepRecord) bool { return strings.Contains(r.Reason, "guarded by snapshot "+g.Snapshot) }) {
+		t.Errorf("%s: status.history does not show the snapshot before %s, then a step guarded by %s:\n%s", story, g.Step, g.Snapshot, historyLines(hist))
 	}
 }
 
 func historyLines(hist []v1alpha1.StepRecord) string {
 	var b strings.Builder
 	for _, r := range hist {
-		fmt.Fprintf(&b, "  %s %s %s job=%s %s\n", r.Started.UTC().Format(time.RFC3339), r.Type, r.Member, r.Job, r.Result)
+		fmt.Fprintf(&b, "  %s %s %s job=%s %s: %s\n", r.Started.UTC().Format(time.RFC3339), r.Type, r.Member, r.Job, r.Result, r.Reason)
 	}
 	return b.String()
 }

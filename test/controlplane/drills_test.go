@@ -170,7 +170,7 @@ func guardedRoll(t *testing.T, c *Cluster, changed string, srv *s3server.Server)
 	// Watched until the first pod of the roll goes: the snapshots the bucket lists while every
 	// member pod is still the old one.
 	var mu gosync.Mutex
-	storedBefore := map[string]bool{}
+	storedBefore := map[string]time.Time{}
 	changedAt := time.Time{}
 	ctx, cancel := context.WithCancel(c.Plane.ctx)
 	watched := make(chan struct{})
@@ -196,7 +196,9 @@ func guardedRoll(t *testing.T, c *Cluster, changed string, srv *s3server.Server)
 				return
 			}
 			for _, o := range objs {
-				storedBefore[o.Name] = true
+				if _, ok := storedBefore[o.Name]; !ok {
+					storedBefore[o.Name] = time.Now()
+				}
 			}
 			mu.Unlock()
 		}
@@ -225,10 +227,13 @@ func guardedRoll(t *testing.T, c *Cluster, changed string, srv *s3server.Server)
 		t.Errorf("the guarding snapshot %s (revision %d) is not in the bucket: %+v", g.Snapshot, g.Revision, objs)
 	}
 	mu.Lock()
-	stored, at := storedBefore[name], changedAt
+	listed, stored := storedBefore[name]
+	at := changedAt
 	mu.Unlock()
 	if at.IsZero() || !stored {
 		t.Errorf("the bucket listed %s before the roll's first pod went: %v (the first pod seen going at %s)", name, stored, at.Format(time.TimeOnly))
+	} else {
+		t.Logf("the bucket listed %s %s before the roll's first pod was seen going", name, at.Sub(listed).Round(time.Millisecond))
 	}
 	hist := ec.Status.History
 	took, first := -1, -1
