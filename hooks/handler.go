@@ -106,9 +106,10 @@ type EventSink interface {
 // handler holds the dependencies the hook endpoints share.
 type handler struct {
 	Deps
-	metrics *metrics
-	certs   certMemo
-	rolls   *rollSlots
+	metrics  *metrics
+	certs    certMemo
+	statuses statusMemo
+	rolls    *rollSlots
 }
 
 // NewHandler builds the router: request IDs, then for the hooks timing, panic recovery,

@@ -34,12 +34,13 @@ func (h *handler) plan(w http.ResponseWriter, r *http.Request, finalize bool) {
 		writeError(w, r, h.Log, err)
 		return
 	}
-	obs, err := h.observe(r.Context(), &req, finalize)
+	obs, base, err := h.observe(r.Context(), &req, finalize)
 	if err != nil {
 		writeError(w, r, h.Log, err)
 		return
 	}
 	d := h.decide(obs)
+	h.statuses.answered(&obs.Cluster, base, d.Status, d.Finalized, obs.Now)
 	h.metrics.decisions.WithLabelValues(d.Action.Type.String()).Inc()
 	h.metrics.clusters.observe(sync.Metrics(obs, d), obs.Now)
 	h.Log.LogAttrs(r.Context(), slog.LevelInfo, "decided",
@@ -88,14 +89,15 @@ func encodeDecision(d sync.Decision) syncResponse {
 
 // observe turns a request into the planner's input, asking etcd only when pods give it
 // somewhere to ask.
-func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) (sync.Observed, error) {
+func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) (sync.Observed, statusBase, error) {
 	c, err := decodeParent(req.parent)
 	if err != nil {
-		return sync.Observed{}, err
+		return sync.Observed{}, statusBase{}, err
 	}
+	base := h.statuses.newest(&c, h.Now())
 	children, err := req.observedChildren()
 	if err != nil {
-		return sync.Observed{}, err
+		return sync.Observed{}, statusBase{}, err
 	}
 	pods, secrets := sortedIn(c.Namespace, req.related.pods), sortedIn(c.Namespace, req.related.secrets)
 	need := sync.Need(h.Config, &c, children, pods, secrets)
@@ -130,7 +132,7 @@ func (h *handler) observe(ctx context.Context, req *syncRequest, finalize bool) 
 		BackupStream: stream,
 		Finalizing:   req.finalizing || finalize,
 		Now:          now,
-	}, nil
+	}, base, nil
 }
 
 // snapshot observes etcd through the member pods' endpoints under ObserveTimeout. With no
@@ -200,6 +202,8 @@ func (h *handler) customize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.Log, err)
 		return
 	}
+	// The Secrets asked for follow status.tls: as the newest answer has it.
+	h.statuses.newest(&c, h.Now())
 	writeJSON(w, http.StatusOK, relatedResources(&c))
 }
 
