@@ -2,6 +2,7 @@ package hooks_test
 
 import (
 	"encoding/json"
+	"net/http/httptest"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -15,6 +16,19 @@ import (
 type answer struct {
 	Status   v1alpha1.EtcdClusterStatus `json:"status"`
 	Children []json.RawMessage          `json:"children"`
+}
+
+// sender posts a sync body to srv and returns the answer, failing the test on any status
+// but 200.
+func sender(t *testing.T, srv *httptest.Server) func(string) []byte {
+	return func(body string) []byte {
+		t.Helper()
+		code, raw := post(t, srv, "/sync", body)
+		if code != 200 {
+			t.Fatalf("answered %d: %s", code, raw)
+		}
+		return raw
+	}
 }
 
 // syncAt sends a sync of cluster (a parent's JSON) with status (raw JSON, "" for none) and
@@ -78,14 +92,7 @@ func TestStaleParentIsPlannedFromTheNewestAnswer(t *testing.T) {
 		now = now.Add(10 * time.Second)
 		mu.Unlock()
 	}
-	srv := newServer(t, hooks.Deps{Etcd: offline(t), Now: clock})
-	send := func(body string) []byte {
-		code, raw := post(t, srv, "/sync", body)
-		if code != 200 {
-			t.Fatalf("answered %d: %s", code, raw)
-		}
-		return raw
-	}
+	send := sender(t, newServer(t, hooks.Deps{Etcd: offline(t), Now: clock}))
 
 	// S1: the bootstrap starts, from no status.
 	a1, s1 := syncAt(t, send, parent, "", nil)
@@ -134,14 +141,7 @@ func TestStaleParentIsPlannedFromTheNewestAnswer(t *testing.T) {
 // or one from before this process) is the newest there is: it is planned from as handed.
 func TestUnknownStatusIsPlannedAsHanded(t *testing.T) {
 	now := testNow
-	srv := newServer(t, hooks.Deps{Etcd: offline(t), Now: func() time.Time { return now }})
-	send := func(body string) []byte {
-		code, raw := post(t, srv, "/sync", body)
-		if code != 200 {
-			t.Fatalf("answered %d: %s", code, raw)
-		}
-		return raw
-	}
+	send := sender(t, newServer(t, hooks.Deps{Etcd: offline(t), Now: func() time.Time { return now }}))
 	a1, s1 := syncAt(t, send, parent, "", nil)
 	// Another replica's answer: the same step, started a minute earlier.
 	other := strings.Replace(s1, a1.Status.Action.Since.UTC().Format(time.RFC3339), testNow.Add(-time.Minute).UTC().Format(time.RFC3339), -1)

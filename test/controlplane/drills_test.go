@@ -156,7 +156,8 @@ func (c *Cluster) keysAt(t *testing.T, rev int64) int64 {
 // srv that has no snapshot younger than beforeRiskySteps' 5 minutes, and checks that the roll
 // waited for a snapshot of its own: status.backup.guard names the step and the snapshot, which
 // is in the bucket, and was there while every member pod was still the old one; the history
-// has the snapshot's Backup step, then the roll's steps naming it.
+// has the snapshot's Backup step, then the roll's steps naming it, every pod's replacement
+// among them.
 func guardedRoll(t *testing.T, c *Cluster, changed string, srv *s3server.Server) {
 	ec, err := c.Get()
 	if err != nil {
@@ -225,15 +226,29 @@ func guardedRoll(t *testing.T, c *Cluster, changed string, srv *s3server.Server)
 		took := slices.IndexFunc(hist, func(r v1alpha1.StepRecord) bool {
 			return r.Type == sync.TakeBackup.String() && strings.Contains(r.Reason, "backup before "+g.Step) && r.Result == v1alpha1.StepSucceeded
 		})
-		if i := slices.IndexFunc(hist[max(took, 0):], func(r v1alpha1.StepRecord) bool { return strings.Contains(r.Reason, "guarded by snapshot "+g.Snapshot) }); took >= 0 && i >= 0 {
-			first = &hist[took+i]
+		// After the snapshot, every pod's replacement, each guarded by it: the hook plans a
+		// sync handed a stale parent from its newest answer, so none is written over.
+		replaced := map[string]bool{}
+		for i := max(took, 0); took >= 0 && i < len(hist); i++ {
+			r := &hist[i]
+			if !strings.Contains(r.Reason, "guarded by snapshot "+g.Snapshot) {
+				continue
+			}
+			if first == nil {
+				first = r
+			}
+			if r.Type == sync.ReplacePod.String() && r.Result == v1alpha1.StepSucceeded {
+				replaced[r.Member] = true
+			}
+		}
+		if first != nil && len(replaced) == 3 {
 			return true, ""
 		}
 		var b strings.Builder
 		for _, r := range hist {
 			fmt.Fprintf(&b, "  %s %s %s: %s\n", r.Type, r.Member, r.Result, r.Reason)
 		}
-		return false, fmt.Sprintf("status.history does not show the snapshot before %s, then the roll's steps guarded by %s:\n%s", g.Step, g.Snapshot, b.String())
+		return false, fmt.Sprintf("status.history does not show the snapshot before %s, then the replacement of every pod, succeeded, guarded by %s:\n%s", g.Step, g.Snapshot, b.String())
 	}); err != nil {
 		// The state of the cluster first, the failure last, where a reader of the log's end
 		// finds it.
