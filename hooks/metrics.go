@@ -25,6 +25,7 @@ type metrics struct {
 	observeFailures prometheus.Counter
 	observeDuration prometheus.Histogram
 	rollWaits       prometheus.Counter
+	staleParents    prometheus.Counter
 	clusters        *clusterCollector
 }
 
@@ -54,9 +55,13 @@ func newMetrics(now func() time.Time) *metrics {
 			Name: "etcdops_hook_roll_waits_total",
 			Help: "Syncs whose roll waited for a slot (--max-concurrent-rolls).",
 		}),
+		staleParents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "etcdops_hook_stale_parents_total",
+			Help: "Syncs handed a status older than this replica's newest answer, planned from the newest instead.",
+		}),
 		clusters: newClusterCollector(now),
 	}
-	m.registry.MustRegister(m.duration, m.decisions, m.observeFailures, m.observeDuration, m.rollWaits, m.clusters,
+	m.registry.MustRegister(m.duration, m.decisions, m.observeFailures, m.observeDuration, m.rollWaits, m.staleParents, m.clusters,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

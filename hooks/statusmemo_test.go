@@ -92,7 +92,8 @@ func TestStaleParentIsPlannedFromTheNewestAnswer(t *testing.T) {
 		now = now.Add(10 * time.Second)
 		mu.Unlock()
 	}
-	send := sender(t, newServer(t, hooks.Deps{Etcd: offline(t), Now: clock}))
+	srv := newServer(t, hooks.Deps{Etcd: offline(t), Now: clock})
+	send := sender(t, srv)
 
 	// S1: the bootstrap starts, from no status.
 	a1, s1 := syncAt(t, send, parent, "", nil)
@@ -123,6 +124,10 @@ func TestStaleParentIsPlannedFromTheNewestAnswer(t *testing.T) {
 		if a.Status.Action.Since != waitSince {
 			t.Errorf("handed a status older than the newest answer (%.40s): action %+v; want it as the newest, since %s", stale, a.Status.Action, waitSince)
 		}
+	}
+
+	if m := metricsText(t, srv); !strings.Contains(m, "\netcdops_hook_stale_parents_total 3\n") {
+		t.Errorf("three stale parents planned from the newest answer; the metric says %q", grep(m, "etcdops_hook_stale_parents_total"))
 	}
 
 	// Handed S2 (the cache caught up) and nothing changes: the memo is dropped, and a status

@@ -41,6 +41,9 @@ func (h *handler) plan(w http.ResponseWriter, r *http.Request, finalize bool) {
 	}
 	d := h.decide(obs)
 	h.statuses.answered(&obs.Cluster, base, d.Status, d.Finalized, obs.Now)
+	if base.put {
+		h.metrics.staleParents.Inc()
+	}
 	h.metrics.decisions.WithLabelValues(d.Action.Type.String()).Inc()
 	h.metrics.clusters.observe(sync.Metrics(obs, d), obs.Now)
 	h.Log.LogAttrs(r.Context(), slog.LevelInfo, "decided",
