@@ -1,7 +1,9 @@
 // Package hooks is the HTTP face of the operator: Metacontroller's sync, finalize and
 // customize hooks, health and metrics. Each hook decodes the request, observes etcd when
 // there are member pods, asks the planner in sync for a decision and encodes it. The
-// decision itself is made in sync; nothing here changes etcd or Kubernetes.
+// decision itself is made in sync; nothing here changes etcd or Kubernetes. A replica keeps
+// only what spares work or undoes Metacontroller's lag between syncs: certificate checks
+// (certs.go), roll slots (rolls.go) and its newest answer per cluster (statusmemo.go).
 package hooks
 
 import (
