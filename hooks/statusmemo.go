@@ -73,20 +73,15 @@ type statusBase struct {
 // returns what c's status now is.
 func (m *statusMemo) newest(c *v1alpha1.EtcdCluster, now time.Time) statusBase {
 	base := statusBase{handed: c.Status}
-	m.mu.Lock()
-	a := m.answers[c.UID]
-	m.mu.Unlock()
-	if a == nil || now.Sub(a.at) > statusMemoTTL {
+	if m.newer(c.UID, now, nil) == nil {
 		// An idle cluster: no digest taken.
 		return base
 	}
 	_, handed := statusJSON(c.Status)
 	base.digest = &handed
-	m.mu.Lock()
-	older, newest := slices.Contains(a.digests, handed), a.newest
-	m.mu.Unlock()
+	newest := m.newer(c.UID, now, &handed)
 	var st v1alpha1.EtcdClusterStatus
-	if !older || json.Unmarshal(newest, &st) != nil {
+	if newest == nil || json.Unmarshal(newest, &st) != nil {
 		// Not older than the newest (or, which cannot be, what json.Marshal wrote does not
 		// read back): the status handed in stands.
 		return base
@@ -96,6 +91,19 @@ func (m *statusMemo) newest(c *v1alpha1.EtcdCluster, now time.Time) statusBase {
 	d := sha256.Sum256(newest)
 	base.digest, base.put = &d, true
 	return base
+}
+
+// newer is the newest status answered for uid within statusMemoTTL of now, when the status
+// of digest handed is one answered or handed before it (any status, for a nil handed); nil
+// otherwise. Its bytes are never changed: answered replaces them.
+func (m *statusMemo) newer(uid types.UID, now time.Time, handed *[sha256.Size]byte) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.answers[uid]
+	if a == nil || now.Sub(a.at) > statusMemoTTL || handed != nil && !slices.Contains(a.digests, *handed) {
+		return nil
+	}
+	return a.newest
 }
 
 // answered records answer, the status of a sync of c planned from base, at now.

@@ -39,9 +39,9 @@ func syncAt(t *testing.T, send func(string) []byte, cluster, status string, chil
 	if status != "" {
 		p = strings.TrimSuffix(cluster, "}") + `,"status":` + status + `}`
 	}
-	byKind := map[string]map[string]json.RawMessage{}
-	for _, kind := range []string{"StatefulSet.apps/v1", "Service.v1", "ConfigMap.v1", "PodDisruptionBudget.policy/v1", "Job.batch/v1"} {
-		byKind[kind] = map[string]json.RawMessage{}
+	var byKind map[string]map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(emptyChildren), &byKind); err != nil {
+		t.Fatal(err)
 	}
 	for _, c := range children {
 		var o struct {
