@@ -25,8 +25,11 @@ import (
 // floorBlock per block; the floor answers each with a floorTimes on its stdout.
 
 // floorSpec is the members the floor asks and, with TLS, the client certificate it presents.
+// With Health it asks what the hook asks: each member's serializable read of the key
+// "health" too, the hook's health read.
 type floorSpec struct {
 	Members []floorMember `json:"members"`
+	Health  bool          `json:"health,omitempty"`
 	CA      []byte        `json:"ca,omitempty"`
 	Cert    []byte        `json:"cert,omitempty"`
 	Key     []byte        `json:"key,omitempty"`
@@ -85,9 +88,13 @@ func serveFloor(in io.Reader, out io.Writer) error {
 }
 
 // floorClient asks what an observation needs at the least, over its own warm connections:
-// Status of every member and the linearizable member list from the leader, all at once.
+// Status of every member and the linearizable member list from the leader, all at once;
+// with health reads (floorSpec.Health), every call the hook makes.
 type floorClient struct {
 	members []*clientv3.Client
+	// health reads each member's "health" key serializably, as the hook's health read does;
+	// nil for the floor itself.
+	health []pb.KVClient
 	// status asks each member over its client's connection: clientv3's own Maintenance
 	// dials a new connection for every Status, and the hook does not. The member list is
 	// asked over the leader's connection the same way, as the hook asks both.
@@ -113,6 +120,9 @@ func newFloor(spec floorSpec) (*floorClient, error) {
 		}
 		f.members = append(f.members, cli)
 		f.status = append(f.status, pb.NewMaintenanceClient(cli.ActiveConnection()))
+		if spec.Health {
+			f.health = append(f.health, pb.NewKVClient(cli.ActiveConnection()))
+		}
 	}
 	// The hook asks the member that led at its last observation, which answers a
 	// linearizable read without forwarding it; so does the floor.
@@ -167,10 +177,15 @@ func floorTLS(spec floorSpec, serverName string) (*tls.Config, error) {
 func (f *floorClient) op() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	errs := make([]error, len(f.members)+1)
+	errs := make([]error, 2*len(f.members)+1)
 	var wg gosync.WaitGroup
 	for i, m := range f.status {
 		wg.Go(func() { _, errs[i] = m.Status(ctx, &pb.StatusRequest{}) })
+	}
+	for i, kv := range f.health {
+		wg.Go(func() {
+			_, errs[len(f.members)+1+i] = kv.Range(ctx, &pb.RangeRequest{Key: []byte("health"), Serializable: true})
+		})
 	}
 	wg.Go(func() { _, errs[len(f.members)] = f.leader.MemberList(ctx, &pb.MemberListRequest{Linearizable: true}) })
 	wg.Wait()

@@ -7,6 +7,8 @@
 //   - the floor: from a process of its own that does nothing else (`bench floor`), a warm
 //     clientv3 client per member asking Status of every member and the linearizable member
 //     list of the leader, all at once, as one operation;
+//   - the hook's calls alone: the same from another such process, with the hook's health
+//     read of every member added (a serializable read), so every etcd call a sync makes;
 //   - /sync over HTTP to the hook in a process of its own, sequentially and at 8 and 32
 //     concurrent clients, with the hook's allocations per request;
 //   - a cluster whose pods nobody listens for (unreachable), and one whose member hangs;
@@ -18,10 +20,10 @@
 // With -tls the members serve client TLS and require a client certificate, which the hook
 // and the floor present, as a cluster with spec.tls runs.
 //
-// The floor and /sync of each size and client count are measured interleaved, not one
-// phase after the other: -rounds rounds (10), each a block of n/rounds floor operations and
-// a block of as many syncs (2n/rounds at 8 and 32 clients), the floor first in even rounds
-// and /sync in odd ones. When the phases ran one after the other, a slow spell of a few
+// The floor, the hook's calls and /sync of each size and client count are measured
+// interleaved, not one phase after the other: -rounds rounds (10), each a block of n/rounds
+// floor operations, one of as many calls and one of as many syncs (2n/rounds at 8 and 32
+// clients), each kind first in turn. When the phases ran one after the other, a slow spell of a few
 // hundred milliseconds (a member's fsync or snapshot, a collection) fell on one phase and
 // not the other: the one-client p99 is the tenth slowest
 // of 1,000, and its ratio to the floor moved between 1.24× and 2.71× across runs of one
@@ -100,6 +102,17 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench hook:", err)
 			os.Exit(1)
 		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "etcd" {
+		// The run script builds the members' etcd here, before its network namespace, which
+		// reaches no module proxy.
+		path, err := etcdbin.Path(v1alpha1.DefaultVersion)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench etcd:", err)
+			os.Exit(1)
+		}
+		fmt.Println(path)
 		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "floor" {
@@ -538,21 +551,17 @@ func (t *timings) result(name string, clients int) result {
 	return r
 }
 
-// interleave runs total operations of each of two kinds in rounds rounds of one block of
-// each, a first in even rounds and b in odd ones, so that neither kind always runs right
-// after the other. Blocks split total as evenly as whole operations allow.
-func interleave(rounds, total int, a, b func(ops int) error) error {
+// interleave runs total operations of each kind in rounds rounds of one block of each, the
+// kinds in turn first, so that no kind always runs right after another. Blocks split total
+// as evenly as whole operations allow.
+func interleave(rounds, total int, kinds ...func(ops int) error) error {
 	for round := range rounds {
 		ops := (round+1)*total/rounds - round*total/rounds
-		first, second := a, b
-		if round%2 == 1 {
-			first, second = b, a
-		}
-		if err := first(ops); err != nil {
-			return err
-		}
-		if err := second(ops); err != nil {
-			return err
+		// Each kind goes first in turn.
+		for k := range kinds {
+			if err := kinds[(round+k)%len(kinds)](ops); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -577,6 +586,13 @@ func (c *syncCase) result(name string, clients int, rssMB float64) result {
 	return r
 }
 
+// ofFloor sets r's ratios to f, the floor of the same size and clients.
+func (r *result) ofFloor(f result) {
+	r.ratio50, r.ratio99 = r.p50.Seconds()/f.p50.Seconds(), r.p99.Seconds()/f.p99.Seconds()
+	r.ratioPerSec = 100 * r.perSecond / f.perSecond
+	r.ratioCPU = r.cpuPerOp.Seconds() / f.cpuPerOp.Seconds()
+}
+
 // poster posts bodies to /sync and checks for a complete answer.
 type poster struct {
 	client *http.Client
@@ -597,6 +613,42 @@ func (p poster) post(body []byte) error {
 		return fmt.Errorf("/sync answered %d: %.300s", resp.StatusCode, b)
 	}
 	return nil
+}
+
+// handedItsAnswer posts body once and returns it with the parent's status replaced by the
+// status the hook answered, as Metacontroller hands a steady cluster's next sync the status
+// it wrote from the last answer. The captured request carries the harness hook's last
+// answer, which this hook, with its own clock and memory, answers differently: handed that
+// one every time, each sync would be taken for a stale parent and planned from the newest
+// answer (hooks/statusmemo.go), which is not the steady sync measured.
+func (p poster) handedItsAnswer(body []byte) ([]byte, error) {
+	resp, err := p.client.Post(p.url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		Status json.RawMessage `json:"status"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || resp.StatusCode != http.StatusOK || len(answer.Status) == 0 {
+		return nil, fmt.Errorf("/sync answered %d without a status: %v", resp.StatusCode, err)
+	}
+	var req, parent map[string]json.RawMessage
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(req["parent"], &parent); err != nil {
+		return nil, err
+	}
+	var handed, answered bytes.Buffer
+	if json.Compact(&handed, parent["status"]) != nil || json.Compact(&answered, answer.Status) != nil || !bytes.Equal(handed.Bytes(), answered.Bytes()) {
+		fmt.Fprintln(os.Stderr, "bench: the captured parent's status is not this hook's answer; its answer is handed instead")
+	}
+	parent["status"] = answer.Status
+	if req["parent"], err = json.Marshal(parent); err != nil {
+		return nil, err
+	}
+	return json.Marshal(req)
 }
 
 // same is a body for measureSync that is body for every request.
@@ -710,11 +762,25 @@ func run(o options) error {
 		if err != nil {
 			return err
 		}
-		var warm timings
-		if err := floor.load(&warm, 1, 100); err != nil {
-			return fmt.Errorf("warm-up: %w", err)
+		withHealth := sc.floor
+		withHealth.Health = true
+		calls, err := startFloor(withHealth)
+		if err != nil {
+			floor.stop()
+			return err
 		}
-		if err := warm.load(1, 100, func(int) error { return p.post(sc.request) }); err != nil {
+		// The cases after this one (unreachable, hung, the fleet) start from it too.
+		if sc.request, err = p.handedItsAnswer(sc.request); err != nil {
+			return err
+		}
+		request := sc.request
+		var warm timings
+		for _, f := range []*floorProcess{floor, calls} {
+			if err := f.load(&warm, 1, 100); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
+		}
+		if err := warm.load(1, 100, func(int) error { return p.post(request) }); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 		for _, clients := range concurrency {
@@ -722,23 +788,26 @@ func run(o options) error {
 			if clients > 1 {
 				total = 2 * o.n
 			}
-			fl := timings{leadIn: clients}
+			fl, cl := timings{leadIn: clients}, timings{leadIn: clients}
 			s := syncCase{timings: timings{leadIn: clients}}
 			err := interleave(o.rounds, total,
 				func(ops int) error { return floor.load(&fl, clients, ops) },
-				func(ops int) error { return syncBlock(&s, clients, ops, same(sc.request)) })
+				func(ops int) error { return calls.load(&cl, clients, ops) },
+				func(ops int) error { return syncBlock(&s, clients, ops, same(request)) })
 			if err != nil {
 				return err
 			}
 			f := fl.result(fmt.Sprintf("floor, %d members", size), clients)
 			record(f)
+			c := cl.result(fmt.Sprintf("the hook's calls alone, %d members", size), clients)
+			c.ofFloor(f)
+			record(c)
 			r := s.result(fmt.Sprintf("/sync, %d members", size), clients, hook.rssMB())
-			r.ratio50, r.ratio99 = r.p50.Seconds()/f.p50.Seconds(), r.p99.Seconds()/f.p99.Seconds()
-			r.ratioPerSec = 100 * r.perSecond / f.perSecond
-			r.ratioCPU = r.cpuPerOp.Seconds() / f.cpuPerOp.Seconds()
+			r.ofFloor(f)
 			record(r)
 		}
 		floor.stop()
+		calls.stop()
 	}
 	if err := cpuProfile("stop"); err != nil {
 		return err
@@ -748,6 +817,9 @@ func run(o options) error {
 	unreachable := three.request
 	for i, ip := range three.podIPs {
 		unreachable = bytes.ReplaceAll(unreachable, []byte(`"`+ip+`"`), []byte(`"`+unreachableNet+strconv.Itoa(i+1)+`"`))
+	}
+	if unreachable, err = p.handedItsAnswer(unreachable); err != nil {
+		return err
 	}
 	r, err := measureSync("/sync, every pod unreachable", 1, o.n/4, same(unreachable))
 	if err != nil {
@@ -786,6 +858,9 @@ func run(o options) error {
 		return err
 	}
 	record(r)
+	if hung, err = p.handedItsAnswer(hung); err != nil {
+		return err
+	}
 	r, err = measureSync("/sync, one member hung: the syncs after", 1, o.n/4, same(hung))
 	if err != nil {
 		return err

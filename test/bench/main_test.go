@@ -3,6 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"testing"
@@ -19,6 +22,37 @@ func TestInterleaveAlternatesWhichKindGoesFirstAndSplitsEveryOperation(t *testin
 	}
 	if want := []string{"a3", "b3", "b3", "a3", "a4", "b4"}; !slices.Equal(calls, want) {
 		t.Fatalf("blocks %v, want %v", calls, want)
+	}
+}
+
+func TestInterleaveTurnsWhichOfThreeKindsGoesFirst(t *testing.T) {
+	var calls []string
+	kind := func(name string) func(int) error {
+		return func(ops int) error { calls = append(calls, fmt.Sprint(name, ops)); return nil }
+	}
+	if err := interleave(3, 9, kind("floor"), kind("calls"), kind("sync")); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"floor3", "calls3", "sync3", "calls3", "sync3", "floor3", "sync3", "floor3", "calls3"}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("blocks %v, want %v", calls, want)
+	}
+}
+
+func TestHandedItsAnswerPutsTheAnsweredStatusInTheParent(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, `{"status":{"phase":"Running","members":3},"children":[{}]}`)
+	}))
+	defer srv.Close()
+	p := poster{client: srv.Client(), url: srv.URL + "/sync"}
+	body, err := p.handedItsAnswer([]byte(`{"parent":{"kind":"EtcdCluster","status":{"phase":"Creating"}},"related":{"Pod.v1":{}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"parent":{"kind":"EtcdCluster","status":{"phase":"Running","members":3}},"related":{"Pod.v1":{}}}`
+	if string(body) != want {
+		t.Fatalf("body %s, want %s", body, want)
 	}
 }
 
