@@ -24,7 +24,10 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 
 	"etcdops.dev/etcdops/etcdstate"
 	"etcdops.dev/etcdops/sync"
@@ -379,12 +382,24 @@ func TestNarrowPod(t *testing.T) {
 }
 
 // BenchmarkDecodeSync decodes the steady-3 fixture's body alone, its pods whole and narrowed:
-// what the narrow decode saves of one sync.
+// what the narrow decode saves of one sync. "check" reads the body as the decoder does,
+// checking every value, and decodes nothing: the least any reading of the request costs.
 func BenchmarkDecodeSync(b *testing.B) {
 	raw, err := os.ReadFile("../test/fixtures/steady-3.json")
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Run("check", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(raw)))
+		for b.Loop() {
+			dec := getDecoder(bytes.NewBuffer(raw))
+			if err := dec.SkipValue(); err != nil {
+				b.Fatal(err)
+			}
+			putDecoder(dec)
+		}
+	})
 	for _, c := range []struct {
 		name string
 		pods jsonv2.Options
@@ -395,6 +410,76 @@ func BenchmarkDecodeSync(b *testing.B) {
 			for b.Loop() {
 				if _, err := decodeSyncRequest(bytes.NewBuffer(raw), c.pods); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecodeChildren decodes the steady-3 fixture's children, each into its typed struct
+// as decodeSyncRequest does: whole, and with everything but their metadata skipped (the
+// StatefulSet's replicas and pod template kept, the template's pod spec narrowed as a pod's),
+// which no narrowing of the children that the planner's reads allow could beat. The
+// difference is the most narrowing children could save of a sync.
+func BenchmarkDecodeChildren(b *testing.B) {
+	raw, err := os.ReadFile("../test/fixtures/steady-3.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var req struct {
+		Children map[string]map[string]json.RawMessage `json:"children"`
+	}
+	if err := json.Unmarshal(raw, &req); err != nil {
+		b.Fatal(err)
+	}
+	newObject := map[string]func() any{
+		keyStatefulSet: func() any { return new(appsv1.StatefulSet) },
+		keyService:     func() any { return new(corev1.Service) },
+		keyConfigMap:   func() any { return new(corev1.ConfigMap) },
+		keyPDB:         func() any { return new(policyv1.PodDisruptionBudget) },
+		keyAccount:     func() any { return new(corev1.ServiceAccount) },
+		keyRole:        func() any { return new(rbacv1.Role) },
+		keyRoleBinding: func() any { return new(rbacv1.RoleBinding) },
+	}
+	type child struct {
+		raw []byte
+		new func() any
+	}
+	var children []child
+	size := 0
+	for typ, objs := range req.Children {
+		for _, obj := range objs {
+			if newObject[typ] == nil {
+				b.Fatalf("no type for %s", typ)
+			}
+			children = append(children, child{obj, newObject[typ]})
+			size += len(obj)
+		}
+	}
+	u := slices.Clone(typeUnmarshalers)
+	for _, n := range append(slices.Clone(podFields),
+		keep[appsv1.StatefulSetSpec]("replicas", "template"),
+		keep[corev1.ServiceSpec](),
+		keep[corev1.ConfigMap]("metadata"),
+		keep[policyv1.PodDisruptionBudget]("metadata"),
+		keep[rbacv1.Role]("metadata"),
+		keep[rbacv1.RoleBinding]("metadata"),
+	) {
+		u = append(u, n.unmarshal)
+	}
+	metadataOnly := jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(u...))
+	for _, c := range []struct {
+		name string
+		opts jsonv2.Options
+	}{{"whole", typeDecoders}, {"metadata-only", metadataOnly}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				for _, ch := range children {
+					if err := jsonv2.Unmarshal(ch.raw, ch.new(), decodeOptions[0], c.opts); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
 		})
