@@ -400,15 +400,26 @@ func BenchmarkDecodeSync(b *testing.B) {
 			putDecoder(dec)
 		}
 	})
-	for _, c := range []struct {
-		name string
-		pods jsonv2.Options
-	}{{"whole", typeDecoders}, {"narrow", podOptions}} {
-		b.Run(c.name, func(b *testing.B) {
+	benchmarkDecodes(b, len(raw), []decodeVariant{{"whole", typeDecoders}, {"narrow", podOptions}}, func(pods jsonv2.Options) error {
+		_, err := decodeSyncRequest(bytes.NewBuffer(raw), pods)
+		return err
+	})
+}
+
+// decodeVariant is a benchmark's decode with options of its own.
+type decodeVariant struct {
+	name string
+	opts jsonv2.Options
+}
+
+// benchmarkDecodes runs decode, over size bytes, with each variant's options.
+func benchmarkDecodes(b *testing.B, size int, variants []decodeVariant, decode func(jsonv2.Options) error) {
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
 			b.ReportAllocs()
-			b.SetBytes(int64(len(raw)))
+			b.SetBytes(int64(size))
 			for b.Loop() {
-				if _, err := decodeSyncRequest(bytes.NewBuffer(raw), c.pods); err != nil {
+				if err := decode(v.opts); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -468,22 +479,14 @@ func BenchmarkDecodeChildren(b *testing.B) {
 		u = append(u, n.unmarshal)
 	}
 	metadataOnly := jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(u...))
-	for _, c := range []struct {
-		name string
-		opts jsonv2.Options
-	}{{"whole", typeDecoders}, {"metadata-only", metadataOnly}} {
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetBytes(int64(size))
-			for b.Loop() {
-				for _, ch := range children {
-					if err := jsonv2.Unmarshal(ch.raw, ch.new(), decodeOptions[0], c.opts); err != nil {
-						b.Fatal(err)
-					}
-				}
+	benchmarkDecodes(b, size, []decodeVariant{{"whole", typeDecoders}, {"metadata-only", metadataOnly}}, func(opts jsonv2.Options) error {
+		for _, ch := range children {
+			if err := jsonv2.Unmarshal(ch.raw, ch.new(), decodeOptions[0], opts); err != nil {
+				return err
 			}
-		})
-	}
+		}
+		return nil
+	})
 }
 
 // FuzzNarrowPod: a pod the whole decode reads, the narrow decode reads too, to the kept
