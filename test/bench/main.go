@@ -23,18 +23,18 @@
 // The floor, the hook's calls and /sync of each size and client count are measured
 // interleaved, not one phase after the other: -rounds rounds (10), each a block of n/rounds
 // floor operations, one of as many calls and one of as many syncs (2n/rounds at 8 and 32
-// clients), each kind first in turn. When the phases ran one after the other, a slow spell of a few
-// hundred milliseconds (a member's fsync or snapshot, a collection) fell on one phase and
-// not the other: the one-client p99 is the tenth slowest
-// of 1,000, and its ratio to the floor moved between 1.24× and 2.71× across runs of one
-// tree. Ten rounds make the one-client blocks 100 operations, a fraction of a second, short
-// beside such a spell, and the 32-client blocks 200, long enough for most of a block to run
-// at full concurrency and for the scrapes of /metrics around each /sync block to add under
-// 1 % to the allocations per request (about one scrape a block: some 1,100 allocations and
-// 130 KB, against some 3,200 and 260 KB a sync).
+// clients), each kind first in turn. When the phases ran one after the other, a slow spell
+// of a few hundred milliseconds (a member's fsync or snapshot, a collection) fell on one
+// phase and not the other: the one-client p99 is the tenth slowest of 1,000, and its ratio
+// to the floor moved between 1.24× and 2.71× across runs of one tree. Ten rounds make the
+// one-client blocks 100 operations, a fraction of a second, short beside such a spell, and
+// the 32-client blocks 200, long enough for most of a block to run at full concurrency and
+// for the scrapes of /metrics around each /sync block to add under 1 % to the allocations
+// per request (about one scrape a block: some 1,100 allocations and 130 KB, against some
+// 3,200 and 260 KB a sync).
 //
 // Each block starts with one untimed operation per client: there every client sends at
-// once, a burst that steady load never has, after a block of the other kind; timed, such
+// once, a burst that steady load never has, after a block of another kind; timed, such
 // starts were 6 of the 10 slowest one-client syncs of a run. Percentiles are over every timed
 // latency of a kind, ops/s is every operation of its blocks over their summed time, and
 // the hook's allocations are those of its /sync blocks alone over every sync in them.
@@ -557,7 +557,6 @@ func (t *timings) result(name string, clients int) result {
 func interleave(rounds, total int, kinds ...func(ops int) error) error {
 	for round := range rounds {
 		ops := (round+1)*total/rounds - round*total/rounds
-		// Each kind goes first in turn.
 		for k := range kinds {
 			if err := kinds[(round+k)%len(kinds)](ops); err != nil {
 				return err
