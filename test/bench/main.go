@@ -599,19 +599,25 @@ type poster struct {
 }
 
 func (p poster) post(body []byte) error {
+	_, err := p.answer(body)
+	return err
+}
+
+// answer posts body and returns the hook's complete answer.
+func (p poster) answer(body []byte) ([]byte, error) {
 	resp, err := p.client.Post(p.url, "application/json", bytes.NewReader(body))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"children":[{`)) {
-		return fmt.Errorf("/sync answered %d: %.300s", resp.StatusCode, b)
+		return nil, fmt.Errorf("/sync answered %d: %.300s", resp.StatusCode, b)
 	}
-	return nil
+	return b, nil
 }
 
 // handedItsAnswer posts body once and returns it with the parent's status replaced by the
@@ -621,16 +627,15 @@ func (p poster) post(body []byte) error {
 // one every time, each sync would be taken for a stale parent and planned from the newest
 // answer (hooks/statusmemo.go), which is not the steady sync measured.
 func (p poster) handedItsAnswer(body []byte) ([]byte, error) {
-	resp, err := p.client.Post(p.url, "application/json", bytes.NewReader(body))
+	raw, err := p.answer(body)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
 	var answer struct {
 		Status json.RawMessage `json:"status"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || resp.StatusCode != http.StatusOK || len(answer.Status) == 0 {
-		return nil, fmt.Errorf("/sync answered %d without a status: %v", resp.StatusCode, err)
+	if err := json.Unmarshal(raw, &answer); err != nil || len(answer.Status) == 0 {
+		return nil, fmt.Errorf("/sync answered without a status: %v", err)
 	}
 	var req, parent map[string]json.RawMessage
 	if err := json.Unmarshal(body, &req); err != nil {
