@@ -378,9 +378,13 @@ func TestReplayNamesWhyItsEtcdDidNotServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cli := client(t, eps)
+	// A snapshot taken before the new cluster wrote its storage schema carries nothing v3.6
+	// refuses, and v3.6 serves it: the stream starts once the schema is written.
+	waitStorageVersion(t, cli, eps[0])
 	st := startStream(t, s, eps, 1<<10)
-	churn(t, client(t, eps), 10)
-	end := currentRevision(t, client(t, eps))
+	churn(t, cli, 10)
+	end := currentRevision(t, cli)
 	waitStored(t, s, end)
 	st.stop()
 	m, _, err := restoreOnly(t, s, end, func(o *RestoreOptions) { o.Etcd = v36 })
@@ -394,4 +398,19 @@ func TestReplayNamesWhyItsEtcdDidNotServe(t *testing.T) {
 	if _, serr := os.Stat(m.dir); !os.IsNotExist(serr) {
 		t.Fatalf("a refused replay left its data dir: %v", serr)
 	}
+}
+
+// waitStorageVersion waits, up to 10 s, until member ep reports the storage schema it wrote.
+func waitStorageVersion(t *testing.T, cli *clientv3.Client, ep string) {
+	t.Helper()
+	for range 100 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := cli.Status(ctx, ep)
+		cancel()
+		if err == nil && st.StorageVersion != "" {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s reported no storage version within 10s", ep)
 }
