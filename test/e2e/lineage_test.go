@@ -133,7 +133,10 @@ func TestContinuousBackupLineages(t *testing.T) {
 	idA := a.Store.Parent().Status.ClusterID
 	lineageA := backup.LineageStore(open(), idA)
 
-	// A second writer of A's lineage.
+	// A second writer of A's lineage, once the operator's stream has claimed it: a stream
+	// that claims after the one by hand supersedes it instead (a slow start on a loaded
+	// machine did).
+	stored(a, current(a))
 	stopByHand, _, err := a.Streams.RunByHand(context.Background(), stream, "etcd-backup-stream-by-hand")
 	if err != nil {
 		t.Fatal(err)
