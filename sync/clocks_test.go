@@ -28,6 +28,7 @@ func TestGracePeriodHasClockSkewMargin(t *testing.T) {
 		{stuckAfter + clockSkewMargin, true},
 	} {
 		w.pods[1].created = w.now.Add(-tc.age)
+		w.closeBudget()
 		d := Plan(simConfig, w.observe())
 		if got := d.Action.Type == RemoveMember; got != tc.replaced {
 			t.Errorf("pod %s old: %s %s: %s; want replaced=%v", tc.age, d.Action.Type, d.Action.Member, d.Action.Reason, tc.replaced)

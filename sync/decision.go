@@ -24,6 +24,11 @@ func (v *view) decision(s step) Decision {
 		j := s.job.render(v.cfg, v.c)
 		job = &j
 	}
+	if v.startsDisruption(s, job) {
+		if ok, why := v.budgetFenced(); !ok {
+			s, job = v.fenced(s, why), nil
+		}
+	}
 	var children []Child
 	l := v.ledger
 	if s.hold {

@@ -77,6 +77,7 @@ func TestStepSnapshotFreshness(t *testing.T) {
 			if tc.annotate {
 				w.cluster.Annotations = map[string]string{v1alpha1.AnnotationProceedWithoutSnapshot: key}
 			}
+			w.closeBudget()
 			d := w.step()
 			if d.Action.Type != tc.want {
 				t.Fatalf("decided %v, want %v", d.Action, tc.want)

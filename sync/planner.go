@@ -31,6 +31,9 @@ type step struct {
 	// hold returns the observed children unchanged instead of rendering them (missing ones
 	// are rendered again).
 	hold bool
+	// closesBudget: the budget allows no disruption, for a step held back until it is
+	// closed (view.fenced).
+	closesBudget bool
 	// rollForward, on a hold, lowers the StatefulSet's partition to partition (see
 	// view.rollForward).
 	rollForward bool

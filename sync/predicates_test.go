@@ -129,6 +129,7 @@ func TestUpgradePath(t *testing.T) {
 		w := newSimWorld(t, 3, true)
 		w.run(100)
 		w.cluster.Spec.Version = tc.to
+		w.closeBudget()
 		d := Plan(simConfig, w.observe())
 		if d.Action.Type != tc.want {
 			t.Errorf("v3.6.16 → %s: %v, want %v", tc.to, d.Action, tc.want)

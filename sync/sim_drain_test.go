@@ -7,41 +7,48 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
 )
 
-// simDrain is a node drain against the PodDisruptionBudget as rendered: the disruption
-// controller, which counts the selected pods that are Ready and not terminating against
-// minAvailable (a count, or "100%" of the StatefulSet's replicas) once per tick, and the
-// eviction API, which refuses while the budget's spec changed since the controller last
-// counted (status.observedGeneration behind metadata.generation) or when it allows no more
-// disruptions, and otherwise deletes the pod gracefully and counts one disruption more.
-// Evictions come between an answer being applied and the world moving on, when the controller
-// has not seen the answer's effect yet. Installed as the world's drain, it counts after every
-// tick and, while draining, evicts a pod at random in one step of three (simWorld.step).
+// simDrain is a node drain against the PodDisruptionBudget as rendered, through the eviction
+// API, which refuses while the budget's spec changed since the disruption controller last
+// counted it (status.observedGeneration behind metadata.generation, simBudget) or when it
+// allows no more disruptions, and otherwise deletes the pod gracefully and counts one
+// disruption more. Evictions come between the hook's view and its answer being applied (the
+// view does not show them), and between an answer and the world moving on, when the
+// controller has not seen the answer's effect yet. Installed as the world's drain, while
+// draining it evicts a pod at random in one of three of those moments (simWorld.sync,
+// simWorld.step).
 type simDrain struct {
-	w        *simWorld
-	rng      *rand.Rand
-	draining bool
-	// spec is the budget as last applied; generation counts its changes, observed is the one
-	// the controller last counted for, and allowed what it found.
+	w                *simWorld
+	rng              *rand.Rand
+	draining         bool
+	evicted, refused int
+}
+
+// simBudget is the disruption controller's record of the budget as last applied: spec, its
+// generation (the API server bumps it on every change), the generation the controller last
+// counted for, and what it found.
+type simBudget struct {
 	spec                 string
-	generation, observed int
-	allowed              int
-	evicted, refused     int
+	generation, observed int64
+	allowed, healthy     int
+	desired              int
 }
 
 // minAvailable is the applied budget's: a count, or every expected pod ("100%"); false when
 // there is none.
-func (d *simDrain) minAvailable() (string, bool) {
-	raw, ok := d.w.applied["PodDisruptionBudget/"+PDBName(d.w.cluster.Name)]
+func (w *simWorld) minAvailable() (string, bool) {
+	raw, ok := w.applied["PodDisruptionBudget/"+PDBName(w.cluster.Name)]
 	if !ok {
 		return "", false
 	}
-	return minAvailableOf(d.w.t, raw), true
+	return minAvailableOf(w.t, raw), true
 }
 
 // minAvailableOf reads a rendered budget's minAvailable, as it is written.
@@ -58,44 +65,53 @@ func minAvailableOf(t testing.TB, raw []byte) string {
 	return strings.Trim(string(pdb.Spec.MinAvailable), `"`)
 }
 
-// applied notes a change of the budget's spec, as the API server bumps its generation.
-func (d *simDrain) applied() {
-	raw := string(d.w.applied["PodDisruptionBudget/"+PDBName(d.w.cluster.Name)])
-	if raw != d.spec {
-		d.spec = raw
-		d.generation++
+// budgetApplied notes a change of the budget's spec, as the API server bumps its generation.
+func (w *simWorld) budgetApplied() {
+	raw := string(w.applied["PodDisruptionBudget/"+PDBName(w.cluster.Name)])
+	if raw != w.budget.spec {
+		w.budget.spec = raw
+		w.budget.generation++
 	}
 }
 
-// count is the disruption controller's pass.
-func (d *simDrain) count() {
-	d.applied()
-	d.observed = d.generation
-	ma, ok := d.minAvailable()
+// countBudget is the disruption controller's pass, once a tick: the selected pods that are
+// Ready and not terminating against minAvailable (a count, or "100%" of the StatefulSet's
+// replicas, which it reads through the scale subresource).
+func (w *simWorld) countBudget() {
+	b := &w.budget
+	w.budgetApplied()
+	b.observed = b.generation
+	b.healthy = 0
+	for ord, p := range w.pods {
+		if !p.terminating && w.ready(ord) {
+			b.healthy++
+		}
+	}
+	ma, ok := w.minAvailable()
 	if !ok {
-		d.allowed = 0
+		b.allowed, b.desired = 0, 0
 		return
 	}
-	// A percentage is of the StatefulSet's replicas, which the controller reads through its
-	// scale subresource; a count is the count.
-	desired := len(d.w.pods)
-	if d.w.sts != nil {
-		desired = d.w.sts.replicas
+	b.desired = len(w.pods)
+	if w.sts != nil {
+		b.desired = w.sts.replicas
 	}
 	if ma != "100%" {
 		n, err := strconv.Atoi(ma)
 		if err != nil {
-			d.w.t.Fatalf("minAvailable %q", ma)
+			w.t.Fatalf("minAvailable %q", ma)
 		}
-		desired = n
+		b.desired = n
 	}
-	healthy := 0
-	for ord, p := range d.w.pods {
-		if !p.terminating && d.w.ready(ord) {
-			healthy++
-		}
-	}
-	d.allowed = max(0, healthy-desired)
+	b.allowed = max(0, b.healthy-b.desired)
+}
+
+// budgetStatus is the status the controller last wrote, on the budget o as observed.
+func (w *simWorld) budgetStatus(o *policyv1.PodDisruptionBudget) {
+	w.budgetApplied()
+	o.Generation = w.budget.generation
+	o.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: w.budget.observed, CurrentHealthy: int32(w.budget.healthy),
+		DesiredHealthy: int32(w.budget.desired), DisruptionsAllowed: int32(w.budget.allowed), ExpectedPods: int32(len(w.pods))}
 }
 
 // evictSometimes is the drain's move between a sync and the next tick: while draining, in one
@@ -111,12 +127,13 @@ func (d *simDrain) evictSometimes() {
 
 // evictPod asks the eviction API for p.
 func (d *simDrain) evictPod(p *simPod) {
-	d.applied()
-	if d.observed < d.generation || d.allowed <= 0 {
+	b := &d.w.budget
+	d.w.budgetApplied()
+	if b.observed < b.generation || b.allowed <= 0 {
 		d.refused++
 		return
 	}
-	d.allowed--
+	b.allowed--
 	d.evicted++
 	p.terminating = true
 	d.w.log = append(d.w.log, fmt.Sprintf("drain: %s evicted", d.w.podName(p.ord)))
@@ -134,7 +151,6 @@ func TestRandomDrains(t *testing.T) {
 			w, _ := created(t, 3, seed%2 == 1) // odd seeds with volumes, even ones without
 			d := &simDrain{w: w, rng: rng}
 			w.drain = d
-			d.count()
 			changes := []func(){
 				func() { w.cluster.Spec.Size = ptrTo(int32(5)) },
 				func() { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} },
@@ -193,7 +209,6 @@ func TestBudgetClosesForTheOperatorsSteps(t *testing.T) {
 				t.Fatalf("steady: minAvailable %s, want 2", got)
 			}
 			w.tick()
-			d.count()
 			tc.change(w)
 			w.cluster.Generation++
 			var dec Decision
@@ -203,7 +218,6 @@ func TestBudgetClosesForTheOperatorsSteps(t *testing.T) {
 				}
 				if i > 0 {
 					w.tick()
-					d.count()
 					w.checkWorld()
 				}
 				dec = w.sync()
@@ -220,7 +234,6 @@ func TestBudgetClosesForTheOperatorsSteps(t *testing.T) {
 			d.evictPod(victim)
 			for range 3 {
 				w.tick()
-				d.count()
 				w.checkWorld()
 			}
 			if d.evicted != before {
@@ -244,4 +257,79 @@ func pdbOf(t *testing.T, d Decision) string {
 	}
 	t.Fatal("no PodDisruptionBudget in the answer")
 	return ""
+}
+
+// TestEvictionBetweenViewAndAnswer: a drain's eviction lands after the hook took its view and
+// before the answer that would start a step taking a member down is applied, and the evicted
+// pod is slow to come back (Pending for a minute, as an image pull and a volume attaching
+// make it). The budget was open when the eviction came, so it went through; the step must
+// not start on top of it. Without the fence (budgetFenced) the answer lowered the partition
+// onto a second pod, or started the step's Job, and two of three voters went down.
+func TestEvictionBetweenViewAndAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		story   string
+		storage bool
+		change  func(*simWorld)
+	}{
+		{"a roll with volumes: pods replaced", true, func(w *simWorld) { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} }},
+		{"a roll without volumes: members removed", false, func(w *simWorld) { w.cluster.Spec.EtcdOptions = []string{"--snapshot-count=5000"} }},
+		{"a defragmentation", true, func(w *simWorld) {
+			w.slowDatabases(1<<30, 4<<30)
+			w.cluster.Spec.Maintenance = &v1alpha1.MaintenanceSpec{Defragment: &v1alpha1.DefragmentSpec{InUseBelowPercent: 50, MinFree: ptrTo(resource.MustParse("1Mi"))}}
+		}},
+	} {
+		t.Run(tc.story, func(t *testing.T) {
+			w, _ := created(t, 3, tc.storage)
+			w.lag = nil
+			d := &simDrain{w: w}
+			w.drain = d
+			w.sync()
+			w.tick()
+			tc.change(w)
+			w.cluster.Generation++
+			// The first answer that closes the budget, for a step taking a member down, was
+			// planned from a view without the eviction: the lowest pod the step is not about is
+			// evicted before the answer lands.
+			disrupting := false
+			w.duringSync = func(dec Decision) {
+				if disrupting || pdbOf(t, dec) != "100%" {
+					return
+				}
+				disrupting = true
+				victim := w.pods[0]
+				if dec.Action.Member == w.podName(0) {
+					victim = w.pods[1]
+				}
+				w.paced().pending[victim.ord] = time.Minute
+				d.evictPod(victim)
+			}
+			for range 60 {
+				w.step()
+			}
+			if !disrupting || d.evicted != 1 {
+				t.Fatalf("the eviction did not land between a view and its answer (%d evicted)", d.evicted)
+			}
+			w.duringSync = nil
+			w.run(300)
+		})
+	}
+}
+
+// closeBudget applies the budget closed, as the answer before a step that takes a member down
+// does, and lets the disruption controller count it: the next plan may start that step. For
+// tests of a single plan about something else (a grace period, a version path).
+func (w *simWorld) closeBudget() {
+	w.t.Helper()
+	key := "PodDisruptionBudget/" + PDBName(w.cluster.Name)
+	var pdb map[string]any
+	if err := json.Unmarshal(w.applied[key], &pdb); err != nil {
+		w.t.Fatalf("the applied PodDisruptionBudget: %v", err)
+	}
+	pdb["spec"].(map[string]any)["minAvailable"] = "100%"
+	raw, err := json.Marshal(pdb)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.applied[key] = raw
+	w.countBudget()
 }

@@ -3,6 +3,7 @@ package sync
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/etcdstate"
 )
 
 // simScenario drives a world from a start through changes and faults to convergence; every
@@ -518,8 +520,9 @@ func TestRandomPartialKnowledge(t *testing.T) {
 				func() { // the next learner at a high ordinal applies a large database slowly
 					w.paced().catchUp[3+rng.Intn(2)] = time.Duration(5+rng.Intn(20)) * time.Minute
 				},
-				func() { // etcd finds a member's data corrupt
-					if ms := w.members; len(ms) > 0 {
+				func() { // etcd finds a member's data corrupt; one at a time: two of three leave no quorum to repair them from
+					corrupt := slices.ContainsFunc(w.alarms, func(a etcdstate.Alarm) bool { return a.Type == "CORRUPT" })
+					if ms := w.members; len(ms) > 0 && !corrupt {
 						w.raise(ms[rng.Intn(len(ms))].id, "CORRUPT")
 					}
 				},
@@ -544,6 +547,14 @@ func TestRandomPartialKnowledge(t *testing.T) {
 					t.Logf("change done: %s\n%s", w.describe(), strings.Join(w.log, "\n"))
 					w.log = nil
 				}
+				w.run(500)
+				// A drain once the change is done: under faults the budget stays closed (a
+				// cluster that is not steady lets no pod go), steady it lets one go at a time.
+				w.drain.draining = true
+				for range 6 {
+					w.step()
+				}
+				w.drain.draining = false
 				w.run(500)
 			}
 			slow.add(w)

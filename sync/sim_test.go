@@ -324,6 +324,11 @@ type simWorld struct {
 	alarmSim simAlarms
 	// drain, when set, is a node drain against the disruption budget (sim_drain_test.go).
 	drain *simDrain
+	// budget is the disruption controller's count of the PodDisruptionBudget.
+	budget simBudget
+	// duringSync, when set, is told each decision after it is planned and before it is
+	// applied: what happens in the world between the hook's view and its answer.
+	duringSync func(Decision)
 	// podsSeenLate: a pod the StatefulSet deletes to roll it stops its etcd before the hook's
 	// cache of pods shows it terminating, for one observation.
 	podsSeenLate bool
@@ -501,6 +506,7 @@ func (w *simWorld) observe() Observed {
 		case "PodDisruptionBudget":
 			var o policyv1.PodDisruptionBudget
 			w.decode(raw, &o)
+			w.budgetStatus(&o)
 			obs.Children.PDBs = append(obs.Children.PDBs, o)
 		case "Job":
 			var o batchv1.Job
@@ -727,6 +733,12 @@ func (w *simWorld) sync() Decision {
 		w.t.Fatalf("sync %d: invariant violated: %s", w.stats.syncs, d.Action.Reason)
 	}
 	w.checkAlarmDecision(obs, d)
+	if w.drain != nil {
+		w.drain.evictSometimes()
+	}
+	if w.duringSync != nil {
+		w.duringSync(d)
+	}
 	w.apply(d)
 	w.log = append(w.log, fmt.Sprintf("%s %s: %s", d.Action.Type, d.Action.Member, d.Action.Reason))
 	return d
@@ -942,6 +954,7 @@ func (w *simWorld) tick() {
 	w.resizeClaims()
 	w.kubelet()
 	w.raft()
+	w.countBudget()
 	if w.onTick != nil {
 		w.onTick()
 	}
@@ -1490,9 +1503,6 @@ func (w *simWorld) step() Decision {
 		w.drain.evictSometimes()
 	}
 	w.tick()
-	if w.drain != nil {
-		w.drain.count()
-	}
 	w.checkWorld()
 	return d
 }
