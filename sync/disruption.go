@@ -3,6 +3,7 @@ package sync
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -88,7 +89,7 @@ func (v *view) startsDisruption(s step, job *Child) bool {
 	}
 	for _, p := range v.pods {
 		if p.Name == s.action.Member {
-			return isReady(p) && !isTerminating(p)
+			return readyToStay(p)
 		}
 	}
 	return false
@@ -103,7 +104,7 @@ func (v *view) budgetFenced() (bool, string) {
 	pdb := v.observedBudget()
 	ready := 0
 	for _, p := range v.pods {
-		if isReady(p) && !isTerminating(p) {
+		if readyToStay(p) {
 			ready++
 		}
 	}
@@ -131,6 +132,10 @@ func (v *view) observedBudget() *policyv1.PodDisruptionBudget {
 	}
 	return nil
 }
+
+// readyToStay: the pod is Ready and not going away, as the disruption controller counts a
+// healthy pod.
+func readyToStay(p *corev1.Pod) bool { return isReady(p) && !isTerminating(p) }
 
 // closed: the budget asks for every pod (minAvailable 100%), as the planner closes it.
 func closed(pdb *policyv1.PodDisruptionBudget) bool {
