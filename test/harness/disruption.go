@@ -26,7 +26,9 @@ var ErrBudget = errors.New("429 Too Many Requests: Cannot evict pod as it would 
 // minAvailable of the selected pods, or the owning StatefulSet's replicas less maxUnavailable;
 // it writes disruptionsAllowed with the generation it counted for. An eviction is refused
 // while that count is for an older generation or allows nothing, and otherwise takes one
-// disruption off the count and deletes the pod gracefully. A pod still Pending is evicted
+// disruption off the count, lists the pod in disruptedPods and deletes the pod gracefully;
+// the controller counts a listed pod unhealthy and drops it from the list once the pod is
+// terminating or gone, or after two minutes (its DeletionTimeout). A pod still Pending is evicted
 // without asking the budget, and one Running but not Ready only while the budget's healthy
 // pods are enough (unhealthyPodEvictionPolicy IfHealthyBudget, the default), as the API does.
 type Disruptions struct {
@@ -55,6 +57,7 @@ func (d *Disruptions) countAll() {
 			continue
 		}
 		pdb.Status.ObservedGeneration = pdb.Generation
+		pdb.Status.DisruptedPods = st.DisruptedPods
 		pdb.Status.CurrentHealthy, pdb.Status.DesiredHealthy = st.CurrentHealthy, st.DesiredHealthy
 		pdb.Status.ExpectedPods, pdb.Status.DisruptionsAllowed = st.ExpectedPods, st.DisruptionsAllowed
 		_ = d.Store.UpdateStatus(pdb)
@@ -68,8 +71,9 @@ func (d *Disruptions) count(pdb *policyv1.PodDisruptionBudget) (policyv1.PodDisr
 	if err != nil {
 		return st, err
 	}
+	st.DisruptedPods = stillDisrupted(pdb.Status.DisruptedPods, pods, time.Now())
 	for _, p := range pods {
-		if podReady(p) {
+		if _, listed := st.DisruptedPods[p.Name]; !listed && podReady(p) {
 			st.CurrentHealthy++
 		}
 	}
@@ -96,6 +100,27 @@ func (d *Disruptions) count(pdb *policyv1.PodDisruptionBudget) (policyv1.PodDisr
 	}
 	st.DisruptionsAllowed = max(0, st.CurrentHealthy-st.DesiredHealthy)
 	return st, nil
+}
+
+// disruptionTimeout is how long the disruption controller waits for an evicted pod to start
+// terminating before it counts the pod again (its DeletionTimeout).
+const disruptionTimeout = 2 * time.Minute
+
+// stillDisrupted is the controller's disruptedPods after a count: the pods evicted that have
+// not started terminating and whose eviction is recent.
+func stillDisrupted(listed map[string]metav1.Time, pods []*corev1.Pod, now time.Time) map[string]metav1.Time {
+	var out map[string]metav1.Time
+	for _, p := range pods {
+		at, ok := listed[p.Name]
+		if !ok || p.DeletionTimestamp != nil || !at.Add(disruptionTimeout).After(now) {
+			continue
+		}
+		if out == nil {
+			out = map[string]metav1.Time{}
+		}
+		out[p.Name] = at
+	}
+	return out
 }
 
 // selected are the etcd pods the budget's selector matches.
@@ -178,6 +203,10 @@ func (d *Disruptions) Evict(pod string) error {
 			ErrBudget, pdb.Name, pdb.Status.DesiredHealthy, pdb.Status.CurrentHealthy)
 	}
 	pdb.Status.DisruptionsAllowed--
+	if pdb.Status.DisruptedPods == nil {
+		pdb.Status.DisruptedPods = map[string]metav1.Time{}
+	}
+	pdb.Status.DisruptedPods[pod] = metav1.Now()
 	if err := d.Store.UpdateStatus(pdb); err != nil {
 		return err
 	}

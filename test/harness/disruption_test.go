@@ -3,6 +3,7 @@ package harness
 import (
 	"errors"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -56,8 +57,14 @@ func TestEvictionHonoursTheBudget(t *testing.T) {
 		t.Fatalf("evicting e-0 with one disruption allowed: %v", err)
 	}
 	assertDeleting(t, s, "e-0")
+	if st := budget(); len(st.DisruptedPods) != 1 || st.DisruptedPods["e-0"].Time.IsZero() {
+		t.Fatalf("budget status %+v after evicting e-0, want e-0 listed in disruptedPods", st)
+	}
 	refused("e-1") // the eviction took the one disruption, before any recount
 	d.countAll()
+	if st := budget(); len(st.DisruptedPods) != 0 {
+		t.Fatalf("budget status %+v once e-0 is terminating, want disruptedPods empty", st)
+	}
 	refused("e-1") // e-0 is terminating: two healthy, two desired
 
 	// e-0 is gone and back, Ready: one disruption allowed again.
@@ -145,5 +152,28 @@ func assertNotDeleting(t *testing.T, s *Store, name string) {
 	t.Helper()
 	if o, ok := s.Get("Pod", name); !ok || o.GetDeletionTimestamp() != nil {
 		t.Fatalf("pod %s deleted after a refused eviction", name)
+	}
+}
+
+// The disruption controller counts a pod listed in disruptedPods unhealthy until it
+// terminates, and forgets an eviction whose pod never started terminating after two minutes.
+func TestStillDisrupted(t *testing.T) {
+	now := time.Now()
+	pod := func(name string, terminating bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if terminating {
+			p.DeletionTimestamp = &metav1.Time{Time: now}
+		}
+		return p
+	}
+	listed := map[string]metav1.Time{
+		"recent":      metav1.NewTime(now.Add(-time.Minute)),
+		"old":         metav1.NewTime(now.Add(-3 * time.Minute)),
+		"terminating": metav1.NewTime(now.Add(-time.Second)),
+		"gone":        metav1.NewTime(now.Add(-time.Second)),
+	}
+	got := stillDisrupted(listed, []*corev1.Pod{pod("recent", false), pod("old", false), pod("terminating", true), pod("other", false)}, now)
+	if len(got) != 1 || got["recent"].Time.IsZero() {
+		t.Errorf("still disrupted: %v, want only the recent eviction of a pod not yet terminating", got)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
@@ -531,65 +532,89 @@ func (m *Metacontroller) apply(a Answer, generation int64) error {
 		raws[k] = string(raw)
 	}
 	methods := map[string]string{}
+	var kinds []schema.GroupVersionKind
 	for _, cr := range m.Ctrl.Children {
 		kind, _ := kindOfResource(cr.APIVersion, cr.Resource)
 		methods[kind] = cr.UpdateStrategy.Method
+		kinds = append(kinds, schema.FromAPIVersionAndKind(cr.APIVersion, kind))
 	}
 	for k := range desired {
 		if _, ok := methods[k.Kind]; !ok {
 			return fmt.Errorf("the answer returns %s, which is not a declared child type", k.Kind)
 		}
 	}
-	keys := make([]objKey, 0, len(desired))
-	for k := range desired {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].Kind+"/"+keys[i].Name < keys[j].Kind+"/"+keys[j].Name })
-	for _, k := range keys {
-		o := desired[k]
-		ann := o.GetAnnotations()
-		if ann == nil {
-			ann = map[string]string{}
+	// Metacontroller's ManageChildren: every delete first, then creates and updates, each
+	// pass kind by kind sorted by group, version and kind (its GetAllGVKs), so a policy
+	// object lands after the apps and batch ones of the same answer.
+	sort.Slice(kinds, func(i, j int) bool {
+		a, b := kinds[i], kinds[j]
+		if a.Group != b.Group {
+			return a.Group < b.Group
 		}
-		ann[lastApplied] = raws[k]
-		o.SetAnnotations(ann)
-		o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.Kind,
-			Name: parent.Name, UID: parent.UID, Controller: ptr(true), BlockOwnerDeletion: ptr(true)}})
-		old, exists := m.Store.Get(k.Kind, k.Name)
-		if !exists {
-			if err := m.Store.Create(o); err != nil {
-				return err
-			}
-			continue
+		if a.Version != b.Version {
+			return a.Version < b.Version
 		}
-		if sameJSON(old.GetAnnotations()[lastApplied], raws[k]) {
-			continue
-		}
-		switch methods[k.Kind] {
-		case "InPlace":
-			if err := m.Store.Update(o); err != nil {
-				return err
-			}
-		case "Recreate":
-			m.Store.Delete(k.Kind, k.Name)
-		default: // OnDelete: an existing child is never updated.
-			if k.Kind == "Job" {
-				m.mu.Lock()
-				m.jobChange = append(m.jobChange, fmt.Sprintf("Job %s changed:\nwas  %s\nnow  %s", k.Name, old.GetAnnotations()[lastApplied], raws[k]))
-				m.mu.Unlock()
+		return a.Kind < b.Kind
+	})
+	for _, gvk := range kinds {
+		for _, o := range m.Store.List(gvk.Kind) {
+			if _, keep := desired[objKey{gvk.Kind, o.GetName()}]; !keep {
+				m.Store.Delete(gvk.Kind, o.GetName())
 			}
 		}
 	}
-	for kind := range methods {
-		for _, o := range m.Store.List(kind) {
-			if _, keep := desired[objKey{kind, o.GetName()}]; !keep {
-				m.Store.Delete(kind, o.GetName())
+	for _, gvk := range kinds {
+		var names []string
+		for k := range desired {
+			if k.Kind == gvk.Kind {
+				names = append(names, k.Name)
+			}
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			k := objKey{gvk.Kind, name}
+			if err := m.applyChild(desired[k], raws[k], methods[k.Kind], parent); err != nil {
+				return err
 			}
 		}
 	}
 	st := a.Status
 	st.ObservedGeneration = generation
 	m.Store.SetParentStatus(st)
+	return nil
+}
+
+// applyChild creates a desired child, or updates it as its kind's strategy says when the
+// answer changed it since it was last applied.
+func (m *Metacontroller) applyChild(o Object, raw, method string, parent *v1alpha1.EtcdCluster) error {
+	k := objKey{KindOf(o), o.GetName()}
+	ann := o.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[lastApplied] = raw
+	o.SetAnnotations(ann)
+	o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.Kind,
+		Name: parent.Name, UID: parent.UID, Controller: ptr(true), BlockOwnerDeletion: ptr(true)}})
+	old, exists := m.Store.Get(k.Kind, k.Name)
+	if !exists {
+		return m.Store.Create(o)
+	}
+	if sameJSON(old.GetAnnotations()[lastApplied], raw) {
+		return nil
+	}
+	switch method {
+	case "InPlace":
+		return m.Store.Update(o)
+	case "Recreate":
+		m.Store.Delete(k.Kind, k.Name)
+	default: // OnDelete: an existing child is never updated.
+		if k.Kind == "Job" {
+			m.mu.Lock()
+			m.jobChange = append(m.jobChange, fmt.Sprintf("Job %s changed:\nwas  %s\nnow  %s", k.Name, old.GetAnnotations()[lastApplied], raw))
+			m.mu.Unlock()
+		}
+	}
 	return nil
 }
 

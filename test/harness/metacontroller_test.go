@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -125,5 +126,46 @@ func TestSameObservation(t *testing.T) {
 		if got := sameObservation([]byte(tc.a), []byte(tc.b)); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.story, got, tc.want)
 		}
+	}
+}
+
+// Metacontroller applies an answer's children kind by kind in the order of group, version and
+// kind (its GetAllGVKs): core objects first, then apps, batch and policy, whatever order the
+// answer lists them in. A budget closed in the same answer as a StatefulSet change lands after
+// it, which the planner must not count on.
+func TestMetacontrollerAppliesByAPIGroup(t *testing.T) {
+	answer := `{"status":{"phase":"Creating"},"children":[
+		{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"p"},"spec":{}},
+		{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"j"},"spec":{}},
+		{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"name":"e"},"spec":{}},
+		{"apiVersion":"v1","kind":"Service","metadata":{"name":"s"}}]}`
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(answer))
+	}))
+	defer hook.Close()
+
+	s := NewStore("ns")
+	s.CreateParent(&v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c"}})
+	ctrl := Controller{Paths: map[string]string{"sync": "/sync"}, Version: "v1", Children: []ChildResource{
+		child("policy/v1", "poddisruptionbudgets", "InPlace"), child("batch/v1", "jobs", "OnDelete"),
+		child("apps/v1", "statefulsets", "InPlace"), child("v1", "services", "InPlace")}}
+	mc := NewMetacontroller(s, ctrl, func() string { return hook.URL }, 1)
+	if rec := mc.Sync(context.Background()); rec.Err != nil || !rec.Applied {
+		t.Fatalf("sync: applied=%v err=%v", rec.Applied, rec.Err)
+	}
+	var last int
+	for _, k := range []objKey{{"Service", "s"}, {"StatefulSet", "e"}, {"Job", "j"}, {"PodDisruptionBudget", "p"}} {
+		o, ok := s.Get(k.Kind, k.Name)
+		if !ok {
+			t.Fatalf("%s %s not created", k.Kind, k.Name)
+		}
+		rv, err := strconv.Atoi(o.GetResourceVersion())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rv <= last {
+			t.Errorf("%s %s written at resourceVersion %d, not after %d: want core, apps, batch, policy", k.Kind, k.Name, rv, last)
+		}
+		last = rv
 	}
 }
