@@ -50,7 +50,8 @@ const createBound = 4 * time.Minute
 // cluster, checks that idle syncs write nothing, grows its volumes online, scales it to 5
 // and back (checking the hook's Events of it and its account), hands leadership to a follower
 // on request and refuses a request naming no member, upgrades the operator to a new member
-// tool image (no pod rolls), rolls a configuration change (the pods take the new tool),
+// tool image (no pod rolls), rolls a configuration change under a node drain (the pods take
+// the new tool; evictions refused while the change runs, let through after),
 // deletes a member's pod, then its StatefulSet, and rolls a minor version upgrade, the workload
 // writing throughout; turns etcd's authentication on with an application user and off again;
 // then it deletes the cluster, keeping its claims.
@@ -87,7 +88,7 @@ func TestKustomizeInstall(t *testing.T) {
 		step{"switchover", func(t *testing.T) { switchover(t, c) }},
 		step{"operator-upgrade", func(t *testing.T) { operatorUpgrade(t, c) }},
 		step{"config-roll", func(t *testing.T) {
-			configRoll(t, c, grown+"  etcdOptions:\n  - --snapshot-count=5000\n")
+			drainDuring(t, c, 3, func() { configRoll(t, c, grown+"  etcdOptions:\n  - --snapshot-count=5000\n") })
 			podsRunTool(t, c, NextToolImage)
 		}},
 		step{"deleted-pod", func(t *testing.T) { deletedPod(t, c, c.Pod(1)) }},
