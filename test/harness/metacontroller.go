@@ -40,6 +40,9 @@ type Controller struct {
 	Resync   time.Duration // resyncPeriodSeconds
 	Paths    map[string]string
 	Version  string // hook version: v1 keys inner maps by name, v2 by namespace/name
+	// GenerateSelector: children are selected by a controller-uid label, which
+	// Metacontroller adds to every desired child before applying it.
+	GenerateSelector bool
 }
 
 // compositeController is the part of the manifest the harness obeys.
@@ -47,6 +50,7 @@ type compositeController struct {
 	Kind string `json:"kind"`
 	Spec struct {
 		ResyncPeriodSeconds float64         `json:"resyncPeriodSeconds"`
+		GenerateSelector    bool            `json:"generateSelector"`
 		ChildResources      []ChildResource `json:"childResources"`
 		Hooks               map[string]struct {
 			Version string `json:"version"`
@@ -81,7 +85,7 @@ func LoadController(fsys fs.FS, dir string) (Controller, error) {
 				return fmt.Errorf("%s: %w", path, err)
 			}
 			c := Controller{Raw: raw, Children: cc.Spec.ChildResources, Paths: map[string]string{}, Version: "v1",
-				Resync: time.Duration(cc.Spec.ResyncPeriodSeconds * float64(time.Second))}
+				Resync: time.Duration(cc.Spec.ResyncPeriodSeconds * float64(time.Second)), GenerateSelector: cc.Spec.GenerateSelector}
 			for name, h := range cc.Spec.Hooks {
 				p := h.Webhook.Path
 				if h.Webhook.URL != "" {
@@ -517,6 +521,12 @@ func (m *Metacontroller) apply(a Answer, generation int64) error {
 	desired := map[objKey]Object{}
 	raws := map[objKey]string{}
 	for _, raw := range a.Children {
+		if m.Ctrl.GenerateSelector {
+			var err error
+			if raw, err = withControllerUID(raw, string(parent.UID)); err != nil {
+				return err
+			}
+		}
 		o, err := decodeObject(raw)
 		if err != nil {
 			return err
@@ -582,6 +592,31 @@ func (m *Metacontroller) apply(a Answer, generation int64) error {
 	st.ObservedGeneration = generation
 	m.Store.SetParentStatus(st)
 	return nil
+}
+
+// withControllerUID is a desired child with the controller-uid label of generateSelector
+// unless it has one, as Metacontroller labels it before applying: the last-applied
+// configuration records the label too.
+func withControllerUID(raw json.RawMessage, uid string) (json.RawMessage, error) {
+	var o map[string]any
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return nil, fmt.Errorf("a child of the answer: %w", err)
+	}
+	md, _ := o["metadata"].(map[string]any)
+	if md == nil {
+		md = map[string]any{}
+		o["metadata"] = md
+	}
+	labels, _ := md["labels"].(map[string]any)
+	if labels == nil {
+		labels = map[string]any{}
+		md["labels"] = labels
+	}
+	if _, ok := labels["controller-uid"]; ok {
+		return raw, nil
+	}
+	labels["controller-uid"] = uid
+	return json.Marshal(o)
 }
 
 // applyChild creates a desired child, or updates it as its kind's strategy says when the

@@ -6,12 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"etcdops.dev/etcdops/api/v1alpha1"
+	"etcdops.dev/etcdops/manifests"
 )
 
 // Metacontroller's apply: create, update in place, never update an OnDelete child (and say
@@ -167,5 +169,56 @@ func TestMetacontrollerAppliesByAPIGroup(t *testing.T) {
 			t.Errorf("%s %s written at resourceVersion %d, not after %d: want core, apps, batch, policy", k.Kind, k.Name, rv, last)
 		}
 		last = rv
+	}
+}
+
+// With generateSelector, Metacontroller labels every desired child with the parent's
+// controller-uid before applying it, so the child and its last-applied configuration carry
+// the label the hook never wrote, and the same answer again changes nothing.
+func TestMetacontrollerLabelsChildrenWithTheControllerUID(t *testing.T) {
+	answer := `{"status":{"phase":"Creating"},"children":[
+		{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","labels":{"app":"etcd"}},"data":{"k":"1"}}]}`
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(answer))
+	}))
+	defer hook.Close()
+
+	s := NewStore("ns")
+	s.CreateParent(&v1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c"}})
+	ctrl := Controller{Paths: map[string]string{"sync": "/sync"}, Version: "v1", GenerateSelector: true,
+		Children: []ChildResource{child("v1", "configmaps", "InPlace")}}
+	mc := NewMetacontroller(s, ctrl, func() string { return hook.URL }, 1)
+	var rv string
+	for i := range 2 {
+		if rec := mc.Sync(context.Background()); rec.Err != nil || !rec.Applied {
+			t.Fatalf("sync %d: applied=%v err=%v", i+1, rec.Applied, rec.Err)
+		}
+		o, ok := s.Get("ConfigMap", "a")
+		if !ok {
+			t.Fatal("ConfigMap a not created")
+		}
+		uid := string(s.Parent().UID)
+		if got := o.GetLabels(); got["controller-uid"] != uid || got["app"] != "etcd" {
+			t.Errorf("sync %d: labels %v, want app=etcd and controller-uid=%s", i+1, got, uid)
+		}
+		if last := o.GetAnnotations()[lastApplied]; !strings.Contains(last, `"controller-uid":"`+uid+`"`) {
+			t.Errorf("sync %d: last-applied %s does not record the controller-uid label", i+1, last)
+		}
+		if i == 1 && o.GetResourceVersion() != rv {
+			t.Errorf("the same answer again wrote the ConfigMap: resourceVersion %s, was %s", o.GetResourceVersion(), rv)
+		}
+		rv = o.GetResourceVersion()
+	}
+}
+
+// The shipped CompositeController is read as deployed: its child types, hooks and
+// generateSelector, which decides whether children carry the controller-uid label.
+func TestLoadControllerReadsTheShippedManifest(t *testing.T) {
+	ctrl, err := LoadController(manifests.FS, "metacontroller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ctrl.GenerateSelector || len(ctrl.Children) == 0 || ctrl.Paths["sync"] == "" || ctrl.Resync == 0 {
+		t.Errorf("controller read as %+v, want generateSelector, child types, a sync hook and a resync period", ctrl)
 	}
 }
