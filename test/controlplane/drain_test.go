@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"etcdops.dev/etcdops/test/harness"
 )
 
 // evictEvery is how often the drain asks for an eviction, as kubectl drain retries a
@@ -53,7 +54,7 @@ func drainDuring(t *testing.T, c *Cluster, size int, change func()) {
 				current = o
 			case <-tick.C:
 				pod := c.Pod(rng.Intn(size))
-				allowed, err := evictReady(ctx, c, pod)
+				got, err := evictReady(ctx, c, pod)
 				switch {
 				case err != nil && ctx.Err() != nil:
 					results <- nil
@@ -61,11 +62,10 @@ func drainDuring(t *testing.T, c *Cluster, size int, change func()) {
 				case err != nil:
 					results <- err
 					return
-				case allowed == nil:
-				case *allowed:
+				case got == evicted:
 					current.allowed++
 					c.Plane.logf("drain: %s evicted", pod)
-				default:
+				case got == refused:
 					current.refused++
 				}
 				if current == after && after.allowed > 0 {
@@ -101,47 +101,42 @@ func drainDuring(t *testing.T, c *Cluster, size int, change func()) {
 	waitSteady(t, c, size, 3*time.Minute)
 }
 
-// evictReady asks the Eviction API for pod if it is Running, Ready and not terminating: true
-// when it is evicted, false when its budget refuses (429), nil when the pod was not asked for.
-func evictReady(ctx context.Context, c *Cluster, pod string) (*bool, error) {
+// eviction is what the Eviction API answered for a pod: evicted, refused by its budget (429),
+// or not asked (the pod not Ready, terminating, gone or replaced).
+type eviction int
+
+const (
+	notAsked eviction = iota
+	evicted
+	refused
+)
+
+// evictReady asks the Eviction API for pod if it is Ready and not terminating.
+func evictReady(ctx context.Context, c *Cluster, pod string) (eviction, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	p, err := c.Plane.Client.CoreV1().Pods(c.Namespace).Get(cctx, pod, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, nil
+		return notAsked, nil
 	}
 	if err != nil {
-		return nil, err
+		return notAsked, err
 	}
-	if p.DeletionTimestamp != nil || !podReady(p) {
-		return nil, nil
+	if !harness.PodReady(p) {
+		return notAsked, nil
 	}
 	err = c.Plane.Client.PolicyV1().Evictions(c.Namespace).Evict(cctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod, Namespace: c.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}},
 	})
-	yes, no := true, false
 	switch {
 	case err == nil:
-		return &yes, nil
+		return evicted, nil
 	case apierrors.IsTooManyRequests(err):
-		return &no, nil
+		return refused, nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return nil, nil
+		return notAsked, nil
 	default:
-		return nil, fmt.Errorf("evicting %s: %w", pod, err)
+		return notAsked, fmt.Errorf("evicting %s: %w", pod, err)
 	}
-}
-
-// podReady: Running with condition Ready true.
-func podReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, cond := range p.Status.Conditions {
-		if cond.Type == corev1.PodReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -73,7 +73,7 @@ func (d *Disruptions) count(pdb *policyv1.PodDisruptionBudget) (policyv1.PodDisr
 	}
 	st.DisruptedPods = stillDisrupted(pdb.Status.DisruptedPods, pods, time.Now())
 	for _, p := range pods {
-		if _, listed := st.DisruptedPods[p.Name]; !listed && podReady(p) {
+		if _, listed := st.DisruptedPods[p.Name]; !listed && PodReady(p) {
 			st.CurrentHealthy++
 		}
 	}
@@ -190,7 +190,7 @@ func (d *Disruptions) Evict(pod string) error {
 	if pdb.Status.ObservedGeneration < pdb.Generation {
 		return fmt.Errorf("%w: the disruption budget %s is still being processed by the server", ErrBudget, pdb.Name)
 	}
-	if !podReady(p) {
+	if !PodReady(p) {
 		if pdb.Status.CurrentHealthy < pdb.Status.DesiredHealthy {
 			return fmt.Errorf("%w: the disruption budget %s needs %d healthy pods and has %d currently (pod %s is not ready)",
 				ErrBudget, pdb.Name, pdb.Status.DesiredHealthy, pdb.Status.CurrentHealthy, pod)

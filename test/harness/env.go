@@ -548,7 +548,7 @@ func (e *Env) PodsSettled(n int) (bool, string) {
 		return false, fmt.Sprintf("%d pods", len(pods))
 	}
 	for _, p := range pods {
-		if p.DeletionTimestamp != nil || !podReady(p) {
+		if p.DeletionTimestamp != nil || !PodReady(p) {
 			return false, "pod not ready " + p.Name
 		}
 	}
@@ -569,7 +569,7 @@ func (e *Env) Describe() string {
 			}
 		}
 		fmt.Fprintf(&b, "pod %s ip=%s ready=%v deleting=%v rev=%s restarts=%d %s\n",
-			p.Name, p.Status.PodIP, podReady(p), p.DeletionTimestamp != nil, rev, restarts, waiting)
+			p.Name, p.Status.PodIP, PodReady(p), p.DeletionTimestamp != nil, rev, restarts, waiting)
 	}
 	if o, ok := e.Store.Get("StatefulSet", e.Cluster); ok {
 		sts := o.(*appsv1.StatefulSet)

@@ -931,7 +931,7 @@ func (k *Kubelet) syncDNS() {
 			if p.Status.PodIP == "" || !sel.Matches(labels.Set(p.Labels)) {
 				continue
 			}
-			ready := podReady(p)
+			ready := PodReady(p)
 			if !ready && !(headless && svc.Spec.PublishNotReadyAddresses) {
 				continue
 			}

@@ -2,16 +2,17 @@ package harness
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	gosync "sync"
 	"time"
@@ -556,36 +557,24 @@ func (m *Metacontroller) apply(a Answer, generation int64) error {
 	// Metacontroller's ManageChildren: every delete first, then creates and updates, each
 	// pass kind by kind sorted by group, version and kind (its GetAllGVKs), so a policy
 	// object lands after the apps and batch ones of the same answer.
-	sort.Slice(kinds, func(i, j int) bool {
-		a, b := kinds[i], kinds[j]
-		if a.Group != b.Group {
-			return a.Group < b.Group
-		}
-		if a.Version != b.Version {
-			return a.Version < b.Version
-		}
-		return a.Kind < b.Kind
+	slices.SortFunc(kinds, func(a, b schema.GroupVersionKind) int {
+		return cmp.Or(strings.Compare(a.Group, b.Group), strings.Compare(a.Version, b.Version), strings.Compare(a.Kind, b.Kind))
 	})
-	for _, gvk := range kinds {
+	rank := map[string]int{}
+	for i, gvk := range kinds {
+		rank[gvk.Kind] = i
 		for _, o := range m.Store.List(gvk.Kind) {
 			if _, keep := desired[objKey{gvk.Kind, o.GetName()}]; !keep {
 				m.Store.Delete(gvk.Kind, o.GetName())
 			}
 		}
 	}
-	for _, gvk := range kinds {
-		var names []string
-		for k := range desired {
-			if k.Kind == gvk.Kind {
-				names = append(names, k.Name)
-			}
-		}
-		sort.Strings(names)
-		for _, name := range names {
-			k := objKey{gvk.Kind, name}
-			if err := m.applyChild(desired[k], raws[k], methods[k.Kind], parent); err != nil {
-				return err
-			}
+	keys := slices.SortedFunc(maps.Keys(desired), func(a, b objKey) int {
+		return cmp.Or(cmp.Compare(rank[a.Kind], rank[b.Kind]), strings.Compare(a.Name, b.Name))
+	})
+	for _, k := range keys {
+		if err := m.applyChild(desired[k], raws[k], methods[k.Kind], parent); err != nil {
+			return err
 		}
 	}
 	st := a.Status

@@ -113,7 +113,9 @@ func ownedBy(o metav1.Object, uid types.UID) bool {
 	return false
 }
 
-func podReady(p *corev1.Pod) bool {
+// PodReady: the pod runs, is not terminating, and its Ready condition is true, as the
+// disruption controller counts a healthy pod.
+func PodReady(p *corev1.Pod) bool {
 	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 		return false
 	}
@@ -179,7 +181,7 @@ func (c *StatefulSets) reconcile(sts *appsv1.StatefulSet) {
 				c.Store.Delete("Pod", p.Name)
 				break
 			}
-			if !podReady(p) {
+			if !PodReady(p) {
 				break
 			}
 		}
@@ -369,7 +371,7 @@ func (c *StatefulSets) writeStatus(sts *appsv1.StatefulSet, replicas int, curren
 			allUpdated = false
 			st.CurrentReplicas++
 		}
-		if podReady(p) {
+		if PodReady(p) {
 			st.ReadyReplicas++
 			st.AvailableReplicas++
 		}

@@ -53,7 +53,7 @@ func TestStreamsRunTheDeploymentsPod(t *testing.T) {
 	ready := func() (*corev1.Pod, bool) {
 		for _, o := range s.List("Pod") {
 			p := o.(*corev1.Pod)
-			return p, podReady(p)
+			return p, PodReady(p)
 		}
 		return nil, false
 	}
