@@ -265,6 +265,7 @@ func viewOf(servers map[string]etcdServer, cut map[string]bool) View {
 }
 
 func (m *Monitor) sample() {
+	replicas := m.replicas()
 	v := m.View()
 	if len(v.Members) == 0 {
 		return
@@ -323,7 +324,7 @@ func (m *Monitor) sample() {
 	if v.Learners() > 1 {
 		m.violate("%d learners at once: %+v", v.Learners(), v.Members)
 	}
-	m.checkStatefulSet(v)
+	m.checkStatefulSet(replicas, v)
 }
 
 // voterState is how the monitor finds a voter at one sample.
@@ -371,19 +372,26 @@ func (m *Monitor) jobDone(args []string, out string) {
 	m.mu.Unlock()
 }
 
-// checkStatefulSet: the StatefulSet never shrinks below a member that is still a voter.
-func (m *Monitor) checkStatefulSet(v View) {
+// replicas is the StatefulSet's, -1 when there is none. It is read before the membership it
+// is checked against: replicas only go below a member after the member is removed, so a voter
+// in a later view above replicas read earlier is a true violation, where the other way round a
+// removal and the sync that follows it between the two reads would look like one.
+func (m *Monitor) replicas() int {
 	o, ok := m.env.Store.Get("StatefulSet", m.env.Cluster)
-	if !ok {
-		return
+	if !ok || o.(*appsv1.StatefulSet).Spec.Replicas == nil {
+		return -1
 	}
-	sts := o.(*appsv1.StatefulSet)
-	if sts.Spec.Replicas == nil {
+	return int(*o.(*appsv1.StatefulSet).Spec.Replicas)
+}
+
+// checkStatefulSet: the StatefulSet never shrinks below a member that is still a voter.
+func (m *Monitor) checkStatefulSet(replicas int, v View) {
+	if replicas < 0 {
 		return
 	}
 	for _, mem := range v.Members {
-		if ord, ok := podOrdinal(m.env.Cluster, mem.Name); ok && !mem.IsLearner && ord >= int(*sts.Spec.Replicas) {
-			m.violate("StatefulSet has %d replicas but %s is still a voter", *sts.Spec.Replicas, mem.Name)
+		if ord, ok := podOrdinal(m.env.Cluster, mem.Name); ok && !mem.IsLearner && ord >= replicas {
+			m.violate("StatefulSet has %d replicas but %s is still a voter", replicas, mem.Name)
 		}
 	}
 }
@@ -402,7 +410,7 @@ func (m *Monitor) afterSync(rec SyncRecord) {
 	if inFlight > 1 {
 		m.violate("sync %d: %d member Jobs in flight: %v", rec.N, inFlight, names)
 	}
-	m.checkStatefulSet(m.View())
+	m.checkStatefulSet(m.replicas(), m.View())
 	m.checkOneReplacement(rec)
 }
 
